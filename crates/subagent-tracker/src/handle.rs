@@ -1,0 +1,115 @@
+//! The runner's side of a task.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::task_entry::{RunnerEnd, TaskEntry};
+use crate::tracker::TrackerShared;
+use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken};
+
+/// The error recorded when a handle is dropped while its task is still running.
+pub const DROPPED_HANDLE_ERROR: &str = "the runner dropped its handle without reporting an end";
+
+/// Held by the code that runs a task: it reports progress and the task's end.
+///
+/// Dropping the handle closes it. A task still `Running` then fails with [`DROPPED_HANDLE_ERROR`], and a
+/// cancelled one becomes finished, so a runner that disappears never leaves an unfinished task behind.
+pub struct SubagentTaskHandle<V = String> {
+    shared: Arc<TrackerShared<V>>,
+    entry: Arc<TaskEntry<V>>,
+}
+
+impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
+    pub(crate) fn new(shared: Arc<TrackerShared<V>>, entry: Arc<TaskEntry<V>>) -> Self {
+        SubagentTaskHandle { shared, entry }
+    }
+
+    /// The task's id.
+    pub fn task_id(&self) -> &Arc<str> {
+        &self.entry.task_id
+    }
+
+    /// The id of the session that owns the task.
+    pub fn session_id(&self) -> &Arc<str> {
+        &self.entry.session_id
+    }
+
+    /// The token that fires when the task is cancelled.
+    pub fn token(&self) -> SubagentTaskToken<V> {
+        SubagentTaskToken::new(self.entry.clone())
+    }
+
+    /// True once the task is cancelled: one atomic load, cheap enough for every streamed chunk.
+    #[inline]
+    pub fn is_cancelled(&self) -> bool {
+        self.entry.is_cancelled()
+    }
+
+    /// The task's status now.
+    pub fn status(&self) -> SubagentStatus {
+        self.entry.status()
+    }
+
+    /// Records a progress milestone: the snapshot keeps the latest message (cut to
+    /// [`MAX_PROGRESS_MESSAGE_BYTES`](crate::MAX_PROGRESS_MESSAGE_BYTES)) and a count. Returns false, recording
+    /// nothing, once the task has finished.
+    pub fn progress(&self, message: &str) -> bool {
+        self.shared.record_progress(&self.entry, message)
+    }
+
+    /// Reports success. True exactly when this moved the task from `Running` to `Completed`; after a cancel it
+    /// returns false, the status stays `Cancelled`, and `result` is kept on the snapshot.
+    pub fn complete(&self, result: Option<V>) -> bool {
+        self.shared.end(&self.entry, RunnerEnd::Completed(result)) == Some(true)
+    }
+
+    /// Reports failure. True exactly when this moved the task from `Running` to `Failed`; after a cancel it
+    /// returns false, the status stays `Cancelled`, and `error` is kept on the snapshot.
+    pub fn fail(&self, error: &str) -> bool {
+        self.shared
+            .end(&self.entry, RunnerEnd::Failed(Arc::from(error)))
+            == Some(true)
+    }
+
+    /// Reports that the runner stopped because of a cancel: a still running task is cancelled first (with its
+    /// cascade, `reason` defaulting to `"cancelled"`), then the task becomes finished. Returns true when this
+    /// call did the cancelling.
+    pub fn stop_cancelled(&self, reason: Option<&str>) -> bool {
+        let cancelled_here = self.shared.cancel_entry(&self.entry, reason);
+        self.shared.end(&self.entry, RunnerEnd::Stopped);
+        cancelled_here
+    }
+
+    /// True once the task has finished.
+    pub fn is_finished(&self) -> bool {
+        self.entry.is_finished()
+    }
+
+    /// A snapshot of the task.
+    pub fn snapshot(&self) -> SubagentTaskSnapshot<V> {
+        self.entry.snapshot()
+    }
+}
+
+impl<V> Drop for SubagentTaskHandle<V> {
+    fn drop(&mut self) {
+        if !self.entry.is_finished() {
+            let end = if self.entry.is_cancelled() {
+                RunnerEnd::Stopped
+            } else {
+                RunnerEnd::Failed(Arc::from(DROPPED_HANDLE_ERROR))
+            };
+            self.shared.end(&self.entry, end);
+        }
+    }
+}
+
+impl<V> fmt::Debug for SubagentTaskHandle<V> {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("SubagentTaskHandle")
+            .field("task_id", &self.entry.task_id)
+            .field("session_id", &self.entry.session_id)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,55 @@
+//! Start, watch and stop concurrent subagent tasks.
+//!
+//! Agent frameworks delegate work to child agents ("subagents"). This crate tracks those tasks for one session
+//! at a time: each task has a cancellation token and a status, cancels cascade down the task tree, finished
+//! tasks are retained within a bound, and every rule holds under any interleaving of threads.
+//!
+//! ```
+//! use subagent_tracker::{InMemorySubagentTaskTracker, SubagentStatus, TaskStart};
+//!
+//! let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+//! let parent = tracker.start(TaskStart::new().task_id("orchestrator")).unwrap();
+//! let child = tracker.start(TaskStart::new().task_id("researcher").parent_id("orchestrator")).unwrap();
+//!
+//! assert!(tracker.cancel("orchestrator", Some("user pressed stop")));
+//! assert!(child.is_cancelled()); // the cancel cascaded
+//! assert!(!child.complete(Some("late".into()))); // a late end never downgrades Cancelled
+//! let snapshot = tracker.get("researcher").unwrap();
+//! assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+//! assert_eq!(snapshot.cancel_origin.as_deref(), Some("orchestrator"));
+//! # drop(parent);
+//! ```
+//!
+//! The contract this crate keeps is written out in the repository's `CONTRACT.md`; each type documents the
+//! rules it is responsible for.
+
+#![warn(missing_docs)]
+
+mod error;
+mod event;
+mod event_bus;
+mod handle;
+mod retention;
+mod snapshot;
+mod status;
+mod task_entry;
+mod task_id;
+mod task_start;
+mod task_watch;
+mod token;
+mod tracker;
+
+pub use error::TrackerError;
+pub use event::{SubagentEvent, SubagentEventKind};
+pub use event_bus::{EventSubscription, DEFAULT_EVENT_BUFFER};
+pub use handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
+pub use retention::DEFAULT_MAX_FINISHED_TASKS;
+pub use snapshot::SubagentTaskSnapshot;
+pub use status::SubagentStatus;
+pub use task_entry::MAX_PROGRESS_MESSAGE_BYTES;
+pub use task_id::{validate_task_id, MAX_TASK_ID_BYTES};
+pub use task_start::TaskStart;
+pub use task_watch::TaskWatch;
+pub use token::SubagentTaskToken;
+pub use tokio_util::sync::CancellationToken;
+pub use tracker::{InMemorySubagentTaskTracker, TrackerConfig, DEFAULT_CANCEL_REASON};

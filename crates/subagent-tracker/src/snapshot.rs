@@ -1,0 +1,47 @@
+//! The immutable view of one task that queries return.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::SubagentStatus;
+
+/// A copy of one task's state, taken atomically: every field comes from the same instant.
+///
+/// `V` is the type of the caller's `metadata` and of the runner's `result`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubagentTaskSnapshot<V = String> {
+    /// The task's id, unique among the session's retained tasks.
+    pub task_id: Arc<str>,
+    /// The session that owns the task.
+    pub session_id: Arc<str>,
+    /// The task this one was started under, if any.
+    pub parent_id: Option<Arc<str>>,
+    /// A free-form name of the agent that runs the task.
+    pub agent: Option<Arc<str>>,
+    /// A free-form description of the work.
+    pub description: Option<Arc<str>>,
+    /// Whatever the starter attached.
+    pub metadata: Option<V>,
+    /// The status at the instant of the snapshot.
+    pub status: SubagentStatus,
+    /// True once the runner has reported its end or its handle was closed.
+    pub finished: bool,
+    /// When the task started.
+    pub started_at: SystemTime,
+    /// When the task was cancelled, if it was.
+    pub cancelled_at: Option<SystemTime>,
+    /// When the runner reported its end (or its handle was closed), if it has.
+    pub ended_at: Option<SystemTime>,
+    /// The reason given with the cancel that reached the task.
+    pub cancel_reason: Option<Arc<str>>,
+    /// The task whose cancel reached this one: itself when cancelled directly, an ancestor on cascade.
+    pub cancel_origin: Option<Arc<str>>,
+    /// The latest progress message.
+    pub progress: Option<Arc<str>>,
+    /// How many progress messages the runner has recorded.
+    pub progress_count: u64,
+    /// What the runner completed with, kept even when the completion came after a cancel.
+    pub result: Option<V>,
+    /// What the runner failed with, kept even when the failure came after a cancel.
+    pub error: Option<Arc<str>>,
+}

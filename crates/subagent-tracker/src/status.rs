@@ -1,0 +1,60 @@
+//! The lifecycle status of a subagent task.
+
+use std::fmt;
+
+/// Where a subagent task stands in its lifecycle.
+///
+/// A task is [`Running`](Self::Running) from its start. The three other values are terminal and sticky:
+/// the first transition out of `Running` wins, and nothing moves a task out of a terminal status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum SubagentStatus {
+    /// Started, and neither ended by its runner nor cancelled.
+    Running = 0,
+    /// The runner reported success before any cancel.
+    Completed = 1,
+    /// The runner reported a failure before any cancel.
+    Failed = 2,
+    /// A cancel reached the task while it was running. A later end reported by the runner never replaces it.
+    Cancelled = 3,
+}
+
+impl SubagentStatus {
+    /// Every status, in declaration order.
+    pub const ALL: [SubagentStatus; 4] = [
+        SubagentStatus::Running,
+        SubagentStatus::Completed,
+        SubagentStatus::Failed,
+        SubagentStatus::Cancelled,
+    ];
+
+    /// The lowercase name used on the wire and in Python: `"running"`, `"completed"`, `"failed"`, `"cancelled"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SubagentStatus::Running => "running",
+            SubagentStatus::Completed => "completed",
+            SubagentStatus::Failed => "failed",
+            SubagentStatus::Cancelled => "cancelled",
+        }
+    }
+
+    /// True for every status but `Running`.
+    pub const fn is_terminal(self) -> bool {
+        !matches!(self, SubagentStatus::Running)
+    }
+
+    pub(crate) const fn from_repr(value: u8) -> SubagentStatus {
+        match value {
+            0 => SubagentStatus::Running,
+            1 => SubagentStatus::Completed,
+            2 => SubagentStatus::Failed,
+            _ => SubagentStatus::Cancelled,
+        }
+    }
+}
+
+impl fmt::Display for SubagentStatus {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,67 @@
+//! What a caller says about a task when starting it.
+
+use std::sync::Arc;
+
+/// The description of a task to start, built with chained setters.
+///
+/// ```
+/// use subagent_tracker::TaskStart;
+/// let start: TaskStart = TaskStart::new().task_id("researcher-1").agent("researcher");
+/// ```
+#[derive(Clone, Debug)]
+pub struct TaskStart<V = String> {
+    pub(crate) task_id: Option<String>,
+    pub(crate) parent_id: Option<String>,
+    pub(crate) agent: Option<Arc<str>>,
+    pub(crate) description: Option<Arc<str>>,
+    pub(crate) metadata: Option<V>,
+}
+
+impl<V> Default for TaskStart<V> {
+    fn default() -> Self {
+        TaskStart {
+            task_id: None,
+            parent_id: None,
+            agent: None,
+            description: None,
+            metadata: None,
+        }
+    }
+}
+
+impl<V> TaskStart<V> {
+    /// A task with a generated id, no parent and no descriptive fields.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the task id. Without it the tracker generates a unique one.
+    pub fn task_id(mut self, task_id: impl Into<String>) -> Self {
+        self.task_id = Some(task_id.into());
+        self
+    }
+
+    /// Starts the task under a live task of the same session, so that cancelling the parent cancels it too.
+    pub fn parent_id(mut self, parent_id: impl Into<String>) -> Self {
+        self.parent_id = Some(parent_id.into());
+        self
+    }
+
+    /// Names the agent that runs the task.
+    pub fn agent(mut self, agent: impl Into<Arc<str>>) -> Self {
+        self.agent = Some(agent.into());
+        self
+    }
+
+    /// Describes the work.
+    pub fn description(mut self, description: impl Into<Arc<str>>) -> Self {
+        self.description = Some(description.into());
+        self
+    }
+
+    /// Attaches caller data, returned unchanged on every snapshot.
+    pub fn metadata(mut self, metadata: V) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+}

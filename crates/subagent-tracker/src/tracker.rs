@@ -1,0 +1,418 @@
+//! The in-memory tracker of one session's subagent tasks.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::task::Waker;
+use std::time::SystemTime;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+
+use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
+use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
+use crate::task_entry::{CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
+use crate::task_id::{generate_id, validate_task_id};
+use crate::{SubagentTaskHandle, SubagentTaskSnapshot, TaskStart, TrackerError};
+
+/// The cancel reason used when a caller gives none.
+pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
+
+/// Settings of a tracker, fixed at construction.
+#[derive(Clone, Debug)]
+pub struct TrackerConfig {
+    /// How many finished tasks are kept for queries; the oldest finished is evicted first. Unfinished tasks are
+    /// never evicted.
+    pub max_finished_tasks: usize,
+    /// How many events each subscriber may hold before it starts missing the oldest.
+    pub event_buffer: usize,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            max_finished_tasks: DEFAULT_MAX_FINISHED_TASKS,
+            event_buffer: DEFAULT_EVENT_BUFFER,
+        }
+    }
+}
+
+/// Tracks the subagent tasks of one session in memory: their cancellation, their status and their lifecycle.
+///
+/// Cheap to clone (clones share the session) and safe to use from any number of threads. Every method takes
+/// `&self`; no method holds a lock across tasks, so work on different tasks proceeds in parallel.
+///
+/// The rules it keeps, for every interleaving of calls:
+/// - the first transition out of [`Running`](crate::SubagentStatus::Running) wins, and a late end never
+///   replaces `Cancelled`;
+/// - cancelling a task cancels its running descendants (in time proportional to the subtree), and a child
+///   started under a cancelled parent starts cancelled;
+/// - at most `max_finished_tasks` finished tasks are retained, so memory stays bounded.
+pub struct InMemorySubagentTaskTracker<V = String> {
+    shared: Arc<TrackerShared<V>>,
+}
+
+impl<V> Clone for InMemorySubagentTaskTracker<V> {
+    fn clone(&self) -> Self {
+        InMemorySubagentTaskTracker {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// Which task a cascaded cancel names as its origin.
+#[derive(Clone, Copy)]
+enum CancelScope {
+    /// A cancel of one task: it and its descendants name that task.
+    Subtree,
+    /// A session-wide cancel: each task is cancelled in its own right and names itself.
+    Session,
+}
+
+pub(crate) struct TrackerShared<V> {
+    session_id: Arc<str>,
+    config: TrackerConfig,
+    tasks: DashMap<Arc<str>, Arc<TaskEntry<V>>>,
+    /// The running tasks, by start sequence, so that listing them costs what is running, not what is retained.
+    running: DashMap<u64, Arc<TaskEntry<V>>>,
+    finished: FinishedTasks,
+    next_sequence: AtomicU64,
+    /// Set once, by `close`, to the reason given.
+    closed: OnceLock<Arc<str>>,
+    bus: Arc<EventBus>,
+}
+
+impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
+    /// A tracker for a session with a generated id and the default settings.
+    pub fn new() -> Self {
+        Self::with_config(None, TrackerConfig::default())
+    }
+
+    /// A tracker for the session `session_id` (generated when `None`).
+    pub fn with_config(session_id: Option<&str>, config: TrackerConfig) -> Self {
+        let session_id: Arc<str> = match session_id {
+            Some(session_id) => Arc::from(session_id),
+            None => Arc::from(generate_id()),
+        };
+        InMemorySubagentTaskTracker {
+            shared: Arc::new(TrackerShared {
+                session_id,
+                finished: FinishedTasks::new(config.max_finished_tasks),
+                config,
+                tasks: DashMap::new(),
+                running: DashMap::new(),
+                next_sequence: AtomicU64::new(0),
+                closed: OnceLock::new(),
+                bus: Arc::new(EventBus::new()),
+            }),
+        }
+    }
+
+    /// The session's id.
+    pub fn session_id(&self) -> &Arc<str> {
+        &self.shared.session_id
+    }
+
+    /// The settings the tracker was made with.
+    pub fn config(&self) -> &TrackerConfig {
+        &self.shared.config
+    }
+
+    /// Starts a task and returns the runner's handle to it.
+    ///
+    /// # Errors
+    /// - [`TrackerError::InvalidTaskId`] for an empty or oversized id;
+    /// - [`TrackerError::DuplicateTask`] when the id is live (a finished id may be started again, and the new
+    ///   run replaces the old snapshot);
+    /// - [`TrackerError::UnknownTask`] when the parent is unknown or already finished;
+    /// - [`TrackerError::SessionClosed`] after [`close`](Self::close).
+    ///
+    /// A task started under a parent that is cancelled but not finished starts `Cancelled`, with the parent's
+    /// reason and origin. A start that races `close` either fails or returns a task that is already cancelled.
+    pub fn start(&self, start: TaskStart<V>) -> Result<SubagentTaskHandle<V>, TrackerError> {
+        let shared = &self.shared;
+        let task_id: Arc<str> = match start.task_id {
+            Some(task_id) => {
+                validate_task_id(&task_id)?;
+                Arc::from(task_id)
+            }
+            None => Arc::from(generate_id()),
+        };
+        if shared.closed.get().is_some() {
+            return Err(TrackerError::SessionClosed {
+                session_id: shared.session_id.clone(),
+            });
+        }
+        let parent = match &start.parent_id {
+            Some(parent_id) => Some(
+                shared
+                    .lookup(parent_id)
+                    .ok_or_else(|| TrackerError::unknown_task(parent_id, &shared.session_id))?,
+            ),
+            None => None,
+        };
+        let entry = Arc::new(TaskEntry::new(
+            shared.next_sequence.fetch_add(1, Ordering::Relaxed),
+            task_id.clone(),
+            shared.session_id.clone(),
+            parent.clone(),
+            start.agent,
+            start.description,
+            start.metadata,
+        ));
+        let mut wakers = Vec::new();
+        let opened = entry.open(
+            parent.as_ref(),
+            |starts_cancelled| shared.make_visible(&entry, starts_cancelled),
+            &shared.bus,
+            &mut wakers,
+        );
+        wake_all(wakers);
+        match opened {
+            Ok(()) => {}
+            Err(OpenRefusal::DuplicateTask) => {
+                return Err(TrackerError::DuplicateTask {
+                    task_id,
+                    session_id: shared.session_id.clone(),
+                })
+            }
+            Err(OpenRefusal::ParentFinished) => {
+                let parent_id = start.parent_id.unwrap_or_default();
+                return Err(TrackerError::finished_parent(
+                    &parent_id,
+                    &shared.session_id,
+                ));
+            }
+        }
+        if let Some(reason) = shared.closed.get() {
+            // `close` may have swept the running tasks before this one became visible; finish its work here.
+            shared.cancel_tree(entry.clone(), reason.clone(), CancelScope::Session);
+        }
+        Ok(SubagentTaskHandle::new(shared.clone(), entry))
+    }
+
+    /// Cancels a running task and its running descendants.
+    ///
+    /// Returns true exactly when this call moved the task from `Running` to `Cancelled`: false for an unknown
+    /// id, a finished task, or a task already cancelled. Of many concurrent cancels of one task, exactly one
+    /// returns true. `reason` defaults to [`DEFAULT_CANCEL_REASON`].
+    pub fn cancel(&self, task_id: &str, reason: Option<&str>) -> bool {
+        match self.shared.lookup(task_id) {
+            Some(entry) => {
+                self.shared
+                    .cancel_tree(entry, cancel_reason(reason), CancelScope::Subtree)
+                    > 0
+            }
+            None => false,
+        }
+    }
+
+    /// Cancels every running task of the session and returns how many it moved to `Cancelled`.
+    pub fn cancel_all(&self, reason: Option<&str>) -> usize {
+        self.shared.cancel_running(cancel_reason(reason))
+    }
+
+    /// Cancels every running task, like [`cancel_all`](Self::cancel_all), and refuses new starts from then on.
+    /// Closing again cancels what may have started since and keeps the first reason.
+    pub fn close(&self, reason: Option<&str>) -> usize {
+        let reason = self
+            .shared
+            .closed
+            .get_or_init(|| cancel_reason(reason))
+            .clone();
+        self.shared.cancel_running(reason)
+    }
+
+    /// True once [`close`](Self::close) has been called.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.get().is_some()
+    }
+
+    /// A snapshot of the retained task `task_id`, or `None`. Copies that one task only.
+    pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
+        self.shared.lookup(task_id).map(|entry| entry.snapshot())
+    }
+
+    /// Snapshots of every retained task, in start order.
+    pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
+        let mut entries: Vec<Arc<TaskEntry<V>>> = self
+            .shared
+            .tasks
+            .iter()
+            .map(|item| item.value().clone())
+            .collect();
+        entries.sort_unstable_by_key(|entry| entry.sequence);
+        entries.iter().map(|entry| entry.snapshot()).collect()
+    }
+
+    /// Snapshots of the `Running` tasks, in start order. Costs O(r log r) in the number r of running tasks,
+    /// whatever the number retained.
+    pub fn pending(&self) -> Vec<SubagentTaskSnapshot<V>> {
+        let mut entries: Vec<Arc<TaskEntry<V>>> = self
+            .shared
+            .running
+            .iter()
+            .map(|item| item.value().clone())
+            .collect();
+        entries.sort_unstable_by_key(|entry| entry.sequence);
+        entries
+            .iter()
+            .map(|entry| entry.snapshot())
+            // A task cancelled a moment ago may still be indexed; the snapshot tells.
+            .filter(|snapshot| !snapshot.status.is_terminal())
+            .collect()
+    }
+
+    /// How many tasks are retained (running, cancelled-but-unfinished and finished).
+    pub fn retained_count(&self) -> usize {
+        self.shared.tasks.len()
+    }
+
+    /// Waits until the task `task_id` has finished and returns its final snapshot.
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] when no task with that id is retained at the call.
+    pub async fn wait_finished(
+        &self,
+        task_id: &str,
+    ) -> Result<SubagentTaskSnapshot<V>, TrackerError> {
+        let entry = self
+            .shared
+            .lookup(task_id)
+            .ok_or_else(|| TrackerError::unknown_task(task_id, &self.shared.session_id))?;
+        entry.finished().await;
+        Ok(entry.snapshot())
+    }
+
+    /// A [`TaskWatch`](crate::TaskWatch) on the current run of `task_id`, or `None` for an unknown id.
+    pub fn watch(&self, task_id: &str) -> Option<crate::TaskWatch<V>> {
+        self.shared.lookup(task_id).map(crate::TaskWatch::new)
+    }
+
+    /// Subscribes to lifecycle events from this moment on, with the configured per-subscriber buffer.
+    pub fn subscribe(&self) -> EventSubscription {
+        self.shared.bus.subscribe(self.shared.config.event_buffer)
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V> TrackerShared<V> {
+    fn lookup(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
+        // The map guard is dropped before the entry is used: no task lock is ever taken under a map lock.
+        self.tasks.get(task_id).map(|item| item.value().clone())
+    }
+
+    /// Indexes a new entry, unless its id is live. Runs under the new entry's lock.
+    fn make_visible(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        starts_cancelled: bool,
+    ) -> Result<(), OpenRefusal> {
+        match self.tasks.entry(entry.task_id.clone()) {
+            Entry::Occupied(occupied) if !occupied.get().is_finished() => {
+                Err(OpenRefusal::DuplicateTask)
+            }
+            slot => {
+                if !starts_cancelled {
+                    self.running.insert(entry.sequence, entry.clone());
+                }
+                // Replacing a finished run leaves its retention record stale, which eviction then skips.
+                slot.insert(entry.clone());
+                Ok(())
+            }
+        }
+    }
+
+    /// Cancels `root` and its running descendants; returns how many tasks moved, zero when `root` did not.
+    fn cancel_tree(&self, root: Arc<TaskEntry<V>>, reason: Arc<str>, scope: CancelScope) -> usize {
+        let request = CancelRequest {
+            reason,
+            at: SystemTime::now(),
+        };
+        let origin = root.task_id.clone();
+        let mut wakers = Vec::new();
+        let mut stack = vec![root];
+        let mut children = Vec::new();
+        let mut moved = 0;
+        while let Some(entry) = stack.pop() {
+            let entry_origin = match scope {
+                CancelScope::Subtree => &origin,
+                CancelScope::Session => &entry.task_id,
+            };
+            if entry.cancel(
+                &request,
+                entry_origin,
+                &self.bus,
+                &mut wakers,
+                &mut children,
+            ) {
+                moved += 1;
+                self.running.remove(&entry.sequence);
+                stack.append(&mut children);
+            }
+        }
+        wake_all(wakers);
+        moved
+    }
+
+    fn cancel_running(&self, reason: Arc<str>) -> usize {
+        let running: Vec<Arc<TaskEntry<V>>> = self
+            .running
+            .iter()
+            .map(|item| item.value().clone())
+            .collect();
+        running
+            .into_iter()
+            .map(|entry| self.cancel_tree(entry, reason.clone(), CancelScope::Session))
+            .sum()
+    }
+
+    /// Records the runner's end of `entry` and does the session's bookkeeping: the running index, the
+    /// parent's list of children, retention and wake-ups. Returns `None` if it had already finished.
+    pub(crate) fn end(&self, entry: &Arc<TaskEntry<V>>, end: RunnerEnd<V>) -> Option<bool> {
+        let mut wakers = Vec::new();
+        let mut discarded_wakers = Vec::new();
+        let effects = entry.end(end, &self.bus, &mut wakers, &mut discarded_wakers)?;
+        if effects.transitioned {
+            self.running.remove(&entry.sequence);
+        }
+        if let Some(parent) = effects.parent {
+            parent.forget_child(entry.sequence);
+        }
+        if let Some((sequence, task_id)) =
+            self.finished.record(entry.sequence, entry.task_id.clone())
+        {
+            self.tasks
+                .remove_if(&task_id, |_, retained| retained.sequence == sequence);
+        }
+        wake_all(wakers);
+        drop(discarded_wakers);
+        Some(effects.transitioned)
+    }
+
+    pub(crate) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
+        self.cancel_tree(entry.clone(), cancel_reason(reason), CancelScope::Subtree) > 0
+    }
+
+    pub(crate) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
+        let mut wakers = Vec::new();
+        let recorded = entry.record_progress(message, &self.bus, &mut wakers);
+        wake_all(wakers);
+        recorded
+    }
+}
+
+fn cancel_reason(reason: Option<&str>) -> Arc<str> {
+    Arc::from(reason.unwrap_or(DEFAULT_CANCEL_REASON))
+}
+
+/// Wakes what a transition collected; called with no lock held.
+fn wake_all(wakers: Vec<Waker>) {
+    for waker in wakers {
+        waker.wake();
+    }
+}

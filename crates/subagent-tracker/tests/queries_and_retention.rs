@@ -1,0 +1,233 @@
+//! CONTRACT §5, §6 and §7: starts, queries and the bound on retained tasks.
+
+use std::time::Duration;
+
+use subagent_tracker::{
+    InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
+    MAX_PROGRESS_MESSAGE_BYTES, MAX_TASK_ID_BYTES,
+};
+
+fn tracker(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
+    InMemorySubagentTaskTracker::with_config(
+        Some("session"),
+        TrackerConfig {
+            max_finished_tasks,
+            ..TrackerConfig::default()
+        },
+    )
+}
+
+#[test]
+fn start_records_what_it_was_given() {
+    let tracker = tracker(10);
+    let handle = tracker
+        .start(
+            TaskStart::new()
+                .task_id("a")
+                .agent("researcher")
+                .description("find papers")
+                .metadata("m".to_owned()),
+        )
+        .unwrap();
+    assert_eq!(&**handle.task_id(), "a");
+    assert_eq!(&**handle.session_id(), "session");
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.agent.as_deref(), Some("researcher"));
+    assert_eq!(snapshot.description.as_deref(), Some("find papers"));
+    assert_eq!(snapshot.metadata.as_deref(), Some("m"));
+    assert_eq!(snapshot.parent_id, None);
+    assert_eq!(snapshot.cancelled_at, None);
+    assert_eq!(snapshot.ended_at, None);
+}
+
+#[test]
+fn omitted_ids_are_generated_and_unique() {
+    let tracker = tracker(10);
+    let handles: Vec<_> = (0..100)
+        .map(|_| tracker.start(TaskStart::new()).unwrap())
+        .collect();
+    let mut ids: Vec<_> = handles
+        .iter()
+        .map(|handle| handle.task_id().clone())
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 100);
+}
+
+#[test]
+fn a_live_id_is_a_duplicate_and_a_finished_id_may_run_again() {
+    let tracker = tracker(10);
+    let first = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    let error = tracker.start(TaskStart::new().task_id("a")).unwrap_err();
+    assert!(
+        matches!(error, TrackerError::DuplicateTask { .. }),
+        "{error}"
+    );
+    tracker.cancel("a", None);
+    let error = tracker.start(TaskStart::new().task_id("a")).unwrap_err();
+    assert!(
+        matches!(error, TrackerError::DuplicateTask { .. }),
+        "cancelled but unfinished is still live"
+    );
+    first.complete(None);
+    let second = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    assert_eq!(
+        tracker.get("a").unwrap().status,
+        SubagentStatus::Running,
+        "the new run replaced the old"
+    );
+    assert_eq!(tracker.retained_count(), 1);
+    assert!(second.complete(None));
+}
+
+#[test]
+fn invalid_ids_are_refused() {
+    let tracker = tracker(10);
+    assert!(matches!(
+        tracker.start(TaskStart::new().task_id("")),
+        Err(TrackerError::InvalidTaskId(_))
+    ));
+    let long = "x".repeat(MAX_TASK_ID_BYTES + 1);
+    assert!(matches!(
+        tracker.start(TaskStart::new().task_id(long)),
+        Err(TrackerError::InvalidTaskId(_))
+    ));
+    assert!(tracker
+        .start(TaskStart::new().task_id("x".repeat(MAX_TASK_ID_BYTES)))
+        .is_ok());
+    assert_eq!(tracker.retained_count(), 1);
+}
+
+#[test]
+fn progress_keeps_the_latest_message_bounded_and_a_count() {
+    let tracker = tracker(10);
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    assert!(handle.progress("searching"));
+    assert!(handle.progress(&"é".repeat(MAX_PROGRESS_MESSAGE_BYTES)));
+    let snapshot = handle.snapshot();
+    assert_eq!(snapshot.progress_count, 2);
+    assert!(snapshot.progress.as_ref().unwrap().len() <= MAX_PROGRESS_MESSAGE_BYTES);
+    handle.complete(None);
+    assert!(!handle.progress("after the end"));
+    assert_eq!(handle.snapshot().progress_count, 2);
+}
+
+#[test]
+fn queries_list_in_start_order_and_pending_lists_running_only() {
+    let tracker = tracker(100);
+    let handles: Vec<_> = (0..10)
+        .map(|index| {
+            tracker
+                .start(TaskStart::new().task_id(format!("t{index}")))
+                .unwrap()
+        })
+        .collect();
+    handles[1].complete(None);
+    handles[2].fail("x");
+    tracker.cancel("t3", None);
+    let all: Vec<_> = tracker
+        .tasks()
+        .into_iter()
+        .map(|snapshot| snapshot.task_id.to_string())
+        .collect();
+    assert_eq!(
+        all,
+        (0..10).map(|index| format!("t{index}")).collect::<Vec<_>>()
+    );
+    let pending: Vec<_> = tracker
+        .pending()
+        .into_iter()
+        .map(|snapshot| snapshot.task_id.to_string())
+        .collect();
+    assert_eq!(pending, ["t0", "t4", "t5", "t6", "t7", "t8", "t9"]);
+    assert!(tracker.get("nobody").is_none());
+}
+
+#[test]
+fn retention_evicts_the_oldest_finished_and_never_an_unfinished_task() {
+    let tracker = tracker(3);
+    let long_running = tracker.start(TaskStart::new().task_id("long")).unwrap();
+    let cancelled = tracker
+        .start(TaskStart::new().task_id("cancelled-unfinished"))
+        .unwrap();
+    tracker.cancel("cancelled-unfinished", None);
+    for index in 0..10 {
+        tracker
+            .start(TaskStart::new().task_id(format!("f{index}")))
+            .unwrap()
+            .complete(None);
+    }
+    let retained: Vec<_> = tracker
+        .tasks()
+        .into_iter()
+        .map(|snapshot| snapshot.task_id.to_string())
+        .collect();
+    assert_eq!(retained, ["long", "cancelled-unfinished", "f7", "f8", "f9"]);
+    drop(cancelled);
+    drop(long_running);
+    assert_eq!(tracker.retained_count(), 3);
+}
+
+#[test]
+fn retention_bounds_memory_under_churn_from_many_threads() {
+    let tracker = tracker(1_000);
+    std::thread::scope(|scope| {
+        for thread in 0..2 {
+            let tracker = &tracker;
+            scope.spawn(move || {
+                for index in 0..50_000 {
+                    let handle = tracker
+                        .start(TaskStart::new().task_id(format!("{thread}-{}", index % 5_000)))
+                        .unwrap();
+                    if index % 7 == 0 {
+                        tracker.cancel(handle.task_id(), None);
+                    }
+                    handle.complete(None);
+                }
+            });
+        }
+    });
+    assert!(
+        tracker.retained_count() <= 1_000,
+        "retained {}",
+        tracker.retained_count()
+    );
+    assert!(tracker.pending().is_empty());
+}
+
+#[tokio::test]
+async fn wait_finished_returns_the_final_snapshot_only_after_the_runner_stops() {
+    let tracker = tracker(10);
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    tracker.cancel("a", None);
+    let waited = tokio::time::timeout(Duration::from_millis(30), tracker.wait_finished("a")).await;
+    assert!(waited.is_err(), "cancelled but not stopped is not finished");
+    let waiter = tokio::spawn({
+        let tracker = tracker.clone();
+        async move { tracker.wait_finished("a").await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    handle.complete(Some("partial".into()));
+    let snapshot = waiter.await.unwrap().unwrap();
+    assert!(snapshot.finished);
+    assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+    assert!(matches!(
+        tracker.wait_finished("nobody").await,
+        Err(TrackerError::UnknownTask(_))
+    ));
+}
+
+#[test]
+fn a_watch_follows_its_run_after_eviction() {
+    let tracker = tracker(0);
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    let watch = tracker.watch("a").unwrap();
+    handle.complete(Some("kept".into()));
+    assert!(
+        tracker.get("a").is_none(),
+        "max_finished_tasks = 0 evicts at once"
+    );
+    assert!(watch.is_finished());
+    assert_eq!(watch.snapshot().result.as_deref(), Some("kept"));
+}

@@ -1,0 +1,93 @@
+//! CONTRACT §4: tokens fire exactly when their task becomes cancelled, and never after a normal end.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart};
+
+#[test]
+fn the_token_fires_on_cancel_with_its_reason() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    let token = handle.token();
+    assert!(!token.is_cancelled());
+    assert_eq!(token.reason(), None);
+    tracker.cancel("a", Some("user pressed stop"));
+    assert!(token.is_cancelled());
+    assert_eq!(token.reason().as_deref(), Some("user pressed stop"));
+    assert!(
+        token.cancellation_token().is_cancelled(),
+        "a token made after the cancel is already cancelled"
+    );
+}
+
+#[test]
+fn the_token_of_a_completed_task_never_fires_even_when_its_parent_is_cancelled() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let _parent = tracker.start(TaskStart::new().task_id("parent")).unwrap();
+    let child = tracker
+        .start(TaskStart::new().task_id("child").parent_id("parent"))
+        .unwrap();
+    let token = child.token();
+    let tokio_token = token.cancellation_token();
+    child.complete(None);
+    tracker.cancel("parent", None);
+    assert!(!token.is_cancelled());
+    assert!(!tokio_token.is_cancelled());
+    assert!(!token.wait_blocking(Some(Duration::from_millis(20))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokio_code_can_select_on_the_token() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    let tokio_token = handle.token().cancellation_token();
+    let token = handle.token();
+    let canceller = tracker.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        canceller.cancel("a", None);
+    });
+    tokio::select! {
+        _ = tokio_token.cancelled() => {}
+        _ = tokio::time::sleep(Duration::from_secs(5)) => panic!("the tokio-util token did not fire"),
+    }
+    tokio::time::timeout(Duration::from_secs(5), token.cancelled())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cascade_fires_descendant_tokens() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let _root = tracker.start(TaskStart::new().task_id("root")).unwrap();
+    let child = tracker
+        .start(TaskStart::new().task_id("child").parent_id("root"))
+        .unwrap();
+    let waiter = tokio::spawn({
+        let token = child.token();
+        async move { token.cancelled().await }
+    });
+    tracker.cancel("root", None);
+    tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[test]
+fn wait_blocking_is_woken_from_another_thread_and_times_out_otherwise() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    let token = handle.token();
+    let started = Instant::now();
+    assert!(!token.wait_blocking(Some(Duration::from_millis(30))));
+    assert!(started.elapsed() >= Duration::from_millis(30));
+    let canceller = tracker.clone();
+    let thread = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(20));
+        canceller.cancel("a", None)
+    });
+    assert!(token.wait_blocking(None));
+    assert!(thread.join().unwrap());
+}
