@@ -1,1 +1,41 @@
+//! `subagent_tracker._native`: the Python face of the `subagent-tracker` crate.
+//!
+//! This crate only translates: Python arguments into core calls, core results and errors into Python objects,
+//! and core wake-ups into asyncio futures. Every rule about tasks lives in the core crate.
 
+mod arguments;
+mod asyncio_waker;
+mod errors;
+mod events;
+mod handle;
+mod python_types;
+mod ready;
+mod session;
+mod snapshot;
+mod task_watch;
+mod token;
+
+use pyo3::prelude::*;
+
+/// The native half of `subagent_tracker`; import the package instead.
+#[pymodule]
+fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
+    module.add_class::<session::Session>()?;
+    module.add_class::<handle::SubagentTaskHandle>()?;
+    module.add_class::<token::CancellationToken>()?;
+    module.add_class::<snapshot::SubagentTask>()?;
+    module.add_class::<events::SubagentEvent>()?;
+    module.add_class::<events::EventSubscription>()?;
+    module.add_class::<task_watch::TaskWatch>()?;
+    module.add_class::<ready::Ready>()?;
+    module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
+    module.add(
+        "DEFAULT_MAX_FINISHED_TASKS",
+        subagent_tracker::DEFAULT_MAX_FINISHED_TASKS,
+    )?;
+    module.add(
+        "DEFAULT_EVENT_BUFFER",
+        subagent_tracker::DEFAULT_EVENT_BUFFER,
+    )?;
+    Ok(())
+}

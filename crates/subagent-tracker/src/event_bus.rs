@@ -117,6 +117,18 @@ impl EventSubscription {
         }
     }
 
+    /// Polls until an event is buffered, without taking it; on `Pending`, `context`'s waker is woken when one
+    /// arrives.
+    pub fn poll_ready(&self, context: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.buffer.state.lock();
+        if state.missed > 0 || !state.events.is_empty() {
+            Poll::Ready(())
+        } else {
+            state.waker = Some(context.waker().clone());
+            Poll::Pending
+        }
+    }
+
     /// Waits for the next event.
     pub async fn next(&self) -> SubagentEvent {
         poll_fn(|context| self.poll_next(context)).await

@@ -1,0 +1,120 @@
+//! Checks of Python arguments, with messages that say what was expected.
+
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyFloat, PyInt, PyString};
+
+fn type_name(value: &Bound<'_, PyAny>) -> String {
+    value
+        .get_type()
+        .name()
+        .map(|name| name.to_string())
+        .unwrap_or_else(|_| "object".to_owned())
+}
+
+/// A `str` argument.
+pub(crate) fn string<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyString>> {
+    value.cast::<PyString>().cloned().map_err(|_| {
+        PyTypeError::new_err(format!("{name} must be a str, got {}", type_name(value)))
+    })
+}
+
+/// An optional `str` argument: `None` or a `str`.
+pub(crate) fn optional_string(
+    value: Option<&Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Option<String>> {
+    match value {
+        None => Ok(None),
+        Some(value) if value.is_none() => Ok(None),
+        Some(value) => Ok(Some(string(value, name)?.to_str()?.to_owned())),
+    }
+}
+
+/// A task id: a non-empty `str` within the core's size limit.
+pub(crate) fn task_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
+    let text = string(value, name)?;
+    let text = text.to_str()?;
+    subagent_tracker::validate_task_id(text)
+        .map_err(|error| PyValueError::new_err(error.to_string().replacen("task_id", name, 1)))?;
+    Ok(text.to_owned())
+}
+
+/// A non-negative whole number (a `bool` is refused, being a yes/no rather than a count).
+pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<pyo3::types::PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, got {}",
+            type_name(value)
+        )));
+    }
+    value.extract::<usize>().map_err(|_| {
+        PyValueError::new_err(format!("{name} must be a non-negative int, got {value}"))
+    })
+}
+
+/// An optional timeout in seconds: `None`, or a finite non-negative number.
+pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(None);
+    };
+    let is_number = (value.is_instance_of::<PyInt>()
+        && !value.is_instance_of::<pyo3::types::PyBool>())
+        || value.is_instance_of::<PyFloat>();
+    if !is_number {
+        return Err(PyTypeError::new_err(format!(
+            "timeout must be a number of seconds or None, got {}",
+            type_name(value)
+        )));
+    }
+    let seconds: f64 = value.extract()?;
+    Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
+        PyValueError::new_err(format!(
+            "timeout must be a finite, non-negative number of seconds, got {seconds}"
+        ))
+    })
+}
+
+/// Metadata: `None`, or a mapping, kept as a read-only copy so that snapshots stay immutable.
+pub(crate) fn metadata(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(None);
+    };
+    let py = value.py();
+    let mapping_abc = py.import("collections.abc")?.getattr("Mapping")?;
+    if !value.is_instance(&mapping_abc)? {
+        return Err(PyTypeError::new_err(format!(
+            "metadata must be a mapping (such as a dict) or None, got {}",
+            type_name(value)
+        )));
+    }
+    let copy = PyDict::new(py);
+    copy.call_method1("update", (value,))?;
+    let proxy = py
+        .import("types")?
+        .getattr("MappingProxyType")?
+        .call1((copy,))?;
+    Ok(Some(proxy.unbind()))
+}
+
+/// The text of a failure: a `str`, or an exception rendered as `Type: message`.
+pub(crate) fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    if let Ok(text) = value.cast::<PyString>() {
+        return Ok(text.to_str()?.to_owned());
+    }
+    if value.is_instance_of::<pyo3::exceptions::PyBaseException>() {
+        let message = value.str()?.to_string();
+        let name = type_name(value);
+        return Ok(if message.is_empty() {
+            name
+        } else {
+            format!("{name}: {message}")
+        });
+    }
+    Err(PyTypeError::new_err(format!(
+        "error must be a str or an exception, got {}",
+        type_name(value)
+    )))
+}

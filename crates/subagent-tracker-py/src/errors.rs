@@ -1,0 +1,45 @@
+//! Translation of core errors into the package's Python exception classes.
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+use subagent_tracker::TrackerError;
+
+fn error_class<'py>(py: Python<'py>, name: &'static str) -> PyResult<Bound<'py, PyType>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || {
+        py.import("subagent_tracker._errors").map(Bound::unbind)
+    })?;
+    Ok(module.bind(py).getattr(name)?.cast_into::<PyType>()?)
+}
+
+/// The Python exception for a core error.
+pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
+    let class_name = match &error {
+        TrackerError::DuplicateTask { .. } => "DuplicateTaskError",
+        TrackerError::UnknownTask(_) => "UnknownTaskError",
+        TrackerError::SessionClosed { .. } => "SessionClosedError",
+        TrackerError::InvalidTaskId(message) => return PyValueError::new_err(message.clone()),
+    };
+    match error_class(py, class_name) {
+        Ok(class) => PyErr::from_type(class, error.to_string()),
+        Err(import_error) => import_error,
+    }
+}
+
+/// `TaskCancelledError(task_id, reason)`.
+pub(crate) fn task_cancelled_error(py: Python<'_>, task_id: &str, reason: &str) -> PyErr {
+    match error_class(py, "TaskCancelledError") {
+        Ok(class) => PyErr::from_type(class, (task_id.to_owned(), reason.to_owned())),
+        Err(import_error) => import_error,
+    }
+}
+
+/// True when `error` is a `TaskCancelledError` or an `asyncio.CancelledError`.
+pub(crate) fn is_cancellation(py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<bool> {
+    static CANCELLED_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let asyncio_cancelled = CANCELLED_ERROR.import(py, "asyncio", "CancelledError")?;
+    Ok(error.is_instance(asyncio_cancelled)?
+        || error.is_instance(error_class(py, "TaskCancelledError")?.as_any())?)
+}

@@ -1,0 +1,31 @@
+//! An awaitable that is already done, for async methods whose work is synchronous.
+
+use pyo3::exceptions::PyStopIteration;
+use pyo3::prelude::*;
+
+/// `await Ready(value)` gives `value` at once, without a trip through the event loop.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct Ready {
+    value: Py<PyAny>,
+}
+
+impl Ready {
+    pub(crate) fn new(value: Py<PyAny>) -> Ready {
+        Ready { value }
+    }
+}
+
+#[pymethods]
+impl Ready {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
+    }
+}

@@ -1,0 +1,51 @@
+"""Start, watch and stop thousands of concurrent subagent tasks.
+
+Quick start::
+
+    from subagent_tracker import Session
+
+    session = Session()
+    with session.start_subagent_task("researcher") as task:
+        for chunk in stream:
+            task.token.raise_if_cancelled()
+            ...
+
+    session.cancel_subagent_task("researcher", reason="user pressed stop")
+"""
+
+from __future__ import annotations
+
+from subagent_tracker._errors import (
+    DuplicateTaskError,
+    SessionClosedError,
+    SubagentTrackerError,
+    TaskCancelledError,
+    UnknownTaskError,
+)
+from subagent_tracker._native import (
+    DEFAULT_MAX_FINISHED_TASKS,
+    MAX_TASK_ID_BYTES,
+    CancellationToken,
+    SubagentEvent,
+    SubagentTask,
+    SubagentTaskHandle,
+)
+from subagent_tracker._session import EventStream, Session
+from subagent_tracker._status import SubagentStatus
+
+__all__ = [
+    "DEFAULT_MAX_FINISHED_TASKS",
+    "MAX_TASK_ID_BYTES",
+    "CancellationToken",
+    "DuplicateTaskError",
+    "EventStream",
+    "Session",
+    "SessionClosedError",
+    "SubagentEvent",
+    "SubagentStatus",
+    "SubagentTask",
+    "SubagentTaskHandle",
+    "SubagentTrackerError",
+    "TaskCancelledError",
+    "UnknownTaskError",
+]

@@ -1,0 +1,41 @@
+"""The exceptions raised by subagent_tracker. Every one derives from ``SubagentTrackerError``."""
+
+from __future__ import annotations
+
+
+class SubagentTrackerError(Exception):
+    """The base class of every error this package raises on purpose."""
+
+
+class TaskCancelledError(SubagentTrackerError):
+    """Raised by ``token.raise_if_cancelled()`` inside a task that has been cancelled.
+
+    Leaving a task's ``with`` block with this error marks the task cancelled and finished, never completed.
+    """
+
+    task_id: str
+    reason: str
+
+    def __init__(self, task_id: str, reason: str = "cancelled") -> None:
+        super().__init__(task_id, reason)
+        self.task_id = task_id
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"task {self.task_id!r} was cancelled: {self.reason}"
+
+
+class DuplicateTaskError(SubagentTrackerError, ValueError):
+    """A task with this id is still live (not finished) in the session."""
+
+
+class UnknownTaskError(SubagentTrackerError, LookupError):
+    """No retained task has this id, or the named parent has already finished."""
+
+    def __str__(self) -> str:
+        # LookupError's str() would quote the message as a key; show it as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class SessionClosedError(SubagentTrackerError):
+    """The session was closed and accepts no new tasks."""
