@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 class Session(_NativeSession):
     """A scope that owns subagent tasks: start them, cancel one, a subtree or all, query them, await them.
 
-    ``Session(session_id=None, *, max_finished_tasks=10_000)``. Every method may be called from any thread
-    and any event loop.
+    ``Session(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096)``: finished tasks beyond
+    ``max_finished_tasks`` are evicted oldest first; each ``events()`` subscriber buffers up to
+    ``event_buffer`` events. Every method may be called from any thread and any event loop.
     """
 
     __slots__ = ()
@@ -98,5 +99,5 @@ def _check_timeout(timeout: float | None) -> None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be a non-negative number of seconds, got {timeout}")
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be a finite, non-negative number of seconds, got {timeout}")

@@ -29,10 +29,11 @@ fn snapshots(
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
     fn new(
         session_id: Option<&Bound<'_, PyAny>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
+        event_buffer: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Session> {
         let session_id = match session_id.filter(|value| !value.is_none()) {
             Some(value) => Some(arguments::task_id(value, "session_id")?),
@@ -42,9 +43,13 @@ impl Session {
             Some(value) => arguments::count(value, "max_finished_tasks")?,
             None => subagent_tracker::DEFAULT_MAX_FINISHED_TASKS,
         };
+        let event_buffer = match event_buffer {
+            Some(value) => arguments::count(value, "event_buffer")?.max(1),
+            None => subagent_tracker::DEFAULT_EVENT_BUFFER,
+        };
         let config = TrackerConfig {
             max_finished_tasks,
-            ..TrackerConfig::default()
+            event_buffer,
         };
         Ok(Session {
             tracker: InMemorySubagentTaskTracker::with_config(session_id.as_deref(), config),

@@ -1,0 +1,159 @@
+"""CONTRACT §9: bad input gets a clear TypeError or ValueError, and changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from subagent_tracker import (
+    MAX_TASK_ID_BYTES,
+    DuplicateTaskError,
+    Session,
+    SessionClosedError,
+    SubagentTrackerError,
+    TaskCancelledError,
+    UnknownTaskError,
+)
+
+NOT_STRINGS: list[Any] = [1, 1.5, b"bytes", ["a"], {"a": 1}, object(), True]
+
+
+def test_error_classes_form_the_promised_hierarchy() -> None:
+    for error in (TaskCancelledError, DuplicateTaskError, UnknownTaskError, SessionClosedError):
+        assert issubclass(error, SubagentTrackerError)
+    assert issubclass(DuplicateTaskError, ValueError)
+    assert issubclass(UnknownTaskError, LookupError)
+
+
+@pytest.mark.parametrize("value", NOT_STRINGS)
+def test_a_task_id_of_the_wrong_type_is_a_type_error(session: Session, value: Any) -> None:
+    for call in (
+        lambda: session.start_subagent_task(value),
+        lambda: session.cancel_subagent_task(value),
+        lambda: session.subagent_task(value),
+        lambda: session.start_subagent_task("x", parent_id=value),
+    ):
+        with pytest.raises(TypeError, match=r"must be a str, got"):
+            call()
+    assert session.subagent_tasks() == []
+
+
+@pytest.mark.parametrize("value", ["", "x" * (MAX_TASK_ID_BYTES + 1), "é" * (MAX_TASK_ID_BYTES // 2 + 1)])
+def test_an_empty_or_oversized_id_is_a_value_error(session: Session, value: str) -> None:
+    for call in (
+        lambda: session.start_subagent_task(value),
+        lambda: session.cancel_subagent_task(value),
+        lambda: session.subagent_task(value),
+        lambda: session.start_subagent_task("x", parent_id=value),
+    ):
+        with pytest.raises(ValueError, match=r"non-empty|at most"):
+            call()
+    assert session.subagent_tasks() == []
+
+
+def test_the_largest_id_is_accepted(session: Session) -> None:
+    session.start_subagent_task("x" * MAX_TASK_ID_BYTES).complete()
+
+
+@pytest.mark.parametrize("field", ["agent", "description"])
+def test_descriptive_fields_must_be_strings(session: Session, field: str) -> None:
+    with pytest.raises(TypeError, match=f"{field} must be a str"):
+        session.start_subagent_task("a", **{field: 5})
+    assert session.subagent_task("a") is None
+
+
+def test_metadata_must_be_a_mapping(session: Session) -> None:
+    with pytest.raises(TypeError, match="metadata must be a mapping"):
+        session.start_subagent_task("a", metadata=[("k", 1)])  # type: ignore[arg-type]
+    assert session.subagent_task("a") is None
+
+
+def test_reasons_must_be_strings(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    with pytest.raises(TypeError, match="reason must be a str"):
+        session.cancel_subagent_task("a", reason=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="reason must be a str"):
+        session.cancel(reason=b"x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="reason must be a str"):
+        session.close(reason=1.0)  # type: ignore[arg-type]
+    assert not handle.token.is_cancelled, "a call that raised changed nothing"
+    assert not session.closed
+
+
+def test_runner_arguments_are_checked(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    with pytest.raises(TypeError, match="message must be a str"):
+        handle.progress(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="error must be a str or an exception"):
+        handle.fail(42)  # type: ignore[arg-type]
+    assert handle.snapshot().status.value == "running"
+    assert handle.snapshot().progress_count == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("1", TypeError),
+        (True, TypeError),
+        (-1, ValueError),
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+    ],
+)
+def test_timeouts_are_checked(session: Session, value: Any, error: type[Exception]) -> None:
+    handle = session.start_subagent_task("a")
+    with pytest.raises(error, match="timeout"):
+        handle.token.wait(timeout=value)
+
+    async def main() -> None:
+        with pytest.raises(error, match="timeout"):
+            await session.wait_subagent_task("a", timeout=value)
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"max_finished_tasks": -1}, ValueError),
+        ({"max_finished_tasks": "10"}, TypeError),
+        ({"max_finished_tasks": 1.5}, TypeError),
+        ({"max_finished_tasks": True}, TypeError),
+        ({"event_buffer": -3}, ValueError),
+        ({"session_id": ""}, ValueError),
+        ({"session_id": 7}, TypeError),
+    ],
+)
+def test_session_arguments_are_checked(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        Session(**kwargs)
+
+
+def test_unknown_keywords_and_missing_arguments_are_type_errors(session: Session) -> None:
+    with pytest.raises(TypeError):
+        session.start_subagent_task("a", parnet_id="b")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        session.cancel_subagent_task()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        Session("s", 10)  # type: ignore[call-arg]
+
+
+def test_strange_strings_are_just_ids(session: Session) -> None:
+    for task_id in [
+        "\x00",
+        "a\nb",
+        "🦀" * 10,
+        "' OR 1=1 --",
+        "\ud800".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+    ]:
+        session.start_subagent_task(task_id).complete()
+        snapshot = session.subagent_task(task_id)
+        assert snapshot is not None and snapshot.task_id == task_id
+
+
+def test_an_unencodable_id_is_an_error_not_a_crash(session: Session) -> None:
+    with pytest.raises(UnicodeEncodeError):
+        session.start_subagent_task("\ud800")
+    assert session.subagent_tasks() == []

@@ -1,0 +1,108 @@
+"""CONTRACT §2: statuses, sticky terminal states and late ends."""
+
+from __future__ import annotations
+
+import enum
+
+from subagent_tracker import Session, SubagentStatus
+
+
+def test_status_is_an_enum_with_lowercase_values() -> None:
+    assert issubclass(SubagentStatus, enum.Enum)
+    assert [member.name for member in SubagentStatus] == ["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
+    assert [member.value for member in SubagentStatus] == ["running", "completed", "failed", "cancelled"]
+    assert SubagentStatus["CANCELLED"] is SubagentStatus("cancelled") is SubagentStatus.CANCELLED
+
+
+def test_a_task_runs_then_completes_with_its_result(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    snapshot = session.subagent_task("a")
+    assert snapshot is not None and snapshot.status is SubagentStatus.RUNNING and not snapshot.finished
+    assert handle.complete({"answer": 42}) is True
+    snapshot = session.subagent_task("a")
+    assert snapshot is not None
+    assert snapshot.status is SubagentStatus.COMPLETED
+    assert snapshot.finished
+    assert snapshot.result == {"answer": 42}
+    assert snapshot.ended_at is not None and snapshot.ended_at >= snapshot.started_at
+
+
+def test_terminal_statuses_are_sticky(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    assert handle.fail("boom") is True
+    assert handle.complete() is False
+    assert session.cancel_subagent_task("a") is False
+    snapshot = handle.snapshot()
+    assert snapshot.status is SubagentStatus.FAILED
+    assert snapshot.error == "boom"
+    assert not handle.token.is_cancelled
+
+
+def test_a_late_end_never_downgrades_cancelled_and_is_kept(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    assert session.cancel_subagent_task("a", reason="user pressed stop") is True
+    snapshot = handle.snapshot()
+    assert snapshot.status is SubagentStatus.CANCELLED
+    assert not snapshot.finished, "cancel requested is not runner stopped"
+    assert snapshot.cancel_reason == "user pressed stop"
+    assert snapshot.cancelled_at is not None
+    assert handle.complete("partial answer") is False
+    snapshot = handle.snapshot()
+    assert snapshot.status is SubagentStatus.CANCELLED
+    assert snapshot.finished
+    assert snapshot.result == "partial answer"
+
+
+def test_a_late_failure_is_kept_too(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    session.cancel_subagent_task("a")
+    assert handle.fail(RuntimeError("lost connection")) is False
+    snapshot = handle.snapshot()
+    assert snapshot.status is SubagentStatus.CANCELLED
+    assert snapshot.error == "RuntimeError: lost connection"
+
+
+def test_a_dropped_handle_fails_its_running_task(session: Session) -> None:
+    session.start_subagent_task("orphan")  # handle discarded at once
+    snapshot = session.subagent_task("orphan")
+    assert snapshot is not None
+    assert snapshot.status is SubagentStatus.FAILED
+    assert snapshot.finished
+    assert snapshot.error is not None and "dropped its handle" in snapshot.error
+
+
+def test_snapshot_fields_are_what_start_recorded(session: Session) -> None:
+    session_handle = session.start_subagent_task("p")
+    handle = session.start_subagent_task(
+        "c", parent_id="p", agent="coder", description="write tests", metadata={"k": [1]}
+    )
+    snapshot = handle.snapshot()
+    assert (snapshot.task_id, snapshot.session_id, snapshot.parent_id) == ("c", "test-session", "p")
+    assert (snapshot.agent, snapshot.description) == ("coder", "write tests")
+    assert dict(snapshot.metadata or {}) == {"k": [1]}
+    assert snapshot.cancelled_at is None and snapshot.ended_at is None
+    assert snapshot.cancel_reason is None and snapshot.cancel_origin is None
+    assert snapshot.progress is None and snapshot.progress_count == 0
+    assert snapshot.result is None and snapshot.error is None
+    assert handle.task_id == "c" and handle.session_id == "test-session"
+    session_handle.complete()
+
+
+def test_snapshots_are_immutable(session: Session) -> None:
+    metadata = {"k": 1}
+    handle = session.start_subagent_task("a", metadata=metadata)
+    metadata["k"] = 2
+    snapshot = handle.snapshot()
+    assert snapshot.metadata is not None and snapshot.metadata["k"] == 1
+    try:
+        snapshot.metadata["k"] = 3  # type: ignore[index]
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("metadata must be read-only")
+    try:
+        snapshot.status = SubagentStatus.FAILED  # type: ignore[misc]
+    except AttributeError:
+        pass
+    else:
+        raise AssertionError("snapshots must be immutable")
