@@ -1,0 +1,38 @@
+"""Command line: ``python -m subagent_tracker demo [options]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from subagent_tracker import _demo
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m subagent_tracker")
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="run a simulated orchestrator and cancel parts of it live")
+    demo.add_argument("--subagents", type=int, default=300, help="how many subagents to fan out (default 300)")
+    demo.add_argument("--seed", type=int, default=7, help="random seed of the simulated work (default 7)")
+    demo.add_argument(
+        "--speed", type=float, default=1.0, help="time scale: 2 runs twice as fast (default 1)"
+    )
+    demo.add_argument(
+        "--plain", action="store_true", help="print status lines instead of redrawing (the default off a TTY)"
+    )
+    arguments = parser.parse_args(argv)
+    if arguments.subagents < 10:
+        parser.error("--subagents must be at least 10")
+    if arguments.speed <= 0:
+        parser.error("--speed must be positive")
+    live = sys.stdout.isatty() and not arguments.plain
+    options = _demo.DemoOptions(
+        subagents=arguments.subagents, seed=arguments.seed, speed=arguments.speed, live=live
+    )
+    summary = asyncio.run(_demo.run_demo(options))
+    return 0 if summary.all_finished else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
