@@ -55,6 +55,6 @@ impl SubagentStatus {
 
 impl fmt::Display for SubagentStatus {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        formatter.write_str(self.as_str())
+        formatter.pad(self.as_str())
     }
 }

@@ -1,0 +1,10 @@
+# Sourced by the other scripts: makes .venv with the pinned tools, from nothing, on a fresh machine.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-dev.txt

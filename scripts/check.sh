@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds everything and runs every test and lint: Rust (fmt, clippy, tests, example), the abi3 wheel,
+# pytest against the installed wheel, ruff, mypy, stubtest, and a smoke run of the demo and benchmarks.
+set -euo pipefail
+. "$(dirname "$0")/_setup.sh"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "rustfmt"
+cargo fmt --all -- --check
+step "clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+step "cargo test"
+cargo test --workspace --quiet
+step "Rust example"
+cargo run --quiet --example orchestrator -p subagent-tracker
+
+step "build the abi3 wheel and install it"
+rm -rf target/wheels
+maturin build --release --quiet --out target/wheels
+python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/*.whl
+case "$(basename target/wheels/*.whl)" in
+  *abi3*) ;;
+  *) echo "the wheel is not abi3"; exit 1 ;;
+esac
+
+step "ruff"
+ruff check python tests benches examples
+ruff format --check python tests benches examples
+step "mypy and stubtest"
+mypy python/subagent_tracker
+python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
+
+step "demo and examples (smoke)"
+python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
+python examples/quickstart.py >/dev/null
+
+step "pytest (against the installed wheel)"
+python -m pytest --timeout 120 -p no:cacheprovider
