@@ -19,7 +19,8 @@ async def main() -> None:
     session = Session("quickstart")
     orchestrator = session.start_subagent_task("orchestrator")
     runners = [
-        asyncio.ensure_future(researcher(session, f"researcher-{index}", "orchestrator")) for index in range(3)
+        asyncio.ensure_future(researcher(session, f"researcher-{index}", "orchestrator"))
+        for index in range(3)
     ]
     await asyncio.sleep(0.05)
 

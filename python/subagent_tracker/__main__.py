@@ -13,11 +13,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m subagent_tracker")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser("demo", help="run a simulated orchestrator and cancel parts of it live")
-    demo.add_argument("--subagents", type=int, default=300, help="how many subagents to fan out (default 300)")
-    demo.add_argument("--seed", type=int, default=7, help="random seed of the simulated work (default 7)")
     demo.add_argument(
-        "--speed", type=float, default=1.0, help="time scale: 2 runs twice as fast (default 1)"
+        "--subagents", type=int, default=300, help="how many subagents to fan out (default 300)"
     )
+    demo.add_argument("--seed", type=int, default=7, help="random seed of the simulated work (default 7)")
+    demo.add_argument("--speed", type=float, default=1.0, help="time scale: 2 runs twice as fast (default 1)")
     demo.add_argument(
         "--plain", action="store_true", help="print status lines instead of redrawing (the default off a TTY)"
     )

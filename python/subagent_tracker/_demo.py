@@ -1,7 +1,7 @@
-"""The demo orchestrator: fans out hundreds of simulated subagents and cancels parts of them while they run.
+"""The demo orchestrator: fans out hundreds of simulated subagents and cancels parts of them as they run.
 
-Every figure it prints is measured in the run: cancel-to-stopped latency is ``ended_at - cancelled_at`` of each
-cancelled task, stamped by the tracker at the cancel call and at the runner's reported end.
+Every figure it prints is measured in the run: cancel-to-stopped latency is ``ended_at - cancelled_at`` of
+each cancelled task, stamped by the tracker at the cancel call and at the runner's reported end.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from subagent_tracker import CancellationToken, Session, SubagentStatus, SubagentTask, TaskCancelledError
 
@@ -51,7 +51,8 @@ async def interruptible(token: CancellationToken, work: asyncio.Future[_T]) -> _
     """Awaits ``work`` unless the token fires first; then cancels it and raises ``TaskCancelledError``."""
     cancelled = asyncio.ensure_future(token.cancelled())
     try:
-        await asyncio.wait({work, cancelled}, return_when=asyncio.FIRST_COMPLETED)
+        racers: set[asyncio.Future[Any]] = {work, cancelled}
+        await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
     finally:
         cancelled.cancel()
     if not work.done():
@@ -101,7 +102,9 @@ class Orchestrator:
                         handle.progress(f"calling {tool}")
                         duration = self.random.uniform(2.5, 5.0) if slow else self.random.uniform(0.1, 0.5)
                         # A tool call is interrupted by the token rather than awaited to its end.
-                        await interruptible(token, asyncio.ensure_future(asyncio.sleep(self.scaled(duration))))
+                        await interruptible(
+                            token, asyncio.ensure_future(asyncio.sleep(self.scaled(duration)))
+                        )
                         token.raise_if_cancelled()
                 if self.random.random() < 0.03:
                     raise RuntimeError(f"{agent} hit a simulated model error")
@@ -142,7 +145,9 @@ class Orchestrator:
                 subtree = self.pick_running(with_children=True)
                 if subtree is not None:
                     before = self.count(SubagentStatus.CANCELLED)
-                    self.session.cancel_subagent_task(subtree.task_id, reason="its branch is no longer needed")
+                    self.session.cancel_subagent_task(
+                        subtree.task_id, reason="its branch is no longer needed"
+                    )
                     moved = self.count(SubagentStatus.CANCELLED) - before
                     self.note(f"cancelled the subtree under {subtree.task_id}: {moved} tasks in one call")
                 await asyncio.sleep(self.scaled(2.0))
@@ -205,9 +210,13 @@ def summarize(session: Session) -> DemoSummary:
     latencies = [
         (task.ended_at - task.cancelled_at) * 1000
         for task in tasks
-        if task.status is SubagentStatus.CANCELLED and task.ended_at is not None and task.cancelled_at is not None
+        if task.status is SubagentStatus.CANCELLED
+        and task.ended_at is not None
+        and task.cancelled_at is not None
     ]
-    return DemoSummary(counts=counts, latencies_ms=latencies, all_finished=all(task.finished for task in tasks))
+    return DemoSummary(
+        counts=counts, latencies_ms=latencies, all_finished=all(task.finished for task in tasks)
+    )
 
 
 def print_summary(summary: DemoSummary, total: int, elapsed: float) -> None:
@@ -217,11 +226,9 @@ def print_summary(summary: DemoSummary, total: int, elapsed: float) -> None:
         print(f"  {STATUS_COLOURS[status]}{status.value:<12}{summary.counts[status]:>7}{RESET}")
     latencies = summary.latencies_ms
     if latencies:
-        print(f"\n  cancel-to-stopped latency over {len(latencies)} cancelled tasks (cancel call → runner's end):")
+        print(f"\n  cancel-to-stopped latency, cancel call → runner's end, over {len(latencies)} tasks:")
         print(f"  {'min':>10}{'median':>10}{'max':>10}")
-        print(
-            f"  {min(latencies):>8.2f}ms{statistics.median(latencies):>8.2f}ms{max(latencies):>8.2f}ms"
-        )
+        print(f"  {min(latencies):>8.2f}ms{statistics.median(latencies):>8.2f}ms{max(latencies):>8.2f}ms")
     print(f"\n  every task finished: {'yes' if summary.all_finished else 'NO'}")
 
 
