@@ -7,12 +7,19 @@ use std::time::SystemTime;
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
+// Seeded per process, so ids chosen by users cannot be crafted to collide; several times faster than SipHash
+// on the short keys used here (measured in BENCHMARKS.md).
+use foldhash::fast::RandomState;
 
 use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
 use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
 use crate::task_entry::{CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
 use crate::task_id::{generate_id, validate_task_id};
 use crate::{SubagentTaskHandle, SubagentTaskSnapshot, TaskStart, TrackerError};
+
+/// Shards per map: enough that two threads working on different tasks rarely meet on one shard lock (dashmap's
+/// default is four per core, which on small machines makes collisions common).
+const MAP_SHARDS: usize = 64;
 
 /// The cancel reason used when a caller gives none.
 pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
@@ -68,12 +75,19 @@ enum CancelScope {
     Session,
 }
 
+/// A retained run in the id table. The start sequence sits beside the pointer so that eviction, which visits
+/// runs that finished long ago, can tell a stale record without touching the run's (cold) memory.
+struct RetainedRun<V> {
+    sequence: u64,
+    entry: Arc<TaskEntry<V>>,
+}
+
 pub(crate) struct TrackerShared<V> {
     session_id: Arc<str>,
     config: TrackerConfig,
-    tasks: DashMap<Arc<str>, Arc<TaskEntry<V>>>,
+    tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
     /// The running tasks, by start sequence, so that listing them costs what is running, not what is retained.
-    running: DashMap<u64, Arc<TaskEntry<V>>>,
+    running: DashMap<u64, Arc<TaskEntry<V>>, RandomState>,
     finished: FinishedTasks,
     next_sequence: AtomicU64,
     /// Set once, by `close`, to the reason given.
@@ -98,8 +112,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
                 session_id,
                 finished: FinishedTasks::new(config.max_finished_tasks),
                 config,
-                tasks: DashMap::new(),
-                running: DashMap::new(),
+                tasks: DashMap::with_hasher_and_shard_amount(RandomState::default(), MAP_SHARDS),
+                running: DashMap::with_hasher_and_shard_amount(RandomState::default(), MAP_SHARDS),
                 next_sequence: AtomicU64::new(0),
                 closed: OnceLock::new(),
                 bus: Arc::new(EventBus::new()),
@@ -238,7 +252,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .shared
             .tasks
             .iter()
-            .map(|item| item.value().clone())
+            .map(|item| item.value().entry.clone())
             .collect();
         entries.sort_unstable_by_key(|entry| entry.sequence);
         entries.iter().map(|entry| entry.snapshot()).collect()
@@ -303,7 +317,9 @@ impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V
 impl<V> TrackerShared<V> {
     fn lookup(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
         // The map guard is dropped before the entry is used: no task lock is ever taken under a map lock.
-        self.tasks.get(task_id).map(|item| item.value().clone())
+        self.tasks
+            .get(task_id)
+            .map(|item| item.value().entry.clone())
     }
 
     /// Indexes a new entry, unless its id is live. Runs under the new entry's lock.
@@ -313,7 +329,7 @@ impl<V> TrackerShared<V> {
         starts_cancelled: bool,
     ) -> Result<(), OpenRefusal> {
         match self.tasks.entry(entry.task_id.clone()) {
-            Entry::Occupied(occupied) if !occupied.get().is_finished() => {
+            Entry::Occupied(occupied) if !occupied.get().entry.is_finished() => {
                 Err(OpenRefusal::DuplicateTask)
             }
             slot => {
@@ -321,7 +337,10 @@ impl<V> TrackerShared<V> {
                     self.running.insert(entry.sequence, entry.clone());
                 }
                 // Replacing a finished run leaves its retention record stale, which eviction then skips.
-                slot.insert(entry.clone());
+                slot.insert(RetainedRun {
+                    sequence: entry.sequence,
+                    entry: entry.clone(),
+                });
                 Ok(())
             }
         }

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Builds everything in release mode and runs every benchmark: the Rust microbenchmarks (divan) and the Python
+# scenarios beside trpc-agent-py and a plain-Python reference. Pass --smoke for tiny sizes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+smoke=""
+[ "${1:-}" = "--smoke" ] && smoke="--smoke"
+
+# trpc-agent-py brings ~90 packages, so it lives in its own virtualenv, never in the test one.
+PYTHON="${PYTHON:-python3}"
+[ -x .venv-bench/bin/python ] || "$PYTHON" -m venv .venv-bench
+. .venv-bench/bin/activate
+python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-dev.txt "trpc-agent-py==1.2.0"
+rm -rf target/bench-wheels
+maturin build --release --quiet --out target/bench-wheels
+python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/bench-wheels/*.whl
+
+echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "== Rust microbenchmarks (divan)"
+if [ -n "$smoke" ]; then
+  cargo bench --quiet -p subagent-tracker --bench tracker -- --sample-count 2 --sample-size 1
+else
+  cargo bench --quiet -p subagent-tracker --bench tracker
+fi
+echo
+echo "== Python scenarios"
+python benches/python_bench.py $smoke
