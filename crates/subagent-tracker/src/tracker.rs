@@ -17,10 +17,6 @@ use crate::task_entry::{CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
 use crate::task_id::{generate_id, validate_task_id};
 use crate::{SubagentTaskHandle, SubagentTaskSnapshot, TaskStart, TrackerError};
 
-/// Shards per map: enough that two threads working on different tasks rarely meet on one shard lock (dashmap's
-/// default is four per core, which on small machines makes collisions common).
-const MAP_SHARDS: usize = 64;
-
 /// The cancel reason used when a caller gives none.
 pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
 
@@ -112,8 +108,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
                 session_id,
                 finished: FinishedTasks::new(config.max_finished_tasks),
                 config,
-                tasks: DashMap::with_hasher_and_shard_amount(RandomState::default(), MAP_SHARDS),
-                running: DashMap::with_hasher_and_shard_amount(RandomState::default(), MAP_SHARDS),
+                tasks: DashMap::with_hasher(RandomState::default()),
+                running: DashMap::with_hasher(RandomState::default()),
                 next_sequence: AtomicU64::new(0),
                 closed: OnceLock::new(),
                 bus: Arc::new(EventBus::new()),
