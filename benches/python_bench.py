@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import logging
 import os
 import queue
 import statistics
@@ -35,11 +34,10 @@ from subagent_tracker import Session  # noqa: E402
 
 try:
     import trpc_agent_sdk.cancel as trpc
+    from trpc_agent_sdk.log import LogLevel, get_logger
 
-    logging.getLogger("trpc_agent_sdk").setLevel(logging.WARNING)
-    from trpc_agent_sdk.log import logger as trpc_logger
-
-    trpc_logger.setLevel(logging.WARNING)
+    # As the issue measured it: trpc's logging at WARNING, so its info/debug calls cost a level check only.
+    get_logger().set_level(LogLevel.WARNING)
 except ImportError:
     trpc = None
 

@@ -32,7 +32,7 @@ fn next_id() -> String {
 }
 
 /// start + complete of a task with an explicit id, on 1 and 2 threads sharing one session.
-#[divan::bench(threads = [1, 2])]
+#[divan::bench(threads = [1, 2], sample_size = 1000)]
 fn lifecycle(bencher: Bencher) {
     static TRACKER: OnceLock<InMemorySubagentTaskTracker> = OnceLock::new();
     let tracker = TRACKER.get_or_init(|| tracker(10_000));
@@ -45,7 +45,7 @@ fn lifecycle(bencher: Bencher) {
 }
 
 /// The hand-written alternative: one `Mutex<HashMap>` for every task, plus a retention queue.
-#[divan::bench(threads = [1, 2])]
+#[divan::bench(threads = [1, 2], sample_size = 1000)]
 fn baseline_mutex_hashmap_lifecycle(bencher: Bencher) {
     struct NaiveTracker {
         tasks: HashMap<String, SubagentStatus>,

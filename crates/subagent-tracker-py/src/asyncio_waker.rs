@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyList;
@@ -131,9 +132,12 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
 /// Resolves the futures that are still pending; ones cancelled by their awaiter are left alone.
 #[pyfunction]
 fn resolve_futures(futures: &Bound<'_, PyList>) -> PyResult<()> {
+    let py = futures.py();
+    let done = intern!(py, "done");
+    let set_result = intern!(py, "set_result");
     for future in futures.iter() {
-        if !future.call_method0("done")?.is_truthy()? {
-            future.call_method1("set_result", (future.py().None(),))?;
+        if !future.call_method0(done)?.is_truthy()? {
+            future.call_method1(set_result, (py.None(),))?;
         }
     }
     Ok(())

@@ -195,7 +195,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         }
         if let Some(reason) = shared.closed.get() {
             // `close` may have swept the running tasks before this one became visible; finish its work here.
-            shared.cancel_tree(entry.clone(), reason.clone(), CancelScope::Session);
+            shared.cancel_trees(Some(entry.clone()), reason.clone(), CancelScope::Session);
         }
         Ok(SubagentTaskHandle::new(shared.clone(), entry))
     }
@@ -209,7 +209,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         match self.shared.lookup(task_id) {
             Some(entry) => {
                 self.shared
-                    .cancel_tree(entry, cancel_reason(reason), CancelScope::Subtree)
+                    .cancel_trees(Some(entry), cancel_reason(reason), CancelScope::Subtree)
                     > 0
             }
             None => false,
@@ -342,32 +342,42 @@ impl<V> TrackerShared<V> {
         }
     }
 
-    /// Cancels `root` and its running descendants; returns how many tasks moved, zero when `root` did not.
-    fn cancel_tree(&self, root: Arc<TaskEntry<V>>, reason: Arc<str>, scope: CancelScope) -> usize {
+    /// Cancels each running root with its running descendants, all at one instant; returns how many tasks
+    /// moved (for a single root: zero exactly when that root was not running).
+    fn cancel_trees(
+        &self,
+        roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
+        reason: Arc<str>,
+        scope: CancelScope,
+    ) -> usize {
         let request = CancelRequest {
             reason,
             at: SystemTime::now(),
         };
-        let origin = root.task_id.clone();
+        // Shared by every root, so that a session-wide cancel allocates per call, not per task.
         let mut wakers = Vec::new();
-        let mut stack = vec![root];
+        let mut stack = Vec::new();
         let mut children = Vec::new();
         let mut moved = 0;
-        while let Some(entry) = stack.pop() {
-            let entry_origin = match scope {
-                CancelScope::Subtree => &origin,
-                CancelScope::Session => &entry.task_id,
-            };
-            if entry.cancel(
-                &request,
-                entry_origin,
-                &self.bus,
-                &mut wakers,
-                &mut children,
-            ) {
-                moved += 1;
-                self.running.remove(&entry.sequence);
-                stack.append(&mut children);
+        for root in roots {
+            let origin = root.task_id.clone();
+            stack.push(root);
+            while let Some(entry) = stack.pop() {
+                let entry_origin = match scope {
+                    CancelScope::Subtree => &origin,
+                    CancelScope::Session => &entry.task_id,
+                };
+                if entry.cancel(
+                    &request,
+                    entry_origin,
+                    &self.bus,
+                    &mut wakers,
+                    &mut children,
+                ) {
+                    moved += 1;
+                    self.running.remove(&entry.sequence);
+                    stack.append(&mut children);
+                }
             }
         }
         wake_all(wakers);
@@ -380,10 +390,7 @@ impl<V> TrackerShared<V> {
             .iter()
             .map(|item| item.value().clone())
             .collect();
-        running
-            .into_iter()
-            .map(|entry| self.cancel_tree(entry, reason.clone(), CancelScope::Session))
-            .sum()
+        self.cancel_trees(running, reason, CancelScope::Session)
     }
 
     /// Records the runner's end of `entry` and does the session's bookkeeping: the running index, the
@@ -410,7 +417,11 @@ impl<V> TrackerShared<V> {
     }
 
     pub(crate) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
-        self.cancel_tree(entry.clone(), cancel_reason(reason), CancelScope::Subtree) > 0
+        self.cancel_trees(
+            Some(entry.clone()),
+            cancel_reason(reason),
+            CancelScope::Subtree,
+        ) > 0
     }
 
     pub(crate) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
