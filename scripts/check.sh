@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test and lint: Rust (fmt, clippy, tests, example), the abi3 wheel,
-# pytest against the installed wheel, ruff, mypy, stubtest, and a smoke run of the demo and benchmarks.
+# pytest against the installed wheel, ruff, mypy, stubtest, and smoke runs of the demo, examples and benchmarks.
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh"
 
@@ -12,8 +12,9 @@ step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet
-step "Rust example"
+step "Rust example, and each Rust benchmark once (divan's test mode)"
 cargo run --quiet --example orchestrator -p subagent-tracker
+cargo test --quiet --benches -p subagent-tracker
 
 step "build the abi3 wheel and install it"
 rm -rf target/wheels
@@ -31,9 +32,10 @@ step "mypy and stubtest"
 mypy python/subagent_tracker
 python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
 
-step "demo and examples (smoke)"
+step "demo, examples and Python benchmarks (smoke sizes; the figures are not judged)"
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
+python benches/python_bench.py --smoke >/dev/null
 
 step "pytest (against the installed wheel)"
 python -m pytest --timeout 120 -p no:cacheprovider

@@ -133,11 +133,13 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
 #[pyfunction]
 fn resolve_futures(futures: &Bound<'_, PyList>) -> PyResult<()> {
     let py = futures.py();
-    let done = intern!(py, "done");
     let set_result = intern!(py, "set_result");
     for future in futures.iter() {
-        if !future.call_method0(done)?.is_truthy()? {
-            future.call_method1(set_result, (py.None(),))?;
+        // Asking first would cost a call per waiter; a future its awaiter cancelled refuses the result instead.
+        if let Err(error) = future.call_method1(set_result, (py.None(),)) {
+            if !future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
+                return Err(error);
+            }
         }
     }
     Ok(())
