@@ -28,9 +28,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from reference_tracker import ReferenceSession  # noqa: E402
+from reference_tracker import ReferenceSession
 
-from subagent_tracker import Session  # noqa: E402
+from subagent_tracker import Session
 
 try:
     import trpc_agent_sdk.cancel as trpc
@@ -68,7 +68,7 @@ def run(coroutine: Awaitable[float]) -> float:
     return asyncio.run(coroutine)  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------------------------------------------- lifecycle
+# --- lifecycle ---
 
 
 def lifecycle_ours(count: int) -> float:
@@ -101,7 +101,7 @@ async def lifecycle_trpc(count: int) -> float:
     return (perf_counter() - began) / count
 
 
-# -------------------------------------------------------------------------------------------------------- check
+# --- check ---
 
 
 def check_ours(count: int, cancelled: bool) -> float:
@@ -287,7 +287,7 @@ def percentile(samples: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-# ------------------------------------------------------------------------------------------------------ listing
+# --- listing ---
 
 
 def listing(make: Callable[[int], Any], retained: int, running: int, calls: int) -> float:
@@ -318,7 +318,7 @@ async def listing_trpc(running: int, calls: int) -> float:
     return statistics.median(samples)
 
 
-# ------------------------------------------------------------------------------------------------------- memory
+# --- memory ---
 
 
 def rss_bytes() -> int:
@@ -361,7 +361,7 @@ def rss_over_lifecycles(total: int, samples: int) -> list[tuple[int, float]]:
     return series
 
 
-# -------------------------------------------------------------------------------------------------------- report
+# --- report ---
 
 
 def ratio(ours: float, baseline: float | None) -> str:
@@ -385,14 +385,17 @@ def print_table(rows: list[Row]) -> None:
     for row in rows:
         print(
             f"| {row.scenario} | {seconds(row.ours, row.unit)} | {seconds(row.reference, row.unit)} "
-            f"| {ratio(row.ours, row.reference)} | {seconds(row.trpc, row.unit)} | {ratio(row.ours, row.trpc)} "
+            f"| {ratio(row.ours, row.reference)} | {seconds(row.trpc, row.unit)} "
+            f"| {ratio(row.ours, row.trpc)} "
             f"| {seconds(row.bare, row.unit)}{' ' + row.bare_label if row.bare_label else ''} "
             f"| {ratio(row.ours, row.bare)} |"
         )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
     parser.add_argument("--memory-probe", choices=["ours", "reference"], help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=100_000, help=argparse.SUPPRESS)

@@ -1,7 +1,7 @@
-"""A plain-Python tracker of the same contract, as a user would write it by hand: a dict, a threading.Lock and
-asyncio futures. It is the benchmark's honest baseline, so it is reasonably optimised: a running index (no scan
-to list pending tasks), a lock-free ``is_cancelled`` read, a bounded deque for retention, and direct wake-ups
-when the canceller runs on the waiter's own loop (``call_soon_threadsafe`` per waiter otherwise).
+"""A plain-Python tracker of the same contract, as a user would write it by hand: a dict, a threading.Lock
+and asyncio futures. It is the benchmark's honest baseline, so it is reasonably optimised: a running index
+(no scan to list pending tasks), a lock-free ``is_cancelled`` read, a bounded deque for retention, and direct
+wake-ups when the canceller runs on the waiter's own loop (``call_soon_threadsafe`` per waiter otherwise).
 """
 
 from __future__ import annotations
