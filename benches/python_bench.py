@@ -338,6 +338,30 @@ def memory_probe(kind: str, count: int) -> None:
     print((rss_bytes() - before) / count)
 
 
+FAN_IN = {
+    "ours": fan_in_ours,
+    "reference": fan_in_reference,
+    "bare": fan_in_bare,
+}
+
+
+def fan_in_probe(kind: str, count: int, from_thread: bool, repeats: int) -> None:
+    """Run in a fresh interpreter: prints the best time for ``count`` awaiting tasks to resume."""
+    if kind == "trpc":
+        print(best(lambda: run(fan_in_trpc(count)), repeats))
+    else:
+        print(best(lambda: run(FAN_IN[kind](count, from_thread)), repeats))
+
+
+def fan_in_isolated(kind: str, count: int, from_thread: bool, repeats: int) -> float:
+    """Each implementation in its own fresh interpreter, so no scenario inherits another's heap and GC state
+    (measured in one shared process, whichever ran after the plain-Python reference paid for its garbage)."""
+    command = [sys.executable, __file__, "--fan-in-probe", kind, "--count", str(count)]
+    command += ["--repeats", str(repeats)] + (["--from-thread"] if from_thread else [])
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    return float(output.strip().splitlines()[-1])
+
+
 def bytes_per_task(kind: str, count: int) -> float:
     output = subprocess.run(
         [sys.executable, __file__, "--memory-probe", kind, "--count", str(count)],
@@ -398,10 +422,18 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
     parser.add_argument("--memory-probe", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--fan-in-probe", choices=["ours", "reference", "bare", "trpc"], help=argparse.SUPPRESS
+    )
+    parser.add_argument("--from-thread", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--repeats", type=int, default=5, help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, default=100_000, help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     if arguments.memory_probe:
         memory_probe(arguments.memory_probe, arguments.count)
+        return
+    if arguments.fan_in_probe:
+        fan_in_probe(arguments.fan_in_probe, arguments.count, arguments.from_thread, arguments.repeats)
         return
 
     smoke = arguments.smoke
@@ -447,10 +479,12 @@ def main() -> None:
             Row(
                 f"cancel {waiters:,} awaiting tasks from {where}: all resumed",
                 "ms",
-                best(lambda from_thread=from_thread: run(fan_in_ours(waiters, from_thread)), repeats),
-                best(lambda from_thread=from_thread: run(fan_in_reference(waiters, from_thread)), repeats),
-                best(lambda: run(fan_in_trpc(waiters)), repeats) if have_trpc and not from_thread else None,
-                best(lambda from_thread=from_thread: run(fan_in_bare(waiters, from_thread)), repeats),
+                fan_in_isolated("ours", waiters, from_thread, repeats),
+                fan_in_isolated("reference", waiters, from_thread, repeats),
+                fan_in_isolated("trpc", waiters, from_thread, repeats)
+                if have_trpc and not from_thread
+                else None,
+                fan_in_isolated("bare", waiters, from_thread, repeats),
                 f"({waiters:,} asyncio.Event set)",
             )
         )
