@@ -25,10 +25,14 @@
 
 #![warn(missing_docs)]
 
+mod cancel_callback;
+mod cancel_cause;
+mod deadline_timer;
 mod error;
 mod event;
 mod event_bus;
 mod handle;
+mod notifications;
 mod retention;
 mod snapshot;
 mod status;
@@ -39,6 +43,9 @@ mod task_watch;
 mod token;
 mod tracker;
 
+pub use cancel_callback::CancelCallback;
+pub use cancel_cause::CancelCause;
+pub use deadline_timer::pending_deadlines;
 pub use error::TrackerError;
 pub use event::{SubagentEvent, SubagentEventKind};
 pub use event_bus::{EventSubscription, DEFAULT_EVENT_BUFFER};
@@ -52,4 +59,6 @@ pub use task_start::TaskStart;
 pub use task_watch::TaskWatch;
 pub use token::SubagentTaskToken;
 pub use tokio_util::sync::CancellationToken;
-pub use tracker::{InMemorySubagentTaskTracker, TrackerConfig, DEFAULT_CANCEL_REASON};
+pub use tracker::{
+    InMemorySubagentTaskTracker, TrackerConfig, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::SubagentStatus;
+use crate::{CancelCause, SubagentStatus};
 
 /// A copy of one task's state, taken atomically: every field comes from the same instant.
 ///
@@ -36,6 +36,12 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub cancel_reason: Option<Arc<str>>,
     /// The task whose cancel reached this one: itself when cancelled directly, an ancestor on cascade.
     pub cancel_origin: Option<Arc<str>>,
+    /// What cancelled the task: a request, its parent, its session, its deadline or a linked token.
+    pub cancel_cause: Option<CancelCause>,
+    /// When the task's effective deadline falls (its own, bounded by its parent's unless detached).
+    pub deadline: Option<SystemTime>,
+    /// True for a task started detached: its parent's cascade does not reach it.
+    pub detached: bool,
     /// The latest progress message.
     pub progress: Option<Arc<str>>,
     /// How many progress messages the runner has recorded.

@@ -1,9 +1,9 @@
 //! One task's record and the transitions that keep the status rules.
 //!
 //! Every transition takes the entry's own lock, so transitions of one task are totally ordered and each one's
-//! effects (status, reason, timestamps, token, event) are seen together. Wakers collected under the lock are
-//! woken by the caller after the lock is released, because a waker may run foreign code (in Python, take the
-//! interpreter lock) and must never do so while a task lock is held.
+//! effects (status, reason, timestamps, token, event) are seen together. Wakers and callbacks collected under
+//! the lock are delivered by the caller's [`Notifications`] after the lock is released, because they may run
+//! foreign code (in Python, take the interpreter lock) and must never do so while a task lock is held.
 
 use std::collections::HashMap;
 use std::future::poll_fn;
@@ -15,8 +15,11 @@ use std::time::{Duration, Instant, SystemTime};
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 
+use crate::cancel_callback::{next_callback_id, CallbackHost, CancelCallback};
+use crate::deadline_timer::DeadlineKey;
 use crate::event_bus::EventBus;
-use crate::{SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot};
+use crate::notifications::{run_contained, CancelCallbackFn, Notifications};
+use crate::{CancelCause, SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot};
 
 /// The longest progress message kept, in UTF-8 bytes; longer ones are cut at a character boundary.
 pub const MAX_PROGRESS_MESSAGE_BYTES: usize = 4096;
@@ -31,6 +34,10 @@ pub(crate) struct TaskEntry<V> {
     pub(crate) description: Option<Arc<str>>,
     pub(crate) metadata: Option<V>,
     pub(crate) started_at: SystemTime,
+    /// The effective deadline: the task's own, bounded by its parent's unless detached.
+    pub(crate) deadline: Option<Instant>,
+    /// Out of its parent's cascade (still cancellable by id and by its session).
+    pub(crate) detached: bool,
     // Mirrors of the locked state, so that checks on hot paths never take the lock.
     status: AtomicU8,
     finished: AtomicBool,
@@ -42,6 +49,7 @@ struct TaskState<V> {
     ended_at: Option<SystemTime>,
     cancel_reason: Option<Arc<str>>,
     cancel_origin: Option<Arc<str>>,
+    cancel_cause: Option<CancelCause>,
     progress: Option<Arc<str>>,
     progress_count: u64,
     result: Option<V>,
@@ -54,6 +62,12 @@ struct TaskState<V> {
     token: Option<CancellationToken>,
     cancel_wakers: Vec<Waker>,
     finish_wakers: Vec<Waker>,
+    /// Cancel callbacks in registration order, by registration id.
+    callbacks: Vec<(u64, CancelCallbackFn)>,
+    /// The scheduled deadline, removed from the timer when the task finishes first.
+    deadline_key: Option<DeadlineKey>,
+    /// This task's registrations on the tokens it is linked to, removed when it finishes.
+    links: Vec<CancelCallback>,
 }
 
 /// What a cancel carries to every task it reaches.
@@ -70,11 +84,16 @@ pub(crate) enum RunnerEnd<V> {
     Stopped,
 }
 
-/// What [`TaskEntry::end`] did.
+/// What [`TaskEntry::end`] did, and what it released for the caller to dispose of with no lock held.
 pub(crate) struct EndEffects<V> {
     /// True when this end moved the task out of `Running`.
     pub(crate) transitioned: bool,
     pub(crate) parent: Option<Arc<TaskEntry<V>>>,
+    pub(crate) deadline_key: Option<DeadlineKey>,
+    pub(crate) links: Vec<CancelCallback>,
+    /// Waiters and callbacks of a cancel that will now never come, for the caller to drop unrun once no lock
+    /// is held (they may own foreign objects).
+    pub(crate) released: (Vec<Waker>, Vec<(u64, CancelCallbackFn)>),
 }
 
 /// Why [`TaskEntry::open`] refused a start.
@@ -104,6 +123,8 @@ impl<V> TaskEntry<V> {
         agent: Option<Arc<str>>,
         description: Option<Arc<str>>,
         metadata: Option<V>,
+        deadline: Option<Instant>,
+        detached: bool,
     ) -> TaskEntry<V> {
         TaskEntry {
             sequence,
@@ -114,6 +135,8 @@ impl<V> TaskEntry<V> {
             description,
             metadata,
             started_at: SystemTime::now(),
+            deadline,
+            detached,
             status: AtomicU8::new(SubagentStatus::Running as u8),
             finished: AtomicBool::new(false),
             state: Mutex::new(TaskState {
@@ -121,6 +144,7 @@ impl<V> TaskEntry<V> {
                 ended_at: None,
                 cancel_reason: None,
                 cancel_origin: None,
+                cancel_cause: None,
                 progress: None,
                 progress_count: 0,
                 result: None,
@@ -130,6 +154,9 @@ impl<V> TaskEntry<V> {
                 token: None,
                 cancel_wakers: Vec::new(),
                 finish_wakers: Vec::new(),
+                callbacks: Vec::new(),
+                deadline_key: None,
+                links: Vec::new(),
             }),
         }
     }
@@ -160,17 +187,23 @@ impl<V> TaskEntry<V> {
         parent: Option<&Arc<TaskEntry<V>>>,
         make_visible: impl FnOnce(bool) -> Result<(), OpenRefusal>,
         bus: &EventBus,
-        wakers: &mut Vec<Waker>,
+        notifications: &mut Notifications,
     ) -> Result<(), OpenRefusal> {
         let mut state = self.state.lock();
         if let Some(parent) = parent {
-            match parent.admit_child(self) {
+            let admission = if self.detached {
+                parent.check_alive()
+            } else {
+                parent.admit_child(self)
+            };
+            match admission {
                 ChildAdmission::Admitted => {}
                 ChildAdmission::ParentFinished => return Err(OpenRefusal::ParentFinished),
                 ChildAdmission::StartCancelled { reason, origin } => {
                     state.cancelled_at = Some(self.started_at);
                     state.cancel_reason = Some(reason);
                     state.cancel_origin = Some(origin);
+                    state.cancel_cause = Some(CancelCause::Parent);
                     self.status
                         .store(SubagentStatus::Cancelled as u8, Ordering::Release);
                 }
@@ -186,6 +219,7 @@ impl<V> TaskEntry<V> {
             return Err(refusal);
         }
         if bus.has_subscribers() {
+            let wakers = &mut notifications.wakers;
             bus.publish(
                 self.event(SubagentEventKind::Started, self.started_at, &state),
                 wakers,
@@ -207,8 +241,9 @@ impl<V> TaskEntry<V> {
         &self,
         request: &CancelRequest,
         origin: &Arc<str>,
+        cause: CancelCause,
         bus: &EventBus,
-        wakers: &mut Vec<Waker>,
+        notifications: &mut Notifications,
         children: &mut Vec<Arc<TaskEntry<V>>>,
     ) -> bool {
         if self.status() != SubagentStatus::Running {
@@ -221,20 +256,22 @@ impl<V> TaskEntry<V> {
         state.cancelled_at = Some(request.at);
         state.cancel_reason = Some(request.reason.clone());
         state.cancel_origin = Some(origin.clone());
+        state.cancel_cause = Some(cause);
         self.status
             .store(SubagentStatus::Cancelled as u8, Ordering::Release);
         if let Some(token) = &state.token {
             token.cancel();
         }
-        wakers.append(&mut state.cancel_wakers);
+        notifications.wakers.append(&mut state.cancel_wakers);
+        notifications
+            .callbacks
+            .extend(state.callbacks.drain(..).map(|(_, callback)| callback));
         if let Some(running_children) = &state.children {
             children.extend(running_children.values().cloned());
         }
         if bus.has_subscribers() {
-            bus.publish(
-                self.event(SubagentEventKind::Cancelled, request.at, &state),
-                wakers,
-            );
+            let event = self.event(SubagentEventKind::Cancelled, request.at, &state);
+            bus.publish(event, &mut notifications.wakers);
         }
         true
     }
@@ -247,8 +284,7 @@ impl<V> TaskEntry<V> {
         &self,
         end: RunnerEnd<V>,
         bus: &EventBus,
-        wakers: &mut Vec<Waker>,
-        discarded_wakers: &mut Vec<Waker>,
+        notifications: &mut Notifications,
     ) -> Option<EndEffects<V>> {
         let mut state = self.state.lock();
         if self.is_finished() {
@@ -272,17 +308,25 @@ impl<V> TaskEntry<V> {
         }
         state.ended_at = Some(now);
         self.finished.store(true, Ordering::Release);
-        // The token of a task that did not get cancelled never fires, so its waiters are let go unwoken.
-        discarded_wakers.append(&mut state.cancel_wakers);
-        wakers.append(&mut state.finish_wakers);
+        notifications.wakers.append(&mut state.finish_wakers);
         // A finished task can no longer be cancelled, so it has no cascade to remember.
         state.children = None;
         if bus.has_subscribers() {
-            bus.publish(self.event(SubagentEventKind::Ended, now, &state), wakers);
+            bus.publish(
+                self.event(SubagentEventKind::Ended, now, &state),
+                &mut notifications.wakers,
+            );
         }
         Some(EndEffects {
             transitioned: running,
             parent: state.parent.take(),
+            deadline_key: state.deadline_key.take(),
+            links: std::mem::take(&mut state.links),
+            // The token of a task that did not get cancelled never fires: its waiters and callbacks go unrun.
+            released: (
+                std::mem::take(&mut state.cancel_wakers),
+                std::mem::take(&mut state.callbacks),
+            ),
         })
     }
 
@@ -291,7 +335,7 @@ impl<V> TaskEntry<V> {
         &self,
         message: &str,
         bus: &EventBus,
-        wakers: &mut Vec<Waker>,
+        notifications: &mut Notifications,
     ) -> bool {
         let mut state = self.state.lock();
         if self.is_finished() {
@@ -303,10 +347,8 @@ impl<V> TaskEntry<V> {
         )));
         state.progress_count += 1;
         if bus.has_subscribers() {
-            bus.publish(
-                self.event(SubagentEventKind::Progress, SystemTime::now(), &state),
-                wakers,
-            );
+            let event = self.event(SubagentEventKind::Progress, SystemTime::now(), &state);
+            bus.publish(event, &mut notifications.wakers);
         }
         true
     }
@@ -336,6 +378,15 @@ impl<V> TaskEntry<V> {
         ChildAdmission::Admitted
     }
 
+    /// For a detached child: the parent must be alive, and its cancel is not passed on.
+    fn check_alive(&self) -> ChildAdmission {
+        if self.is_finished() {
+            ChildAdmission::ParentFinished
+        } else {
+            ChildAdmission::Admitted
+        }
+    }
+
     pub(crate) fn forget_child(&self, child_sequence: u64) {
         if let Some(children) = &mut self.state.lock().children {
             children.remove(&child_sequence);
@@ -363,6 +414,57 @@ impl<V> TaskEntry<V> {
             return None;
         }
         self.state.lock().cancel_reason.clone()
+    }
+
+    /// Registers `callback` to run once when the task is cancelled: at once (in this thread) if it already is,
+    /// never if the task finishes first.
+    pub(crate) fn on_cancel(self: &Arc<Self>, callback: CancelCallbackFn) -> CancelCallback
+    where
+        V: Send + Sync + 'static,
+    {
+        if self.is_cancelled() {
+            run_contained(callback);
+            return CancelCallback::spent();
+        }
+        let mut state = self.state.lock();
+        if self.is_cancelled() {
+            drop(state);
+            run_contained(callback);
+            return CancelCallback::spent();
+        }
+        if self.is_finished() {
+            drop(state);
+            drop(callback);
+            return CancelCallback::spent();
+        }
+        let id = next_callback_id();
+        state.callbacks.push((id, callback));
+        let host: std::sync::Weak<dyn CallbackHost> = Arc::downgrade(self) as _;
+        CancelCallback::registered(host, id)
+    }
+
+    pub(crate) fn callback_count(&self) -> usize {
+        self.state.lock().callbacks.len()
+    }
+
+    /// Remembers the scheduled deadline so that finishing removes it; false (nothing kept) if already finished.
+    pub(crate) fn keep_deadline_key(&self, key: DeadlineKey) -> bool {
+        let mut state = self.state.lock();
+        if self.is_finished() {
+            return false;
+        }
+        state.deadline_key = Some(key);
+        true
+    }
+
+    /// Keeps this task's registrations on linked tokens until it finishes; returns them if it already has.
+    pub(crate) fn keep_links(&self, links: Vec<CancelCallback>) -> Vec<CancelCallback> {
+        let mut state = self.state.lock();
+        if self.is_finished() {
+            return links;
+        }
+        state.links.extend(links);
+        Vec::new()
     }
 
     /// Ready once the task is cancelled. A task that finishes without being cancelled stays pending forever.
@@ -466,11 +568,39 @@ impl<V: Clone> TaskEntry<V> {
             ended_at: state.ended_at,
             cancel_reason: state.cancel_reason.clone(),
             cancel_origin: state.cancel_origin.clone(),
+            cancel_cause: state.cancel_cause,
+            deadline: self.deadline.map(instant_to_system_time),
+            detached: self.detached,
             progress: state.progress.clone(),
             progress_count: state.progress_count,
             result: state.result.clone(),
             error: state.error.clone(),
         }
+    }
+}
+
+impl<V: Send + Sync + 'static> CallbackHost for TaskEntry<V> {
+    fn remove_callback(&self, id: u64) -> bool {
+        let removed = {
+            let mut state = self.state.lock();
+            let position = state
+                .callbacks
+                .iter()
+                .position(|(registered, _)| *registered == id);
+            position.map(|position| state.callbacks.remove(position))
+        };
+        // The callback (perhaps holding foreign objects) is dropped here, with no lock held.
+        removed.is_some()
+    }
+}
+
+/// The wall-clock time of a monotonic instant, for snapshots.
+fn instant_to_system_time(instant: Instant) -> SystemTime {
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    match instant.checked_duration_since(now) {
+        Some(ahead) => wall + ahead,
+        None => wall - now.duration_since(instant),
     }
 }
 

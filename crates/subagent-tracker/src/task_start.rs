@@ -1,6 +1,9 @@
 //! What a caller says about a task when starting it.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::SubagentTaskToken;
 
 /// The description of a task to start, built with chained setters.
 ///
@@ -15,6 +18,9 @@ pub struct TaskStart<V = String> {
     pub(crate) agent: Option<Arc<str>>,
     pub(crate) description: Option<Arc<str>>,
     pub(crate) metadata: Option<V>,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) detached: bool,
+    pub(crate) linked: Vec<SubagentTaskToken<V>>,
 }
 
 impl<V> Default for TaskStart<V> {
@@ -25,6 +31,9 @@ impl<V> Default for TaskStart<V> {
             agent: None,
             description: None,
             metadata: None,
+            deadline: None,
+            detached: false,
+            linked: Vec::new(),
         }
     }
 }
@@ -56,6 +65,41 @@ impl<V> TaskStart<V> {
     /// Describes the work.
     pub fn description(mut self, description: impl Into<Arc<str>>) -> Self {
         self.description = Some(description.into());
+        self
+    }
+
+    /// Cancels the task with reason [`DEADLINE_REASON`](crate::DEADLINE_REASON) and cause
+    /// [`Deadline`](crate::CancelCause::Deadline) when `deadline` passes. A child's effective deadline is the
+    /// earlier of its own and its parent's (unless detached).
+    pub fn deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(
+            self.deadline
+                .map_or(deadline, |earlier| earlier.min(deadline)),
+        );
+        self
+    }
+
+    /// A deadline `timeout` from now.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        let deadline = Instant::now().checked_add(timeout);
+        match deadline {
+            Some(deadline) => self.deadline(deadline),
+            // Too far away to represent: no deadline at all.
+            None => self,
+        }
+    }
+
+    /// Starts the task out of its parent's reach: the parent's cancel and deadline do not pass on to it. It is
+    /// still cancellable by id and by its session.
+    pub fn detached(mut self, detached: bool) -> Self {
+        self.detached = detached;
+        self
+    }
+
+    /// Cancels the task (cause [`Linked`](crate::CancelCause::Linked), with the source's reason) when `token`
+    /// fires, even if it belongs to another task or session. The link is dropped when the task finishes.
+    pub fn linked(mut self, token: SubagentTaskToken<V>) -> Self {
+        self.linked.push(token);
         self
     }
 

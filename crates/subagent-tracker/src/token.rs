@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::task_entry::TaskEntry;
+use crate::CancelCallback;
 
 /// Fires exactly when its task becomes `Cancelled`: directly, by cascade, or by its session.
 ///
@@ -60,6 +61,27 @@ impl<V> SubagentTaskToken<V> {
     /// Blocks the calling thread until the task is cancelled (true) or `timeout` passes (false).
     pub fn wait_blocking(&self, timeout: Option<Duration>) -> bool {
         self.entry.wait_cancelled_blocking(timeout)
+    }
+
+    /// Runs `callback` once when the task is cancelled: at once, in this thread, if it already is; otherwise
+    /// in the thread that cancels it, after the cancel has taken effect. If the task ends without being
+    /// cancelled the callback is released unrun. A panicking callback does not disturb the canceller or
+    /// the other callbacks.
+    pub fn on_cancel(&self, callback: impl FnOnce() + Send + 'static) -> CancelCallback
+    where
+        V: Send + Sync + 'static,
+    {
+        self.entry.on_cancel(Box::new(callback))
+    }
+
+    /// How many callbacks wait on this token: registered, not yet run, not removed. A diagnostic for leaks:
+    /// it drops to zero when the task is cancelled (they run) or ends (they are released).
+    pub fn callback_count(&self) -> usize {
+        self.entry.callback_count()
+    }
+
+    pub(crate) fn entry(&self) -> &Arc<TaskEntry<V>> {
+        &self.entry
     }
 
     /// A tokio-util [`CancellationToken`] that fires with this one, for `select!` and APIs that take one.

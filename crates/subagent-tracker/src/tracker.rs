@@ -1,9 +1,8 @@
 //! The in-memory tracker of one session's subagent tasks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::task::Waker;
-use std::time::SystemTime;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::{Instant, SystemTime};
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -11,14 +10,22 @@ use dashmap::DashMap;
 // on the short keys used here (measured in BENCHMARKS.md).
 use foldhash::fast::RandomState;
 
+use crate::deadline_timer::{self, Expire};
 use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
+use crate::notifications::Notifications;
 use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
 use crate::task_entry::{CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
 use crate::task_id::{generate_id, validate_task_id};
-use crate::{SubagentTaskHandle, SubagentTaskSnapshot, TaskStart, TrackerError};
+use crate::{
+    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskStart,
+    TrackerError,
+};
 
 /// The cancel reason used when a caller gives none.
 pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
+
+/// The cancel reason of a task whose deadline passed.
+pub const DEADLINE_REASON: &str = "deadline exceeded";
 
 /// Settings of a tracker, fixed at construction.
 #[derive(Clone, Debug)]
@@ -60,15 +67,6 @@ impl<V> Clone for InMemorySubagentTaskTracker<V> {
             shared: self.shared.clone(),
         }
     }
-}
-
-/// Which task a cascaded cancel names as its origin.
-#[derive(Clone, Copy)]
-enum CancelScope {
-    /// A cancel of one task: it and its descendants name that task.
-    Subtree,
-    /// A session-wide cancel: each task is cancelled in its own right and names itself.
-    Session,
 }
 
 /// A retained run in the id table. The start sequence sits beside the pointer so that eviction, which visits
@@ -160,6 +158,15 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             ),
             None => None,
         };
+        // A child never outlives its parent's deadline, unless it was started out of the parent's reach.
+        let inherited_deadline = parent
+            .as_ref()
+            .filter(|_| !start.detached)
+            .and_then(|parent| parent.deadline);
+        let deadline = match (start.deadline, inherited_deadline) {
+            (Some(own), Some(inherited)) => Some(own.min(inherited)),
+            (own, inherited) => own.or(inherited),
+        };
         let entry = Arc::new(TaskEntry::new(
             shared.next_sequence.fetch_add(1, Ordering::Relaxed),
             task_id.clone(),
@@ -168,15 +175,17 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             start.agent,
             start.description,
             start.metadata,
+            deadline,
+            start.detached,
         ));
-        let mut wakers = Vec::new();
+        let mut notifications = Notifications::default();
         let opened = entry.open(
             parent.as_ref(),
             |starts_cancelled| shared.make_visible(&entry, starts_cancelled),
             &shared.bus,
-            &mut wakers,
+            &mut notifications,
         );
-        wake_all(wakers);
+        drop(notifications);
         match opened {
             Ok(()) => {}
             Err(OpenRefusal::DuplicateTask) => {
@@ -193,9 +202,15 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
                 ));
             }
         }
+        if let Some(deadline) = deadline {
+            shared.arm_deadline(&entry, deadline);
+        }
+        if !start.linked.is_empty() {
+            shared.link(&entry, start.linked);
+        }
         if let Some(reason) = shared.closed.get() {
             // `close` may have swept the running tasks before this one became visible; finish its work here.
-            shared.cancel_trees(Some(entry.clone()), reason.clone(), CancelScope::Session);
+            shared.cancel_trees(Some(entry.clone()), reason.clone(), CancelCause::Session);
         }
         Ok(SubagentTaskHandle::new(shared.clone(), entry))
     }
@@ -209,7 +224,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         match self.shared.lookup(task_id) {
             Some(entry) => {
                 self.shared
-                    .cancel_trees(Some(entry), cancel_reason(reason), CancelScope::Subtree)
+                    .cancel_trees(Some(entry), cancel_reason(reason), CancelCause::Requested)
                     > 0
             }
             None => false,
@@ -344,34 +359,41 @@ impl<V> TrackerShared<V> {
 
     /// Cancels each running root with its running descendants, all at one instant; returns how many tasks
     /// moved (for a single root: zero exactly when that root was not running).
+    ///
+    /// A root records `cause` and names itself as origin; its descendants record `Parent` and name the root.
+    /// A session-wide cancel reaches every task in its own right, so each records `Session` and names itself.
     fn cancel_trees(
         &self,
         roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
         reason: Arc<str>,
-        scope: CancelScope,
+        cause: CancelCause,
     ) -> usize {
         let request = CancelRequest {
             reason,
             at: SystemTime::now(),
         };
         // Shared by every root, so that a session-wide cancel allocates per call, not per task.
-        let mut wakers = Vec::new();
+        let mut notifications = Notifications::default();
         let mut stack = Vec::new();
         let mut children = Vec::new();
         let mut moved = 0;
         for root in roots {
             let origin = root.task_id.clone();
+            let root_sequence = root.sequence;
             stack.push(root);
             while let Some(entry) = stack.pop() {
-                let entry_origin = match scope {
-                    CancelScope::Subtree => &origin,
-                    CancelScope::Session => &entry.task_id,
+                let (entry_origin, entry_cause) = match cause {
+                    CancelCause::Session => (&entry.task_id, CancelCause::Session),
+                    _ if entry.sequence == root_sequence => (&origin, cause),
+                    _ => (&origin, CancelCause::Parent),
                 };
+                let bus = &self.bus;
                 if entry.cancel(
                     &request,
                     entry_origin,
-                    &self.bus,
-                    &mut wakers,
+                    entry_cause,
+                    bus,
+                    &mut notifications,
                     &mut children,
                 ) {
                     moved += 1;
@@ -380,7 +402,8 @@ impl<V> TrackerShared<V> {
                 }
             }
         }
-        wake_all(wakers);
+        // Dropping the notifications wakes the waiters and runs the callbacks, now that no lock is held.
+        drop(notifications);
         moved
     }
 
@@ -390,19 +413,19 @@ impl<V> TrackerShared<V> {
             .iter()
             .map(|item| item.value().clone())
             .collect();
-        self.cancel_trees(running, reason, CancelScope::Session)
+        self.cancel_trees(running, reason, CancelCause::Session)
     }
 
     /// Records the runner's end of `entry` and does the session's bookkeeping: the running index, the
-    /// parent's list of children, retention and wake-ups. Returns `None` if it had already finished.
+    /// parent's list of children, retention, its deadline and links, and wake-ups. Returns `None` if it had
+    /// already finished.
     pub(crate) fn end(&self, entry: &Arc<TaskEntry<V>>, end: RunnerEnd<V>) -> Option<bool> {
-        let mut wakers = Vec::new();
-        let mut discarded_wakers = Vec::new();
-        let effects = entry.end(end, &self.bus, &mut wakers, &mut discarded_wakers)?;
+        let mut notifications = Notifications::default();
+        let effects = entry.end(end, &self.bus, &mut notifications)?;
         if effects.transitioned {
             self.running.remove(&entry.sequence);
         }
-        if let Some(parent) = effects.parent {
+        if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);
         }
         if let Some((sequence, task_id)) =
@@ -411,8 +434,15 @@ impl<V> TrackerShared<V> {
             self.tasks
                 .remove_if(&task_id, |_, retained| retained.sequence == sequence);
         }
-        wake_all(wakers);
-        drop(discarded_wakers);
+        // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
+        if let Some(key) = effects.deadline_key {
+            deadline_timer::unschedule(key);
+        }
+        for link in &effects.links {
+            link.remove();
+        }
+        drop(effects.released);
+        drop(notifications);
         Some(effects.transitioned)
     }
 
@@ -420,25 +450,84 @@ impl<V> TrackerShared<V> {
         self.cancel_trees(
             Some(entry.clone()),
             cancel_reason(reason),
-            CancelScope::Subtree,
+            CancelCause::Requested,
         ) > 0
     }
 
     pub(crate) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
-        let mut wakers = Vec::new();
-        let recorded = entry.record_progress(message, &self.bus, &mut wakers);
-        wake_all(wakers);
-        recorded
+        let mut notifications = Notifications::default();
+        entry.record_progress(message, &self.bus, &mut notifications)
+    }
+}
+
+impl<V: Send + Sync + 'static> TrackerShared<V> {
+    /// Cancels `entry` when `deadline` passes, on the shared timer thread; at once if it already has.
+    fn arm_deadline(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, deadline: Instant) {
+        if deadline <= Instant::now() {
+            self.cancel_trees(
+                Some(entry.clone()),
+                Arc::from(DEADLINE_REASON),
+                CancelCause::Deadline,
+            );
+            return;
+        }
+        let expiry = DeadlineExpiry {
+            tracker: Arc::downgrade(self),
+            entry: Arc::downgrade(entry),
+        };
+        let key = deadline_timer::schedule(deadline, Box::new(expiry));
+        if !entry.keep_deadline_key(key) {
+            // It finished in the meantime and will never look for the key.
+            deadline_timer::unschedule(key);
+        }
+    }
+
+    /// Cancels `entry` when any of `sources` fires (at once if one already has), until `entry` finishes.
+    fn link(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, sources: Vec<SubagentTaskToken<V>>) {
+        let registrations = sources
+            .into_iter()
+            .map(|source| {
+                // Weak on every side: a link never keeps a task, its source or the session alive.
+                let tracker = Arc::downgrade(self);
+                let target = Arc::downgrade(entry);
+                let source_entry = Arc::downgrade(source.entry());
+                source.on_cancel(move || {
+                    let (Some(tracker), Some(target)) = (tracker.upgrade(), target.upgrade())
+                    else {
+                        return;
+                    };
+                    let reason = source_entry
+                        .upgrade()
+                        .and_then(|source| source.cancel_reason())
+                        .unwrap_or_else(|| Arc::from(DEFAULT_CANCEL_REASON));
+                    tracker.cancel_trees(Some(target), reason, CancelCause::Linked);
+                })
+            })
+            .collect();
+        for leftover in entry.keep_links(registrations) {
+            leftover.remove();
+        }
+    }
+}
+
+/// The timer's way back to a task whose deadline passed.
+struct DeadlineExpiry<V> {
+    tracker: Weak<TrackerShared<V>>,
+    entry: Weak<TaskEntry<V>>,
+}
+
+impl<V: Send + Sync + 'static> Expire for DeadlineExpiry<V> {
+    fn expire(&self) {
+        if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
+            tracker.cancel_trees(
+                Some(entry),
+                Arc::from(DEADLINE_REASON),
+                CancelCause::Deadline,
+            );
+        }
     }
 }
 
 fn cancel_reason(reason: Option<&str>) -> Arc<str> {
     Arc::from(reason.unwrap_or(DEFAULT_CANCEL_REASON))
-}
-
-/// Wakes what a transition collected; called with no lock held.
-fn wake_all(wakers: Vec<Waker>) {
-    for waker in wakers {
-        waker.wake();
-    }
 }

@@ -1,0 +1,37 @@
+//! Why a task was cancelled.
+
+use std::fmt;
+
+/// What moved a task to `Cancelled`, recorded on its snapshot beside the reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CancelCause {
+    /// Cancelled by id, or by its own runner stopping on a cancel.
+    Requested,
+    /// Reached by the cascade of an ancestor's cancel, or started under a cancelled parent.
+    Parent,
+    /// Cancelled by a session-wide cancel or by closing the session.
+    Session,
+    /// Its deadline passed (its own, or an ancestor's, which bounds it).
+    Deadline,
+    /// A token it was linked to at start fired.
+    Linked,
+}
+
+impl CancelCause {
+    /// The lowercase name: `"requested"`, `"parent"`, `"session"`, `"deadline"` or `"linked"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            CancelCause::Requested => "requested",
+            CancelCause::Parent => "parent",
+            CancelCause::Session => "session",
+            CancelCause::Deadline => "deadline",
+            CancelCause::Linked => "linked",
+        }
+    }
+}
+
+impl fmt::Display for CancelCause {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.pad(self.as_str())
+    }
+}
