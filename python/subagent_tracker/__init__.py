@@ -15,6 +15,13 @@ Quick start::
 
 from __future__ import annotations
 
+from subagent_tracker._checkpoints import (
+    GuardedStream,
+    ToolCall,
+    ToolOutcome,
+    run_tool_calls,
+    run_until_cancelled,
+)
 from subagent_tracker._errors import (
     DuplicateTaskError,
     SessionClosedError,
@@ -25,27 +32,38 @@ from subagent_tracker._errors import (
 from subagent_tracker._native import (
     DEFAULT_MAX_FINISHED_TASKS,
     MAX_TASK_ID_BYTES,
+    CancelCallbackRegistration,
     CancellationToken,
     SubagentEvent,
     SubagentTask,
     SubagentTaskHandle,
+    pending_deadlines,
 )
-from subagent_tracker._session import EventStream, Session
+from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
+    "DEFAULT_GRACE_SECONDS",
     "DEFAULT_MAX_FINISHED_TASKS",
     "MAX_TASK_ID_BYTES",
+    "CancelCallbackRegistration",
     "CancellationToken",
     "DuplicateTaskError",
     "EventStream",
+    "GuardedStream",
     "Session",
     "SessionClosedError",
+    "SpawnedSubagent",
     "SubagentEvent",
     "SubagentStatus",
     "SubagentTask",
     "SubagentTaskHandle",
     "SubagentTrackerError",
     "TaskCancelledError",
+    "ToolCall",
+    "ToolOutcome",
     "UnknownTaskError",
+    "pending_deadlines",
+    "run_tool_calls",
+    "run_until_cancelled",
 ]

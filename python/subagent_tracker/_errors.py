@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SubagentTrackerError(Exception):
     """The base class of every error this package raises on purpose."""
@@ -15,11 +17,14 @@ class TaskCancelledError(SubagentTrackerError):
 
     task_id: str
     reason: str
+    partial: list[Any] | None
 
-    def __init__(self, task_id: str, reason: str = "cancelled") -> None:
+    def __init__(self, task_id: str, reason: str = "cancelled", partial: list[Any] | None = None) -> None:
         super().__init__(task_id, reason)
         self.task_id = task_id
         self.reason = reason
+        #: What a guarded stream delivered before the cancel stopped it (``token.guard``); None elsewhere.
+        self.partial = partial
 
     def __str__(self) -> str:
         return f"task {self.task_id!r} was cancelled: {self.reason}"

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
+from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import Session as _NativeSession
 
 if TYPE_CHECKING:
-    from subagent_tracker._native import EventSubscription, SubagentEvent, SubagentTask
+    from subagent_tracker._native import (
+        CancellationToken,
+        EventSubscription,
+        SubagentEvent,
+        SubagentTask,
+        SubagentTaskHandle,
+    )
+
+#: How long a spawned subagent may take to stop cooperatively after a cancel before it is stopped by force.
+DEFAULT_GRACE_SECONDS = 5.0
 
 
 class Session(_NativeSession):
@@ -28,7 +40,7 @@ class Session(_NativeSession):
         Raises ``TimeoutError`` if ``timeout`` seconds pass first, and ``UnknownTaskError`` for an unknown id.
         A cancelled task whose runner still runs is not finished: this keeps waiting across that window.
         """
-        _check_timeout(timeout)
+        _check_timeout(timeout, "timeout")
         watch = self._watch(task_id)
         finished = watch.finished_future()
         if finished is not None:
@@ -39,6 +51,42 @@ class Session(_NativeSession):
                     f"task {task_id!r} did not finish within {timeout} seconds; its runner is still running"
                 ) from None
         return watch.snapshot()
+
+    def spawn_subagent_task(
+        self,
+        function: Callable[[SubagentTaskHandle], Awaitable[Any]],
+        task_id: str | None = None,
+        *,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+    ) -> SpawnedSubagent:
+        """Starts a task and runs ``await function(handle)`` as an asyncio task of the running loop.
+
+        The task completes with the function's return value, fails with its exception, or ends cancelled.
+        A cancel is cooperative first (the function sees its token fire); if the function has not returned
+        ``grace`` seconds later, its asyncio task is cancelled by force and the snapshot shows
+        ``escalated``. Await the returned object for the final snapshot.
+        """
+        _check_timeout(grace, "grace")
+        handle = self.start_subagent_task(
+            task_id,
+            parent_id=parent_id,
+            agent=agent,
+            description=description,
+            metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
+            detached=detached,
+            linked=linked,
+        )
+        return SpawnedSubagent(handle, function, grace, asyncio.get_running_loop())
 
     def events(self) -> EventStream:
         """An async iterator of lifecycle events from this call on (the subscription starts here, not at
@@ -55,6 +103,60 @@ class Session(_NativeSession):
 
     def __exit__(self, *_exception: object) -> None:
         self.close()
+
+
+class SpawnedSubagent:
+    """A subagent running as an asyncio task; ``await`` it for its final snapshot."""
+
+    __slots__ = ("_escalated", "handle", "task")
+
+    def __init__(
+        self,
+        handle: SubagentTaskHandle,
+        function: Callable[[SubagentTaskHandle], Awaitable[Any]],
+        grace: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.handle = handle
+        self._escalated = False
+        self.task: asyncio.Task[SubagentTask] = loop.create_task(self._run(function))
+
+        def escalate() -> None:
+            if not self.task.done():
+                self._escalated = True
+                handle.record_escalation()
+                self.task.cancel()
+
+        def arm() -> None:
+            # On the loop's thread: the cancel may have come from any thread.
+            loop.call_later(grace, escalate)
+
+        def on_cancel() -> None:
+            # A closed loop has nothing left to escalate against.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(arm)
+
+        handle.token.on_cancel(on_cancel)
+
+    async def _run(self, function: Callable[[SubagentTaskHandle], Awaitable[Any]]) -> SubagentTask:
+        handle = self.handle
+        try:
+            async with handle:
+                result = await function(handle)
+                handle.complete(result)
+        except asyncio.CancelledError:
+            if not self._escalated:
+                raise
+        except (TaskCancelledError, Exception):
+            pass  # The handle recorded the outcome; the snapshot tells it.
+        return handle.snapshot()
+
+    @property
+    def task_id(self) -> str:
+        return self.handle.task_id
+
+    def __await__(self) -> Generator[Any, None, SubagentTask]:
+        return self.task.__await__()
 
 
 class EventStream:
@@ -94,10 +196,10 @@ class EventStream:
         self.close()
 
 
-def _check_timeout(timeout: float | None) -> None:
+def _check_timeout(timeout: float | None, name: str) -> None:
     if timeout is None:
         return
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+        raise TypeError(f"{name} must be a number of seconds or None, got {type(timeout).__name__}")
     if not math.isfinite(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be a finite, non-negative number of seconds, got {timeout}")
+        raise ValueError(f"{name} must be a finite, non-negative number of seconds, got {timeout}")

@@ -1,6 +1,6 @@
 //! Checks of Python arguments, with messages that say what was expected.
 
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -75,6 +75,69 @@ pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Durat
             "timeout must be a finite, non-negative number of seconds, got {seconds}"
         ))
     })
+}
+
+/// An absolute deadline in seconds since the epoch (as `time.time()` gives), as a monotonic instant.
+pub(crate) fn deadline(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(None);
+    };
+    let is_number = (value.is_instance_of::<PyInt>()
+        && !value.is_instance_of::<pyo3::types::PyBool>())
+        || value.is_instance_of::<PyFloat>();
+    let seconds: f64 = if is_number {
+        value.extract()?
+    } else {
+        f64::NAN
+    };
+    if !is_number {
+        return Err(PyTypeError::new_err(format!(
+            "deadline must be seconds since the epoch (as time.time() gives) or None, got {}",
+            type_name(value)
+        )));
+    }
+    if !seconds.is_finite() {
+        return Err(PyValueError::new_err(format!(
+            "deadline must be a finite time, got {seconds}"
+        )));
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |since| since.as_secs_f64());
+    let remaining = Duration::try_from_secs_f64((seconds - now).max(0.0)).unwrap_or(Duration::MAX);
+    Ok(Some(Instant::now().checked_add(remaining).unwrap_or_else(
+        || Instant::now() + Duration::from_secs(1 << 40),
+    )))
+}
+
+/// An iterable of `CancellationToken`s (or `None`).
+pub(crate) fn tokens(
+    value: Option<&Bound<'_, PyAny>>,
+    name: &str,
+) -> PyResult<Vec<subagent_tracker::SubagentTaskToken<crate::python_types::PyValue>>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let iterator = value.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{name} must be an iterable of CancellationToken, got {}",
+            type_name(value)
+        ))
+    })?;
+    iterator
+        .map(|item| {
+            let item = item?;
+            let token = item
+                .cast::<crate::token::CancellationToken>()
+                .map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "{name} must hold CancellationToken objects, got {}",
+                        type_name(&item)
+                    ))
+                })?;
+            Ok(token.get().core().clone())
+        })
+        .collect()
 }
 
 /// Metadata: `None`, or a mapping, kept as a read-only copy so that snapshots stay immutable.

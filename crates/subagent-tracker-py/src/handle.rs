@@ -93,6 +93,11 @@ impl SubagentTaskHandle {
         Ok(with_wake_batch(py, || self.handle.fail(&text)))
     }
 
+    /// Records that the runner was stopped by force after its grace period (shown as `escalated`).
+    fn record_escalation(&self) {
+        self.handle.record_escalation();
+    }
+
     /// A snapshot of the task now.
     fn snapshot(&self) -> SubagentTask {
         SubagentTask::new(self.handle.snapshot())

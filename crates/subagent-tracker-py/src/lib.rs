@@ -5,6 +5,7 @@
 
 mod arguments;
 mod asyncio_waker;
+mod cancel_callback;
 mod errors;
 mod events;
 mod handle;
@@ -17,6 +18,12 @@ mod token;
 
 use pyo3::prelude::*;
 
+/// How many deadlines are scheduled in this process and have neither fired nor been removed (a leak check).
+#[pyfunction]
+fn pending_deadlines() -> usize {
+    subagent_tracker::pending_deadlines()
+}
+
 /// The native half of `subagent_tracker`; import the package instead.
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -28,6 +35,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<events::EventSubscription>()?;
     module.add_class::<task_watch::TaskWatch>()?;
     module.add_class::<ready::Ready>()?;
+    module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
+    module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
     module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
     module.add(
         "DEFAULT_MAX_FINISHED_TASKS",

@@ -75,7 +75,12 @@ impl Session {
     }
 
     /// Starts a task and returns the runner's handle.
-    #[pyo3(signature = (task_id=None, *, parent_id=None, agent=None, description=None, metadata=None))]
+    // One parameter per Python keyword argument: the signature is the Python API.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (
+        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None,
+        timeout=None, deadline=None, detached=false, linked=None
+    ))]
     fn start_subagent_task(
         &self,
         py: Python<'_>,
@@ -84,6 +89,10 @@ impl Session {
         agent: Option<&Bound<'_, PyAny>>,
         description: Option<&Bound<'_, PyAny>>,
         metadata: Option<&Bound<'_, PyAny>>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        deadline: Option<&Bound<'_, PyAny>>,
+        detached: bool,
+        linked: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<SubagentTaskHandle> {
         let mut start = TaskStart::new();
         if let Some(task_id) = task_id.filter(|value| !value.is_none()) {
@@ -100,6 +109,16 @@ impl Session {
         }
         if let Some(metadata) = arguments::metadata(metadata)? {
             start = start.metadata(PyValue::new(metadata));
+        }
+        if let Some(timeout) = arguments::timeout(timeout)? {
+            start = start.timeout(timeout);
+        }
+        if let Some(deadline) = arguments::deadline(deadline)? {
+            start = start.deadline(deadline);
+        }
+        start = start.detached(detached);
+        for token in arguments::tokens(linked, "linked")? {
+            start = start.linked(token);
         }
         let handle = with_wake_batch(py, || self.tracker.start(start))
             .map_err(|error| tracker_error(py, error))?;

@@ -91,6 +91,26 @@ impl SubagentTask {
     }
 
     #[getter]
+    fn cancel_cause(&self) -> Option<&'static str> {
+        self.snapshot.cancel_cause.map(|cause| cause.as_str())
+    }
+
+    #[getter]
+    fn deadline(&self) -> Option<f64> {
+        self.snapshot.deadline.map(epoch_seconds)
+    }
+
+    #[getter]
+    fn detached(&self) -> bool {
+        self.snapshot.detached
+    }
+
+    #[getter]
+    fn escalated(&self) -> bool {
+        self.snapshot.escalated
+    }
+
+    #[getter]
     fn progress(&self) -> Option<&str> {
         self.snapshot.progress.as_deref()
     }

@@ -7,9 +7,21 @@ use subagent_tracker::SubagentTaskToken;
 
 use crate::arguments;
 use crate::asyncio_waker::future_for;
+use crate::cancel_callback::{CancelCallbackRegistration, PythonCallback};
 use crate::errors::task_cancelled_error;
 use crate::python_types::{python_repr, PyValue};
 use crate::ready::Ready;
+
+/// The Python module that holds the async checkpoints (async code is best written in Python).
+fn checkpoints(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static MODULE: pyo3::sync::PyOnceLock<Py<PyModule>> = pyo3::sync::PyOnceLock::new();
+    Ok(MODULE
+        .get_or_try_init(py, || {
+            py.import("subagent_tracker._checkpoints")
+                .map(Bound::unbind)
+        })?
+        .bind(py))
+}
 
 /// How long a blocking wait sleeps between checks for Python signals (so Ctrl-C still works).
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
@@ -23,6 +35,10 @@ pub(crate) struct CancellationToken {
 impl CancellationToken {
     pub(crate) fn new(token: SubagentTaskToken<PyValue>) -> CancellationToken {
         CancellationToken { token }
+    }
+
+    pub(crate) fn core(&self) -> &SubagentTaskToken<PyValue> {
+        &self.token
     }
 }
 
@@ -89,6 +105,43 @@ impl CancellationToken {
             }
             py.check_signals()?;
         }
+    }
+
+    /// Runs `callback()` once when the task is cancelled (at once if it already is); a coroutine function is
+    /// scheduled on the event loop that registered it. Exceptions are logged, never raised to the canceller.
+    fn on_cancel(&self, callback: &Bound<'_, PyAny>) -> PyResult<CancelCallbackRegistration> {
+        let callback = PythonCallback::new(callback)?;
+        Ok(CancelCallbackRegistration::new(
+            self.token.on_cancel(move || callback.invoke()),
+        ))
+    }
+
+    /// `async for chunk in token.guard(stream)`: passes chunks through until the token fires, racing each
+    /// chunk against it; then closes the stream and raises `TaskCancelledError` carrying `.partial`.
+    fn guard<'py>(
+        slf: &Bound<'py, Self>,
+        stream: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        checkpoints(slf.py())?
+            .getattr("GuardedStream")?
+            .call1((slf, stream))
+    }
+
+    /// `await token.run(awaitable)`: its result, unless the token fires first; then it is cancelled and
+    /// `TaskCancelledError` is raised.
+    fn run<'py>(
+        slf: &Bound<'py, Self>,
+        awaitable: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        checkpoints(slf.py())?
+            .getattr("run_until_cancelled")?
+            .call1((slf, awaitable))
+    }
+
+    /// How many callbacks wait on this token (registered, not yet run, not removed).
+    #[getter]
+    fn callback_count(&self) -> usize {
+        self.token.callback_count()
     }
 
     fn __repr__(&self) -> String {

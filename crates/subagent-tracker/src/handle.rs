@@ -80,6 +80,12 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
         cancelled_here
     }
 
+    /// Records that the runner did not stop within its grace period after a cancel and is being stopped by
+    /// force; snapshots show it as `escalated`.
+    pub fn record_escalation(&self) {
+        self.entry.record_escalation();
+    }
+
     /// True once the task has finished.
     pub fn is_finished(&self) -> bool {
         self.entry.is_finished()

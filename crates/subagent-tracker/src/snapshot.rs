@@ -38,6 +38,8 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub cancel_origin: Option<Arc<str>>,
     /// What cancelled the task: a request, its parent, its session, its deadline or a linked token.
     pub cancel_cause: Option<CancelCause>,
+    /// True when the runner did not stop within its grace period after a cancel and was stopped by force.
+    pub escalated: bool,
     /// When the task's effective deadline falls (its own, bounded by its parent's unless detached).
     pub deadline: Option<SystemTime>,
     /// True for a task started detached: its parent's cascade does not reach it.

@@ -50,6 +50,7 @@ struct TaskState<V> {
     cancel_reason: Option<Arc<str>>,
     cancel_origin: Option<Arc<str>>,
     cancel_cause: Option<CancelCause>,
+    escalated: bool,
     progress: Option<Arc<str>>,
     progress_count: u64,
     result: Option<V>,
@@ -145,6 +146,7 @@ impl<V> TaskEntry<V> {
                 cancel_reason: None,
                 cancel_origin: None,
                 cancel_cause: None,
+                escalated: false,
                 progress: None,
                 progress_count: 0,
                 result: None,
@@ -443,6 +445,10 @@ impl<V> TaskEntry<V> {
         CancelCallback::registered(host, id)
     }
 
+    pub(crate) fn record_escalation(&self) {
+        self.state.lock().escalated = true;
+    }
+
     pub(crate) fn callback_count(&self) -> usize {
         self.state.lock().callbacks.len()
     }
@@ -569,6 +575,7 @@ impl<V: Clone> TaskEntry<V> {
             cancel_reason: state.cancel_reason.clone(),
             cancel_origin: state.cancel_origin.clone(),
             cancel_cause: state.cancel_cause,
+            escalated: state.escalated,
             deadline: self.deadline.map(instant_to_system_time),
             detached: self.detached,
             progress: state.progress.clone(),

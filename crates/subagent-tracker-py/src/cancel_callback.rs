@@ -1,0 +1,105 @@
+//! `token.on_cancel(callback)`: Python callbacks run by the core when a task is cancelled.
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+
+/// A registered cancel callback; `remove()` unregisters it if it has not run.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct CancelCallbackRegistration {
+    registration: subagent_tracker::CancelCallback,
+}
+
+#[pymethods]
+impl CancelCallbackRegistration {
+    /// Unregisters the callback; True if it was still waiting (it will now never run).
+    fn remove(&self) -> bool {
+        self.registration.remove()
+    }
+}
+
+/// A Python callable, and for a coroutine function the event loop that registered it.
+pub(crate) struct PythonCallback {
+    callable: Py<PyAny>,
+    event_loop: Option<Py<PyAny>>,
+}
+
+impl PythonCallback {
+    /// Checks `callable`; a coroutine function is bound to the running event loop.
+    pub(crate) fn new(callable: &Bound<'_, PyAny>) -> PyResult<PythonCallback> {
+        let py = callable.py();
+        if !callable.is_callable() {
+            let type_name = callable.get_type().name()?;
+            return Err(PyTypeError::new_err(format!(
+                "callback must be callable, got {type_name}"
+            )));
+        }
+        static IS_COROUTINE_FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let is_coroutine_function = IS_COROUTINE_FUNCTION
+            .import(py, "inspect", "iscoroutinefunction")?
+            .call1((callable,))?
+            .is_truthy()?;
+        let event_loop = if is_coroutine_function {
+            let running = py.import("asyncio")?.call_method0("get_running_loop").map_err(|_| {
+                PyRuntimeError::new_err(
+                    "a coroutine function callback must be registered from a running event loop, which will run it",
+                )
+            })?;
+            Some(running.unbind())
+        } else {
+            None
+        };
+        Ok(PythonCallback {
+            callable: callable.clone().unbind(),
+            event_loop,
+        })
+    }
+
+    /// Calls the callback (or schedules its coroutine on its loop); an exception is logged, never raised into
+    /// the canceller.
+    pub(crate) fn invoke(self) {
+        Python::attach(|py| {
+            if let Err(error) = self.call(py) {
+                log_callback_error(py, error);
+            }
+        });
+    }
+
+    fn call(&self, py: Python<'_>) -> PyResult<()> {
+        let outcome = self.callable.call0(py)?;
+        let Some(event_loop) = &self.event_loop else {
+            return Ok(());
+        };
+        let create_task = event_loop.getattr(py, "create_task")?;
+        if let Err(error) = event_loop.call_method1(
+            py,
+            "call_soon_threadsafe",
+            (create_task, outcome.clone_ref(py)),
+        ) {
+            // The loop is closed: close the coroutine so Python does not warn that it was never awaited.
+            outcome.call_method0(py, "close")?;
+            return Err(error);
+        }
+        Ok(())
+    }
+}
+
+fn log_callback_error(py: Python<'_>, error: PyErr) {
+    let logged = py.import("logging").and_then(|logging| {
+        let logger = logging.call_method1("getLogger", ("subagent_tracker",))?;
+        let keywords = pyo3::types::PyDict::new(py);
+        keywords.set_item("exc_info", error.value(py))?;
+        logger.call_method("error", ("a cancel callback raised",), Some(&keywords))
+    });
+    if logged.is_err() {
+        error.write_unraisable(py, None);
+    }
+}
+
+impl CancelCallbackRegistration {
+    pub(crate) fn new(
+        registration: subagent_tracker::CancelCallback,
+    ) -> CancelCallbackRegistration {
+        CancelCallbackRegistration { registration }
+    }
+}

@@ -1,0 +1,182 @@
+"""Checkpoints that let an agent loop stop promptly: guarded streams, interruptible tools, tool batches.
+
+A tracker alone does not stop an agent; the loop must reach a checkpoint. These helpers race the work
+against the task's token, so that a cancel stops a silent stream or a running tool at once, and every tool
+call gets an outcome the conversation can record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from subagent_tracker._errors import TaskCancelledError
+
+if TYPE_CHECKING:
+    from subagent_tracker._native import CancellationToken
+
+_T = TypeVar("_T")
+
+
+def _cancelled_error(token: CancellationToken, partial: list[Any] | None = None) -> TaskCancelledError:
+    return TaskCancelledError(token.task_id, token.reason or "cancelled", partial)
+
+
+class GuardedStream(AsyncIterator[_T], Generic[_T]):
+    """Passes chunks through until the token fires; then closes the source and raises
+    ``TaskCancelledError`` whose ``partial`` holds the chunks delivered so far.
+
+    Each next chunk is raced against the token, so a cancel stops a stream that has gone silent too.
+    """
+
+    __slots__ = ("_cancelled", "_source", "_token", "partial")
+
+    def __init__(self, token: CancellationToken, stream: AsyncIterable[_T]) -> None:
+        self._token = token
+        self._source: AsyncIterator[_T] = stream.__aiter__()
+        self._cancelled: asyncio.Future[None] | None = None
+        self.partial: list[_T] = []
+
+    def __aiter__(self) -> GuardedStream[_T]:
+        return self
+
+    async def __anext__(self) -> _T:
+        if self._token.is_cancelled:
+            await self._stop(None)
+        if self._cancelled is None:
+            self._cancelled = asyncio.ensure_future(self._token.cancelled())
+        next_chunk: asyncio.Future[_T] = asyncio.ensure_future(self._source.__anext__())
+        racers: set[asyncio.Future[Any]] = {next_chunk, self._cancelled}
+        try:
+            await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            next_chunk.cancel()
+            self._cancelled.cancel()
+            raise
+        if next_chunk.done():
+            try:
+                chunk = next_chunk.result()
+            except StopAsyncIteration:
+                self._cancelled.cancel()
+                raise
+            self.partial.append(chunk)
+            return chunk
+        await self._stop(next_chunk)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _stop(self, pending: asyncio.Future[_T] | None) -> None:
+        if self._cancelled is not None:
+            self._cancelled.cancel()
+        if pending is not None:
+            pending.cancel()
+            # Let the source see its cancellation before closing it, or aclose() finds it still running.
+            with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+                await pending
+        close = getattr(self._source, "aclose", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+        raise _cancelled_error(self._token, list(self.partial))
+
+    async def aclose(self) -> None:
+        """Closes the source stream without waiting for the token."""
+        if self._cancelled is not None:
+            self._cancelled.cancel()
+        close = getattr(self._source, "aclose", None)
+        if close is not None:
+            await close()
+
+
+async def run_until_cancelled(token: CancellationToken, work: Awaitable[_T]) -> _T:
+    """Awaits ``work`` (a coroutine or future); if the token fires first, cancels it, lets it clean up, and
+    raises ``TaskCancelledError``. Cancelling the caller cancels ``work`` too."""
+    task = asyncio.ensure_future(work)
+    if token.is_cancelled:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+        raise _cancelled_error(token)
+    cancelled = asyncio.ensure_future(token.cancelled())
+    racers: set[asyncio.Future[Any]] = {task, cancelled}
+    try:
+        await asyncio.wait(racers, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    finally:
+        cancelled.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise _cancelled_error(token)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call requested by a model: an id, the tool's name, and a zero-argument coroutine function."""
+
+    call_id: str
+    name: str
+    run: Callable[[], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What became of one tool call. ``interrupted`` and ``not_started`` are the cancel's synthetic outcomes:
+    every call gets one, so the conversation history stays valid (each tool call has a result)."""
+
+    call_id: str
+    name: str
+    status: Literal["completed", "failed", "interrupted", "not_started"]
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True for calls the cancel stopped or never let start."""
+        return self.status in ("interrupted", "not_started")
+
+    def as_tool_message(self) -> dict[str, Any]:
+        """A chat-style tool-result message for this call."""
+        if self.status == "completed":
+            content = str(self.result)
+        elif self.status == "failed":
+            content = f"error: {self.error}"
+        elif self.status == "interrupted":
+            content = f"cancelled while running: {self.error}"
+        else:
+            content = f"cancelled before it started: {self.error}"
+        return {"role": "tool", "tool_call_id": self.call_id, "name": self.name, "content": content}
+
+
+async def run_tool_calls(
+    token: CancellationToken, calls: Sequence[ToolCall], *, concurrent: bool = False
+) -> list[ToolOutcome]:
+    """Runs a batch of tool calls, one after another or all at once, and returns an outcome for every call.
+
+    On cancel, completed calls keep their results, running ones are interrupted, and calls that never started
+    get a synthetic ``not_started`` outcome. A tool that raises gets ``failed`` and the batch goes on. This
+    never raises ``TaskCancelledError``: check ``token.is_cancelled`` (or the outcomes) afterwards.
+    """
+
+    async def one(call: ToolCall) -> ToolOutcome:
+        if token.is_cancelled:
+            return ToolOutcome(call.call_id, call.name, "not_started", error=token.reason)
+        try:
+            result = await run_until_cancelled(token, call.run())
+        except TaskCancelledError as cancelled:
+            return ToolOutcome(call.call_id, call.name, "interrupted", error=cancelled.reason)
+        except Exception as failure:
+            return ToolOutcome(
+                call.call_id, call.name, "failed", error=f"{type(failure).__name__}: {failure}"
+            )
+        return ToolOutcome(call.call_id, call.name, "completed", result=result)
+
+    if concurrent:
+        return list(await asyncio.gather(*(one(call) for call in calls)))
+    return [await one(call) for call in calls]
