@@ -1,0 +1,429 @@
+"""Deadlines, cancel callbacks, linked tokens, checkpoints and spawn (docs/agent-loops.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from subagent_tracker import (
+    Session,
+    SubagentStatus,
+    SubagentTaskHandle,
+    TaskCancelledError,
+    ToolCall,
+    pending_deadlines,
+    run_tool_calls,
+)
+
+# --- deadlines and causes
+
+
+def test_cancel_causes_are_recorded(session: Session) -> None:
+    a = session.start_subagent_task("a")
+    b = session.start_subagent_task("b", parent_id="a")
+    c = session.start_subagent_task("c")
+    session.cancel_subagent_task("a")
+    session.cancel()
+    assert (a.snapshot().cancel_cause, b.snapshot().cancel_cause, c.snapshot().cancel_cause) == (
+        "requested",
+        "parent",
+        "session",
+    )
+    assert session.start_subagent_task("d").snapshot().cancel_cause is None
+
+
+def test_a_timeout_cancels_with_the_deadline_reason(session: Session) -> None:
+    handle = session.start_subagent_task("a", timeout=0.03)
+    deadline = handle.snapshot().deadline
+    assert deadline is not None and deadline <= time.time() + 0.05
+    assert handle.token.wait(timeout=5) is True
+    snapshot = handle.snapshot()
+    assert snapshot.status is SubagentStatus.CANCELLED
+    assert (snapshot.cancel_reason, snapshot.cancel_cause) == ("deadline exceeded", "deadline")
+
+
+def test_an_absolute_deadline_in_the_past_cancels_at_start(session: Session) -> None:
+    handle = session.start_subagent_task("a", deadline=time.time() - 1)
+    assert handle.token.is_cancelled
+    assert handle.snapshot().cancel_cause == "deadline"
+
+
+def test_a_childs_deadline_is_bounded_by_its_parents_unless_detached(session: Session) -> None:
+    parent = session.start_subagent_task("p", timeout=60)
+    child = session.start_subagent_task("c", parent_id="p", timeout=3600)
+    free = session.start_subagent_task("d", parent_id="p", detached=True)
+    parent_deadline = parent.snapshot().deadline
+    child_deadline = child.snapshot().deadline
+    assert parent_deadline is not None and child_deadline is not None
+    assert child_deadline <= parent_deadline
+    assert free.snapshot().deadline is None and free.snapshot().detached
+
+
+def test_a_detached_child_escapes_the_cascade_but_not_its_session(session: Session) -> None:
+    session.start_subagent_task("p")
+    parent = session.start_subagent_task("p2")
+    detached = session.start_subagent_task("d", parent_id="p2", detached=True)
+    session.cancel_subagent_task("p2")
+    assert not detached.token.is_cancelled
+    session.cancel()
+    assert detached.token.is_cancelled and detached.snapshot().cancel_cause == "session"
+    del parent
+
+
+def test_deadlines_and_callbacks_leave_nothing_behind_when_tasks_finish_first() -> None:
+    session = Session()
+    before = pending_deadlines()
+    handles = [session.start_subagent_task(f"t{index}", timeout=3600) for index in range(20_000)]
+    for handle in handles:
+        handle.token.on_cancel(lambda: None)
+    assert pending_deadlines() == before + 20_000
+    tokens = [handle.token for handle in handles]
+    for handle in handles:
+        handle.complete()
+    assert pending_deadlines() == before
+    assert all(token.callback_count == 0 for token in tokens)
+
+
+def test_a_deadline_racing_completion_has_one_winner(session: Session) -> None:
+    for index in range(300):
+        handle = session.start_subagent_task(f"t{index}", timeout=(index % 5) / 10_000)
+        time.sleep((index % 3) / 10_000)
+        completed = handle.complete()
+        assert completed == (handle.snapshot().status is SubagentStatus.COMPLETED)
+
+
+def test_deadline_arguments_are_checked(session: Session) -> None:
+    with pytest.raises(TypeError, match="timeout"):
+        session.start_subagent_task("a", timeout="soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="timeout"):
+        session.start_subagent_task("a", timeout=-1)
+    with pytest.raises(TypeError, match="deadline"):
+        session.start_subagent_task("a", deadline="tomorrow")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        session.start_subagent_task("a", detached="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="linked"):
+        session.start_subagent_task("a", linked=[object()])  # type: ignore[list-item]
+    assert session.subagent_task("a") is None
+
+
+# --- callbacks
+
+
+def test_a_callback_runs_once_and_at_once_when_already_cancelled(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    calls: list[str] = []
+    handle.token.on_cancel(lambda: calls.append("first"))
+    assert handle.token.callback_count == 1
+    session.cancel_subagent_task("a")
+    session.cancel_subagent_task("a")
+    assert calls == ["first"]
+    handle.token.on_cancel(lambda: calls.append("late"))
+    assert calls == ["first", "late"]
+
+
+def test_removed_callbacks_and_callbacks_of_completed_tasks_never_run(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    calls: list[str] = []
+    registration = handle.token.on_cancel(lambda: calls.append("removed"))
+    assert registration.remove() is True
+    assert registration.remove() is False
+    handle.token.on_cancel(lambda: calls.append("released"))
+    handle.complete()
+    assert handle.token.callback_count == 0
+    assert calls == []
+
+
+def test_a_failing_callback_is_logged_and_breaks_nothing(
+    session: Session, caplog: pytest.LogCaptureFixture
+) -> None:
+    handle = session.start_subagent_task("a")
+    calls: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("callback bug")
+
+    handle.token.on_cancel(broken)
+    handle.token.on_cancel(lambda: calls.append("second"))
+    with caplog.at_level(logging.ERROR, logger="subagent_tracker"):
+        assert session.cancel_subagent_task("a") is True
+    assert calls == ["second"]
+    assert "a cancel callback raised" in caplog.text and "callback bug" in caplog.text
+
+
+def test_a_coroutine_callback_runs_on_the_loop_that_registered_it(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+
+    async def main() -> None:
+        ran_on: list[int] = []
+        done = asyncio.Event()
+
+        async def cleanup() -> None:
+            ran_on.append(threading.get_ident())
+            done.set()
+
+        handle.token.on_cancel(cleanup)
+        canceller = threading.Thread(target=session.cancel_subagent_task, args=("a",))
+        canceller.start()
+        await asyncio.wait_for(done.wait(), 5)
+        canceller.join()
+        assert ran_on == [threading.get_ident()]
+
+    asyncio.run(main())
+    with pytest.raises(RuntimeError, match="running event loop"):
+
+        async def orphan() -> None:
+            pass
+
+        session.start_subagent_task("b").token.on_cancel(orphan)
+
+
+def _race_cancel(session: Session, task_id: str, action: Callable[[], object]) -> object:
+    """Cancels ``task_id`` in another thread at the moment ``action`` runs here; returns what it returned."""
+    barrier = threading.Barrier(2)
+
+    def cancel() -> None:
+        barrier.wait()
+        session.cancel_subagent_task(task_id)
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    barrier.wait()
+    try:
+        return action()
+    finally:
+        canceller.join()
+
+
+def _register_racing_cancel() -> list[int]:
+    session = Session()
+    handle = session.start_subagent_task("a")
+    calls: list[int] = []
+
+    def register() -> None:
+        for index in range(100):
+            handle.token.on_cancel(lambda index=index: calls.append(index))
+
+    _race_cancel(session, "a", register)
+    return sorted(calls)
+
+
+def test_a_callback_registered_as_the_token_fires_runs_exactly_once() -> None:
+    for _ in range(50):
+        assert _register_racing_cancel() == list(range(100))
+
+
+def test_callbacks_must_be_callable(session: Session) -> None:
+    with pytest.raises(TypeError, match="callable"):
+        session.start_subagent_task("a").token.on_cancel(42)  # type: ignore[arg-type]
+
+
+# --- linked tokens
+
+
+def test_a_linked_task_follows_its_source_across_sessions(session: Session) -> None:
+    request_session = Session("requests")
+    request = request_session.start_subagent_task("request")
+    linked = session.start_subagent_task("a", linked=[request.token])
+    request_session.cancel_subagent_task("request", reason="client disconnected")
+    snapshot = linked.snapshot()
+    assert snapshot.status is SubagentStatus.CANCELLED
+    assert (snapshot.cancel_cause, snapshot.cancel_reason) == ("linked", "client disconnected")
+
+
+def test_links_are_dropped_when_linked_tasks_finish(session: Session) -> None:
+    source = session.start_subagent_task("long-lived")
+    for index in range(2_000):
+        session.start_subagent_task(f"t{index}", linked=[source.token]).complete()
+    assert source.token.callback_count == 0
+
+
+def test_a_link_to_a_token_cancelled_during_start_always_takes() -> None:
+    for _ in range(100):
+        session = Session()
+        source = session.start_subagent_task("source")
+        linked = _race_cancel(
+            session, "source", lambda: session.start_subagent_task("a", linked=[source.token])
+        )
+        assert isinstance(linked, SubagentTaskHandle) and linked.token.is_cancelled
+
+
+# --- stream checkpoint
+
+
+async def _stream(chunks: list[str], delay: float, closed: list[bool]) -> AsyncIterator[str]:
+    try:
+        for chunk in chunks:
+            await asyncio.sleep(delay)
+            yield chunk
+        await asyncio.sleep(3600)  # then falls silent
+    finally:
+        closed.append(True)
+
+
+def test_guard_passes_chunks_through_and_ends_with_the_stream(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+
+    async def finite() -> AsyncIterator[int]:
+        for index in range(3):
+            yield index
+
+    async def main() -> list[int]:
+        return [chunk async for chunk in handle.token.guard(finite())]
+
+    assert asyncio.run(main()) == [0, 1, 2]
+
+
+def test_guard_stops_a_silent_stream_at_once_and_keeps_the_partial_output(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    closed: list[bool] = []
+
+    async def main() -> None:
+        received = []
+
+        async def consume() -> None:
+            async for chunk in handle.token.guard(_stream(["Hel", "lo"], 0.001, closed)):
+                received.append(chunk)
+
+        consumer = asyncio.ensure_future(consume())
+        await asyncio.sleep(0.05)  # the stream is now silent
+        started = time.perf_counter()
+        session.cancel_subagent_task("a", reason="user pressed stop")
+        with pytest.raises(TaskCancelledError) as raised:
+            await asyncio.wait_for(consumer, 2)
+        assert time.perf_counter() - started < 0.5
+        assert raised.value.partial == ["Hel", "lo"] == received
+        assert raised.value.reason == "user pressed stop"
+
+    asyncio.run(main())
+    assert closed == [True], "the source stream was closed"
+
+
+# --- tool checkpoints
+
+
+def test_run_interrupts_a_running_tool(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+
+    async def main() -> None:
+        cleaned: list[bool] = []
+
+        async def slow_tool() -> str:
+            try:
+                await asyncio.sleep(3600)
+            finally:
+                cleaned.append(True)
+            return "never"
+
+        async def fast_tool() -> str:
+            return "fast"
+
+        assert await handle.token.run(fast_tool()) == "fast"
+        call = asyncio.ensure_future(handle.token.run(slow_tool()))
+        await asyncio.sleep(0.01)
+        session.cancel_subagent_task("a")
+        with pytest.raises(TaskCancelledError):
+            await asyncio.wait_for(call, 2)
+        assert cleaned == [True], "the tool was cancelled and could clean up"
+        with pytest.raises(TaskCancelledError):
+            await handle.token.run(fast_tool())
+
+    asyncio.run(main())
+
+
+def _tools(started: list[str]) -> list[ToolCall]:
+    def tool(name: str, seconds: float, fails: bool = False) -> ToolCall:
+        async def run() -> str:
+            started.append(name)
+            await asyncio.sleep(seconds)
+            if fails:
+                raise ValueError("bad arguments")
+            return f"{name} done"
+
+        return ToolCall(call_id=f"call-{name}", name=name, run=run)
+
+    return [tool("search", 0.0), tool("broken", 0.0, fails=True), tool("fetch", 3600), tool("summarize", 0.0)]
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_a_tool_batch_gives_every_call_an_outcome_on_cancel(session: Session, concurrent: bool) -> None:
+    handle = session.start_subagent_task(f"a-{concurrent}")
+    started: list[str] = []
+
+    async def main() -> None:
+        batch = asyncio.ensure_future(run_tool_calls(handle.token, _tools(started), concurrent=concurrent))
+        await asyncio.sleep(0.05)
+        session.cancel_subagent_task(handle.task_id, reason="stop")
+        outcomes = await asyncio.wait_for(batch, 2)
+        statuses = {outcome.name: outcome.status for outcome in outcomes}
+        assert statuses["search"] == "completed" and outcomes[0].result == "search done"
+        assert statuses["broken"] == "failed" and outcomes[1].error == "ValueError: bad arguments"
+        assert statuses["fetch"] == "interrupted"
+        assert statuses["summarize"] == ("completed" if concurrent else "not_started")
+        messages = [outcome.as_tool_message() for outcome in outcomes]
+        assert [message["tool_call_id"] for message in messages] == [
+            "call-search",
+            "call-broken",
+            "call-fetch",
+            "call-summarize",
+        ]
+
+    asyncio.run(main())
+
+
+# --- spawn with escalation
+
+
+def test_spawn_completes_with_the_functions_result(session: Session) -> None:
+    async def main() -> None:
+        async def work(handle: SubagentTaskHandle) -> str:
+            handle.progress("thinking")
+            return "answer"
+
+        snapshot = await session.spawn_subagent_task(work, "a")
+        assert snapshot.status is SubagentStatus.COMPLETED and snapshot.result == "answer"
+
+        async def broken(handle: SubagentTaskHandle) -> None:
+            raise KeyError("tool missing")
+
+        snapshot = await session.spawn_subagent_task(broken, "b")
+        assert snapshot.status is SubagentStatus.FAILED and "tool missing" in (snapshot.error or "")
+
+    asyncio.run(main())
+
+
+def test_spawn_stops_cooperatively_without_escalation(session: Session) -> None:
+    async def main() -> None:
+        async def cooperative(handle: SubagentTaskHandle) -> None:
+            await handle.token.cancelled()
+            handle.token.raise_if_cancelled()
+
+        spawned = session.spawn_subagent_task(cooperative, "a", grace=5)
+        await asyncio.sleep(0.01)
+        session.cancel_subagent_task("a")
+        snapshot = await asyncio.wait_for(spawned, 2)
+        assert snapshot.status is SubagentStatus.CANCELLED and snapshot.finished
+        assert not snapshot.escalated
+
+    asyncio.run(main())
+
+
+def test_spawn_escalates_after_the_grace_period(session: Session) -> None:
+    async def main() -> None:
+        async def stubborn(handle: SubagentTaskHandle) -> None:
+            await asyncio.sleep(3600)  # never looks at its token
+
+        spawned = session.spawn_subagent_task(stubborn, "a", grace=0.05)
+        await asyncio.sleep(0.01)
+        cancelled_at = time.perf_counter()
+        session.cancel_subagent_task("a", reason="stop now")
+        snapshot = await asyncio.wait_for(spawned, 2)
+        assert time.perf_counter() - cancelled_at >= 0.05
+        assert snapshot.status is SubagentStatus.CANCELLED and snapshot.finished
+        assert snapshot.escalated and snapshot.cancel_reason == "stop now"
+
+    asyncio.run(main())
