@@ -242,14 +242,17 @@ def test_links_are_dropped_when_linked_tasks_finish(session: Session) -> None:
     assert source.token.callback_count == 0
 
 
+def _link_racing_cancel() -> bool:
+    session = Session()
+    source = session.start_subagent_task("source")
+    linked = _race_cancel(session, "source", lambda: session.start_subagent_task("a", linked=[source.token]))
+    assert isinstance(linked, SubagentTaskHandle)
+    return linked.token.is_cancelled
+
+
 def test_a_link_to_a_token_cancelled_during_start_always_takes() -> None:
     for _ in range(100):
-        session = Session()
-        source = session.start_subagent_task("source")
-        linked = _race_cancel(
-            session, "source", lambda: session.start_subagent_task("a", linked=[source.token])
-        )
-        assert isinstance(linked, SubagentTaskHandle) and linked.token.is_cancelled
+        assert _link_racing_cancel()
 
 
 # --- stream checkpoint
