@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from subagent_tracker import (
+    CancellationToken,
     Session,
     SubagentStatus,
     SubagentTaskHandle,
@@ -253,6 +254,19 @@ def _link_racing_cancel() -> bool:
 def test_a_link_to_a_token_cancelled_during_start_always_takes() -> None:
     for _ in range(100):
         assert _link_racing_cancel()
+
+
+def test_any_fires_with_its_first_source_and_leaks_nothing(session: Session) -> None:
+    long_lived = session.start_subagent_task("long-lived")
+    other = session.start_subagent_task("other")
+    for _ in range(1_000):
+        CancellationToken.any(long_lived.token, other.token)
+    assert long_lived.token.callback_count == 0, "collected combinations leave no registration"
+    combined = CancellationToken.any(long_lived.token, other.token)
+    session.cancel_subagent_task("other", reason="user left")
+    assert combined.is_cancelled and combined.reason == "user left"
+    with pytest.raises(TypeError, match="CancellationToken"):
+        CancellationToken.any(long_lived.token, "not a token")  # type: ignore[arg-type]
 
 
 # --- stream checkpoint

@@ -138,6 +138,15 @@ impl CancellationToken {
             .call1((slf, awaitable))
     }
 
+    /// A token that fires when any of `tokens` fires, with that token's reason. It belongs to no task; its
+    /// registrations on the sources go away when it fires or is garbage-collected.
+    #[staticmethod]
+    #[pyo3(signature = (*tokens))]
+    fn any(tokens: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<CancellationToken> {
+        let tokens = arguments::tokens(Some(tokens.as_any()), "tokens")?;
+        Ok(CancellationToken::new(SubagentTaskToken::any(tokens)))
+    }
+
     /// How many callbacks wait on this token (registered, not yet run, not removed).
     #[getter]
     fn callback_count(&self) -> usize {

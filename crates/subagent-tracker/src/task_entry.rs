@@ -445,6 +445,37 @@ impl<V> TaskEntry<V> {
         CancelCallback::registered(host, id)
     }
 
+    /// An entry that belongs to no session: the state behind a combined token.
+    pub(crate) fn standalone(label: Arc<str>) -> TaskEntry<V> {
+        TaskEntry::new(0, label, Arc::from(""), None, None, None, None, None, false)
+    }
+
+    /// Cancels a standalone entry (cause `Linked`), delivering its wake-ups and callbacks, and drops its links.
+    pub(crate) fn cancel_standalone(&self, reason: Arc<str>) {
+        static NO_SUBSCRIBERS: std::sync::OnceLock<EventBus> = std::sync::OnceLock::new();
+        let bus = NO_SUBSCRIBERS.get_or_init(EventBus::new);
+        let request = CancelRequest {
+            reason,
+            at: SystemTime::now(),
+        };
+        let mut notifications = Notifications::default();
+        let origin = self.task_id.clone();
+        let mut children = Vec::new();
+        self.cancel(
+            &request,
+            &origin,
+            CancelCause::Linked,
+            bus,
+            &mut notifications,
+            &mut children,
+        );
+        let links = std::mem::take(&mut self.state.lock().links);
+        for link in links {
+            link.remove();
+        }
+        drop(notifications);
+    }
+
     pub(crate) fn record_escalation(&self) {
         self.state.lock().escalated = true;
     }
@@ -582,6 +613,16 @@ impl<V: Clone> TaskEntry<V> {
             progress_count: state.progress_count,
             result: state.result.clone(),
             error: state.error.clone(),
+        }
+    }
+}
+
+impl<V> Drop for TaskEntry<V> {
+    fn drop(&mut self) {
+        // A task unlinks when it finishes; a combined token (`SubagentTaskToken::any`) never finishes, so it
+        // unlinks here, when its last clone is dropped: long-lived sources never accumulate dead links.
+        for link in self.state.get_mut().links.drain(..) {
+            link.remove();
         }
     }
 }

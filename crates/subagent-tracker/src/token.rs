@@ -74,6 +74,43 @@ impl<V> SubagentTaskToken<V> {
         self.entry.on_cancel(Box::new(callback))
     }
 
+    /// A token that fires when any of `tokens` fires (at once if one already has), with that token's reason.
+    ///
+    /// It belongs to no task or session. Its registrations on the sources are removed when it fires or when
+    /// its last clone is dropped, so combining long-lived tokens leaks nothing.
+    pub fn any(tokens: impl IntoIterator<Item = SubagentTaskToken<V>>) -> SubagentTaskToken<V>
+    where
+        V: Send + Sync + 'static,
+    {
+        let tokens: Vec<_> = tokens.into_iter().collect();
+        let label: Vec<&str> = tokens.iter().map(|token| &*token.entry.task_id).collect();
+        let combined = Arc::new(TaskEntry::standalone(Arc::from(format!(
+            "any({})",
+            label.join(", ")
+        ))));
+        let registrations = tokens
+            .iter()
+            .map(|source| {
+                let combined = Arc::downgrade(&combined);
+                let source_entry = Arc::downgrade(source.entry());
+                source.on_cancel(move || {
+                    if let Some(combined) = combined.upgrade() {
+                        let reason = source_entry
+                            .upgrade()
+                            .and_then(|source| source.cancel_reason());
+                        combined.cancel_standalone(
+                            reason.unwrap_or_else(|| Arc::from(crate::DEFAULT_CANCEL_REASON)),
+                        );
+                    }
+                })
+            })
+            .collect();
+        for leftover in combined.keep_links(registrations) {
+            leftover.remove();
+        }
+        SubagentTaskToken::new(combined)
+    }
+
     /// How many callbacks wait on this token: registered, not yet run, not removed. A diagnostic for leaks:
     /// it drops to zero when the task is cancelled (they run) or ends (they are released).
     pub fn callback_count(&self) -> usize {

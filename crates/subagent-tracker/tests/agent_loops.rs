@@ -337,3 +337,35 @@ fn a_link_to_a_token_cancelled_during_start_always_takes() {
         });
     }
 }
+
+#[test]
+fn any_fires_with_the_first_source_and_leaks_nothing_when_dropped() {
+    let tracker = tracker();
+    let long_lived = tracker
+        .start(TaskStart::new().task_id("long-lived"))
+        .unwrap();
+    let other = tracker.start(TaskStart::new().task_id("other")).unwrap();
+    for _ in 0..1_000 {
+        drop(subagent_tracker::SubagentTaskToken::any([
+            long_lived.token(),
+            other.token(),
+        ]));
+    }
+    assert_eq!(
+        long_lived.token().callback_count(),
+        0,
+        "dropped combinations leave no registration"
+    );
+    let combined = subagent_tracker::SubagentTaskToken::any([long_lived.token(), other.token()]);
+    assert!(!combined.is_cancelled());
+    tracker.cancel("other", Some("user left"));
+    assert!(combined.is_cancelled());
+    assert_eq!(combined.reason().as_deref(), Some("user left"));
+    assert_eq!(
+        long_lived.token().callback_count(),
+        0,
+        "a fired combination unlinks from the rest"
+    );
+    let already = subagent_tracker::SubagentTaskToken::any([other.token()]);
+    assert!(already.is_cancelled());
+}
