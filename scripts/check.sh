@@ -35,6 +35,8 @@ python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
 step "demo, examples and Python benchmarks (smoke sizes; the figures are not judged)"
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
+python examples/streaming_agent.py >/dev/null
+python examples/fanout_deadline.py >/dev/null
 python benches/python_bench.py --smoke >/dev/null
 
 step "pytest (against the installed wheel)"
