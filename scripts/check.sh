@@ -38,6 +38,7 @@ python examples/quickstart.py >/dev/null
 python examples/streaming_agent.py >/dev/null
 python examples/fanout_deadline.py >/dev/null
 python benches/python_bench.py --smoke >/dev/null
+python benches/deadline_soak.py --tasks 2000 --rounds 1 >/dev/null
 
 step "pytest (against the installed wheel)"
 python -m pytest --timeout 120 -p no:cacheprovider
