@@ -80,18 +80,8 @@ def run(coroutine: Awaitable[float]) -> float:
 # --- lifecycle ---
 
 
-def lifecycle_ours(count: int) -> float:
-    session = Session(max_finished_tasks=10_000)
-    start = session.start_subagent_task
-    ids = [f"t{index}" for index in range(count)]
-    began = perf_counter()
-    for task_id in ids:
-        start(task_id).complete()
-    return (perf_counter() - began) / count
-
-
-def lifecycle_reference(count: int) -> float:
-    session = ReferenceSession(max_finished_tasks=10_000)
+def lifecycle(session: Any, count: int) -> float:
+    """Seconds per start + complete; ``session`` is ours or the reference (the same calls)."""
     start = session.start_subagent_task
     ids = [f"t{index}" for index in range(count)]
     began = perf_counter()
@@ -113,26 +103,15 @@ async def lifecycle_trpc(count: int) -> float:
 # --- check ---
 
 
-def check_ours(count: int, cancelled: bool) -> float:
-    session = Session()
+def check(session: Any, count: int, cancelled: bool) -> float:
+    """Seconds per ``is_cancelled`` read; ours reads its token, the reference its task object."""
     handle = session.start_subagent_task("t")
     if cancelled:
         session.cancel_subagent_task("t")
-    token = handle.token
+    token = handle.token if isinstance(session, Session) else handle
     began = perf_counter()
     for _ in repeat(None, count):
         token.is_cancelled  # noqa: B018
-    return (perf_counter() - began) / count
-
-
-def check_reference(count: int, cancelled: bool) -> float:
-    session = ReferenceSession()
-    task = session.start_subagent_task("t")
-    if cancelled:
-        session.cancel_subagent_task("t")
-    began = perf_counter()
-    for _ in repeat(None, count):
-        task.is_cancelled  # noqa: B018
     return (perf_counter() - began) / count
 
 
@@ -463,8 +442,8 @@ def main() -> None:
         Row(
             "lifecycle: start + complete",
             "µs",
-            best(lambda: lifecycle_ours(lifecycles), repeats),
-            best(lambda: lifecycle_reference(lifecycles), repeats),
+            best(lambda: lifecycle(Session(max_finished_tasks=10_000), lifecycles), repeats),
+            best(lambda: lifecycle(ReferenceSession(max_finished_tasks=10_000), lifecycles), repeats),
             best(lambda: run(lifecycle_trpc(lifecycles // 4)), repeats) if have_trpc else None,
         )
     ]
@@ -474,8 +453,8 @@ def main() -> None:
             Row(
                 f"check: is_cancelled, {state}",
                 "ns",
-                best(lambda cancelled=cancelled: check_ours(checks, cancelled), repeats),
-                best(lambda cancelled=cancelled: check_reference(checks, cancelled), repeats),
+                best(lambda cancelled=cancelled: check(Session(), checks, cancelled), repeats),
+                best(lambda cancelled=cancelled: check(ReferenceSession(), checks, cancelled), repeats),
                 best(lambda cancelled=cancelled: run(check_trpc(checks // 20, cancelled)), repeats)
                 if have_trpc
                 else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,14 +28,18 @@ def test_error_classes_form_the_promised_hierarchy() -> None:
     assert issubclass(UnknownTaskError, LookupError)
 
 
-@pytest.mark.parametrize("value", NOT_STRINGS)
-def test_a_task_id_of_the_wrong_type_is_a_type_error(session: Session, value: Any) -> None:
-    for call in (
+def _calls_taking_an_id(session: Session, value: Any) -> list[Callable[[], object]]:
+    return [
         lambda: session.start_subagent_task(value),
         lambda: session.cancel_subagent_task(value),
         lambda: session.subagent_task(value),
         lambda: session.start_subagent_task("x", parent_id=value),
-    ):
+    ]
+
+
+@pytest.mark.parametrize("value", NOT_STRINGS)
+def test_a_task_id_of_the_wrong_type_is_a_type_error(session: Session, value: Any) -> None:
+    for call in _calls_taking_an_id(session, value):
         with pytest.raises(TypeError, match=r"must be a str, got"):
             call()
     assert session.subagent_tasks() == []
@@ -42,12 +47,7 @@ def test_a_task_id_of_the_wrong_type_is_a_type_error(session: Session, value: An
 
 @pytest.mark.parametrize("value", ["", "x" * (MAX_TASK_ID_BYTES + 1), "é" * (MAX_TASK_ID_BYTES // 2 + 1)])
 def test_an_empty_or_oversized_id_is_a_value_error(session: Session, value: str) -> None:
-    for call in (
-        lambda: session.start_subagent_task(value),
-        lambda: session.cancel_subagent_task(value),
-        lambda: session.subagent_task(value),
-        lambda: session.start_subagent_task("x", parent_id=value),
-    ):
+    for call in _calls_taking_an_id(session, value):
         with pytest.raises(ValueError, match=r"non-empty|at most"):
             call()
     assert session.subagent_tasks() == []

@@ -55,21 +55,26 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     })
 }
 
-/// An optional timeout in seconds: `None`, or a finite non-negative number.
-pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
-    let Some(value) = value.filter(|value| !value.is_none()) else {
-        return Ok(None);
-    };
+/// A number of seconds (an `int` or a `float`, not a `bool`); `expected` completes the error message.
+fn seconds(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64> {
     let is_number = (value.is_instance_of::<PyInt>()
         && !value.is_instance_of::<pyo3::types::PyBool>())
         || value.is_instance_of::<PyFloat>();
     if !is_number {
         return Err(PyTypeError::new_err(format!(
-            "timeout must be a number of seconds or None, got {}",
+            "{name} must be {expected}, got {}",
             type_name(value)
         )));
     }
-    let seconds: f64 = value.extract()?;
+    value.extract()
+}
+
+/// An optional timeout in seconds: `None`, or a finite non-negative number.
+pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(None);
+    };
+    let seconds = seconds(value, "timeout", "a number of seconds or None")?;
     Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
         PyValueError::new_err(format!(
             "timeout must be a finite, non-negative number of seconds, got {seconds}"
@@ -82,20 +87,8 @@ pub(crate) fn deadline(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Inst
     let Some(value) = value.filter(|value| !value.is_none()) else {
         return Ok(None);
     };
-    let is_number = (value.is_instance_of::<PyInt>()
-        && !value.is_instance_of::<pyo3::types::PyBool>())
-        || value.is_instance_of::<PyFloat>();
-    let seconds: f64 = if is_number {
-        value.extract()?
-    } else {
-        f64::NAN
-    };
-    if !is_number {
-        return Err(PyTypeError::new_err(format!(
-            "deadline must be seconds since the epoch (as time.time() gives) or None, got {}",
-            type_name(value)
-        )));
-    }
+    let expected = "seconds since the epoch (as time.time() gives) or None";
+    let seconds = seconds(value, "deadline", expected)?;
     if !seconds.is_finite() {
         return Err(PyValueError::new_err(format!(
             "deadline must be a finite time, got {seconds}"

@@ -1,23 +1,18 @@
 //! Deadlines, cancel callbacks, linked tokens, detached children and cancel causes (docs/agent-loops.md).
 
+mod common;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use subagent_tracker::{
-    CancelCause, InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig,
-    DEADLINE_REASON,
+    CancelCause, InMemorySubagentTaskTracker, SubagentStatus, TaskStart, DEADLINE_REASON,
 };
 
 fn tracker() -> InMemorySubagentTaskTracker {
-    InMemorySubagentTaskTracker::with_config(
-        Some("session"),
-        TrackerConfig {
-            max_finished_tasks: 100_000,
-            ..TrackerConfig::default()
-        },
-    )
+    common::tracker_retaining(100_000)
 }
 
 #[test]

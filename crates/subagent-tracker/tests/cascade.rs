@@ -1,20 +1,14 @@
 //! CONTRACT §3: cascade, session cancel and close, and cascades racing child starts.
 
+mod common;
+
 use std::sync::Barrier;
 use std::thread;
 
-use subagent_tracker::{
-    InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
-};
+use subagent_tracker::{InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerError};
 
 fn tracker() -> InMemorySubagentTaskTracker {
-    InMemorySubagentTaskTracker::with_config(
-        Some("session"),
-        TrackerConfig {
-            max_finished_tasks: 1_000_000,
-            ..TrackerConfig::default()
-        },
-    )
+    common::tracker_retaining(1_000_000)
 }
 
 #[test]

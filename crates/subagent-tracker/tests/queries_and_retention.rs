@@ -1,20 +1,16 @@
 //! CONTRACT §5, §6 and §7: starts, queries and the bound on retained tasks.
 
+mod common;
+
 use std::time::Duration;
 
 use subagent_tracker::{
-    InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
+    InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerError,
     MAX_PROGRESS_MESSAGE_BYTES, MAX_TASK_ID_BYTES,
 };
 
 fn tracker(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
-    InMemorySubagentTaskTracker::with_config(
-        Some("session"),
-        TrackerConfig {
-            max_finished_tasks,
-            ..TrackerConfig::default()
-        },
-    )
+    common::tracker_retaining(max_finished_tasks)
 }
 
 #[test]

@@ -1,19 +1,15 @@
 //! CONTRACT §2 and §3: status transitions, and the first transition winning under races.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use subagent_tracker::{InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig};
+use subagent_tracker::{InMemorySubagentTaskTracker, SubagentStatus, TaskStart};
 
 fn tracker() -> InMemorySubagentTaskTracker {
-    InMemorySubagentTaskTracker::with_config(
-        Some("session"),
-        TrackerConfig {
-            max_finished_tasks: 100_000,
-            ..TrackerConfig::default()
-        },
-    )
+    common::tracker_retaining(100_000)
 }
 
 #[test]
