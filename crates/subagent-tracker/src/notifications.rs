@@ -18,7 +18,8 @@ pub(crate) struct Notifications {
 impl Drop for Notifications {
     fn drop(&mut self) {
         for waker in self.wakers.drain(..) {
-            waker.wake();
+            // A waker runs foreign code too (the Python binding's takes the interpreter lock).
+            run_contained(|| waker.wake());
         }
         for callback in self.callbacks.drain(..) {
             run_contained(callback);
@@ -26,7 +27,7 @@ impl Drop for Notifications {
     }
 }
 
-/// Runs a callback so that a panic in it stops neither the canceller nor the callbacks after it.
+/// Runs a callback or waker so that a panic in it stops neither the canceller nor the ones after it.
 pub(crate) fn run_contained(callback: impl FnOnce()) {
     // The panic has already been reported by the panic hook; swallowing it here keeps one faulty callback
     // from leaving the other registrations unrun.
