@@ -20,8 +20,9 @@
 //! # drop(parent);
 //! ```
 //!
-//! The contract this crate keeps is written out in the repository's `CONTRACT.md`; each type documents the
-//! rules it is responsible for.
+//! The contract this crate keeps is written out in the repository's `CONTRACT.md`, extended for agent loops
+//! (cancel causes, deadlines, callbacks, linked tokens, detached children) in `docs/agent-loops.md`; each type
+//! documents the rules it is responsible for.
 
 #![warn(missing_docs)]
 
