@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -444,3 +446,22 @@ def test_spawn_escalates_after_the_grace_period(session: Session) -> None:
         assert snapshot.escalated and snapshot.cancel_reason == "stop now"
 
     asyncio.run(main())
+
+
+def test_deadlines_passing_during_interpreter_exit_are_quiet() -> None:
+    probe = """
+import sys
+from subagent_tracker import Session
+session = Session()
+handles = []
+for index in range(200):
+    handle = session.start_subagent_task(f"t{index}", timeout=0.001 * (index % 20))
+    handle.token.on_cancel(lambda: None)
+    handles.append(handle)
+cycle = [handles]
+cycle.append(cycle)  # keeps the handles alive into interpreter shutdown
+"""
+    for _ in range(3):
+        finished = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+        assert finished.returncode == 0
+        assert finished.stderr == "", finished.stderr

@@ -15,6 +15,8 @@ Quick start::
 
 from __future__ import annotations
 
+import atexit
+
 from subagent_tracker._checkpoints import (
     GuardedStream,
     ToolCall,
@@ -37,10 +39,14 @@ from subagent_tracker._native import (
     SubagentEvent,
     SubagentTask,
     SubagentTaskHandle,
+    _interpreter_exiting,
     pending_deadlines,
 )
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
 from subagent_tracker._status import SubagentStatus
+
+# Deadlines may pass while the interpreter shuts down; the timer thread must then leave Python alone.
+atexit.register(_interpreter_exiting)
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",

@@ -25,6 +25,7 @@ __all__ = [
 ]
 
 def pending_deadlines() -> int: ...
+def _interpreter_exiting() -> None: ...
 
 @final
 class CancelCallbackRegistration:

@@ -14,6 +14,8 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyList;
 
+use crate::interpreter::python_available;
+
 struct PendingFuture {
     event_loop: Py<PyAny>,
     future: Py<PyAny>,
@@ -28,6 +30,10 @@ thread_local! {
 
 impl Wake for AsyncioWaker {
     fn wake(self: Arc<Self>) {
+        if !python_available() {
+            // The interpreter is going away: no loop is left to wake.
+            return;
+        }
         let pending = match Arc::try_unwrap(self) {
             Ok(waker) => waker.0,
             Err(shared) => Python::attach(|py| PendingFuture {

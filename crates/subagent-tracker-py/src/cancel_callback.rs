@@ -4,6 +4,8 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use crate::interpreter::python_available;
+
 /// A registered cancel callback; `remove()` unregisters it if it has not run.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct CancelCallbackRegistration {
@@ -58,6 +60,9 @@ impl PythonCallback {
     /// Calls the callback (or schedules its coroutine on its loop); an exception is logged, never raised into
     /// the canceller.
     pub(crate) fn invoke(self) {
+        if !python_available() {
+            return;
+        }
         Python::attach(|py| {
             if let Err(error) = self.call(py) {
                 log_callback_error(py, error);

@@ -9,6 +9,7 @@ mod cancel_callback;
 mod errors;
 mod events;
 mod handle;
+mod interpreter;
 mod python_types;
 mod ready;
 mod session;
@@ -37,6 +38,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<ready::Ready>()?;
     module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
     module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
+    module.add_function(wrap_pyfunction!(interpreter::_interpreter_exiting, module)?)?;
     module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
     module.add(
         "DEFAULT_MAX_FINISHED_TASKS",
