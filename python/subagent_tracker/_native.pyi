@@ -21,6 +21,7 @@ __all__ = [
     "SubagentTask",
     "SubagentTaskHandle",
     "TaskWatch",
+    "_interpreter_exiting",
     "pending_deadlines",
 ]
 
