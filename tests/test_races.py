@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 
 import pytest
 
-from subagent_tracker import Session, SubagentStatus, SubagentTaskHandle, UnknownTaskError
+from subagent_tracker import (
+    Session,
+    SessionClosedError,
+    SubagentStatus,
+    SubagentTaskHandle,
+    UnknownTaskError,
+)
 
 TASKS = 3_000
 
@@ -126,3 +133,60 @@ def _concurrent_cancels() -> list[bool]:
 def test_of_many_concurrent_cancels_exactly_one_returns_true() -> None:
     for _ in range(100):
         assert _concurrent_cancels() == [False, False, False, True]
+
+
+def _starts_racing_close() -> list[SubagentTaskHandle]:
+    session = Session()
+    barrier = threading.Barrier(2)
+    started: list[SubagentTaskHandle] = []
+
+    def start_many() -> None:
+        barrier.wait()
+        for index in range(300):
+            try:
+                started.append(session.start_subagent_task(f"t{index}"))
+            except SessionClosedError:
+                return
+
+    starter = threading.Thread(target=start_many)
+    starter.start()
+    barrier.wait()
+    session.close(reason="closing")
+    starter.join()
+    assert session.pending_subagent_tasks() == [], "a start raced past close and kept running"
+    return started
+
+
+def test_a_start_racing_close_is_refused_or_starts_cancelled() -> None:
+    for _ in range(50):
+        assert all(handle.token.is_cancelled for handle in _starts_racing_close())
+
+
+def _events_of_a_raced_task() -> list[str]:
+    session = Session()
+
+    async def collect() -> list[str]:
+        stream = session.events()
+        handle = session.start_subagent_task("a")
+        racers = [
+            threading.Thread(target=session.cancel_subagent_task, args=("a",)),
+            threading.Thread(target=handle.complete),
+        ]
+        for racer in racers:
+            racer.start()
+        for racer in racers:
+            racer.join()
+        kinds = []
+        while (event := stream._subscription.try_next()) is not None:
+            kinds.append(event.kind)
+        stream.close()
+        return kinds
+
+    return asyncio.run(collect())
+
+
+def test_events_of_one_task_stay_in_order_when_threads_race() -> None:
+    for _ in range(100):
+        kinds = _events_of_a_raced_task()
+        assert kinds[0] == "started" and kinds[-1] == "ended", kinds
+        assert kinds.count("ended") == 1

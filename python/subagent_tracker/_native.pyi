@@ -21,12 +21,14 @@ __all__ = [
     "SubagentTask",
     "SubagentTaskHandle",
     "TaskWatch",
+    "_check_seconds",
     "_interpreter_exiting",
     "pending_deadlines",
 ]
 
 def pending_deadlines() -> int: ...
 def _interpreter_exiting() -> None: ...
+def _check_seconds(value: float | None, name: str) -> None: ...
 
 @final
 class CancelCallbackRegistration:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import Session as _NativeSession
+from subagent_tracker._native import _check_seconds
 
 if TYPE_CHECKING:
     from subagent_tracker._native import (
@@ -40,7 +40,7 @@ class Session(_NativeSession):
         Raises ``TimeoutError`` if ``timeout`` seconds pass first, and ``UnknownTaskError`` for an unknown id.
         A cancelled task whose runner still runs is not finished: this keeps waiting across that window.
         """
-        _check_timeout(timeout, "timeout")
+        _check_seconds(timeout, "timeout")
         watch = self._watch(task_id)
         finished = watch.finished_future()
         if finished is not None:
@@ -74,7 +74,7 @@ class Session(_NativeSession):
         ``grace`` seconds later, its asyncio task is cancelled by force and the snapshot shows
         ``escalated``. Await the returned object for the final snapshot.
         """
-        _check_timeout(grace, "grace")
+        _check_seconds(grace, "grace")
         handle = self.start_subagent_task(
             task_id,
             parent_id=parent_id,
@@ -194,12 +194,3 @@ class EventStream:
 
     async def __aexit__(self, *_exception: object) -> None:
         self.close()
-
-
-def _check_timeout(timeout: float | None, name: str) -> None:
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"{name} must be a number of seconds or None, got {type(timeout).__name__}")
-    if not math.isfinite(timeout) or timeout < 0:
-        raise ValueError(f"{name} must be a finite, non-negative number of seconds, got {timeout}")

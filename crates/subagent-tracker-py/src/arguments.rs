@@ -4,6 +4,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyString};
 
 fn type_name(value: &Bound<'_, PyAny>) -> String {
@@ -71,15 +72,27 @@ fn seconds(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64
 
 /// An optional timeout in seconds: `None`, or a finite non-negative number.
 pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    duration(value, "timeout")
+}
+
+/// An optional duration in seconds named `name`: `None`, or a finite non-negative number.
+pub(crate) fn duration(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<Duration>> {
     let Some(value) = value.filter(|value| !value.is_none()) else {
         return Ok(None);
     };
-    let seconds = seconds(value, "timeout", "a number of seconds or None")?;
+    let seconds = seconds(value, name, "a number of seconds or None")?;
     Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
         PyValueError::new_err(format!(
-            "timeout must be a finite, non-negative number of seconds, got {seconds}"
+            "{name} must be a finite, non-negative number of seconds, got {seconds}"
         ))
     })
+}
+
+/// `_check_seconds(value, name)`: the Python layer's async methods check their durations by the same rule.
+#[pyfunction]
+#[pyo3(signature = (value, name))]
+pub(crate) fn _check_seconds(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<()> {
+    duration(value, name).map(drop)
 }
 
 /// An absolute deadline in seconds since the epoch (as `time.time()` gives), as a monotonic instant.
@@ -139,8 +152,9 @@ pub(crate) fn metadata(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<P
         return Ok(None);
     };
     let py = value.py();
-    let mapping_abc = py.import("collections.abc")?.getattr("Mapping")?;
-    if !value.is_instance(&mapping_abc)? {
+    static MAPPING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    static MAPPING_PROXY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    if !value.is_instance(MAPPING.import(py, "collections.abc", "Mapping")?)? {
         return Err(PyTypeError::new_err(format!(
             "metadata must be a mapping (such as a dict) or None, got {}",
             type_name(value)
@@ -148,9 +162,8 @@ pub(crate) fn metadata(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<P
     }
     let copy = PyDict::new(py);
     copy.call_method1("update", (value,))?;
-    let proxy = py
-        .import("types")?
-        .getattr("MappingProxyType")?
+    let proxy = MAPPING_PROXY
+        .import(py, "types", "MappingProxyType")?
         .call1((copy,))?;
     Ok(Some(proxy.unbind()))
 }

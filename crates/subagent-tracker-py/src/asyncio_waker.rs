@@ -78,6 +78,14 @@ pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> T 
     result
 }
 
+/// The event loop running in this thread; `RuntimeError` (asyncio's own) when there is none.
+pub(crate) fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    GET_RUNNING_LOOP
+        .import(py, "asyncio", "get_running_loop")?
+        .call0()
+}
+
 /// Polls a core readiness check with a waker bound to a new future of the running event loop.
 ///
 /// Returns `None` when already ready, or the future to await otherwise.
@@ -85,11 +93,8 @@ pub(crate) fn future_for(
     py: Python<'_>,
     poll: impl FnOnce(&mut Context<'_>) -> Poll<()>,
 ) -> PyResult<Option<Py<PyAny>>> {
-    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let event_loop = GET_RUNNING_LOOP
-        .import(py, "asyncio", "get_running_loop")?
-        .call0()?;
-    let future = event_loop.call_method0("create_future")?;
+    let event_loop = running_loop(py)?;
+    let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let waker = Waker::from(Arc::new(AsyncioWaker(PendingFuture {
         event_loop: event_loop.unbind(),
         future: future.clone().unbind(),
@@ -101,8 +106,10 @@ pub(crate) fn future_for(
 }
 
 fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
-    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    let running_loop = GET_RUNNING_LOOP
+    static GET_RUNNING_LOOP_OR_NONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    // One function object for every dispatch, rather than one made per cross-thread batch.
+    static RESOLVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let running_loop = GET_RUNNING_LOOP_OR_NONE
         .import(py, "asyncio", "_get_running_loop")
         .and_then(|function| function.call0())
         .ok();
@@ -120,9 +127,12 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
             {
                 resolve_futures(&futures)
             } else {
-                let resolver = wrap_pyfunction!(resolve_futures, py)?;
+                let resolver = RESOLVER.get_or_try_init(py, || {
+                    wrap_pyfunction!(resolve_futures, py)
+                        .map(|function| function.into_any().unbind())
+                })?;
                 event_loop
-                    .call_method1(py, "call_soon_threadsafe", (resolver, futures))
+                    .call_method1(py, intern!(py, "call_soon_threadsafe"), (resolver, futures))
                     .map(drop)
             }
         });

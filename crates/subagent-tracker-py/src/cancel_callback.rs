@@ -4,6 +4,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use crate::asyncio_waker::running_loop;
 use crate::interpreter::python_available;
 
 /// A registered cancel callback; `remove()` unregisters it if it has not run.
@@ -42,7 +43,7 @@ impl PythonCallback {
             .call1((callable,))?
             .is_truthy()?;
         let event_loop = if is_coroutine_function {
-            let running = py.import("asyncio")?.call_method0("get_running_loop").map_err(|_| {
+            let running = running_loop(py).map_err(|_| {
                 PyRuntimeError::new_err(
                     "a coroutine function callback must be registered from a running event loop, which will run it",
                 )

@@ -39,6 +39,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
     module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_interpreter_exiting, module)?)?;
+    module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
     module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
     module.add(
         "DEFAULT_MAX_FINISHED_TASKS",
