@@ -17,10 +17,7 @@ fn main() {
 fn tracker(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
     InMemorySubagentTaskTracker::with_config(
         None,
-        TrackerConfig {
-            max_finished_tasks,
-            ..TrackerConfig::default()
-        },
+        TrackerConfig::default().with_max_finished_tasks(max_finished_tasks),
     )
 }
 

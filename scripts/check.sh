@@ -12,6 +12,9 @@ step "clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet
+step "loom model checks of the core's concurrent transitions"
+RUSTFLAGS="--cfg subagent_tracker_loom" CARGO_TARGET_DIR=target/loom \
+  cargo test --quiet --release -p subagent-tracker --test loom
 step "Rust example, and each Rust benchmark once (divan's test mode)"
 cargo run --quiet --example orchestrator -p subagent-tracker
 cargo test --quiet --benches -p subagent-tracker

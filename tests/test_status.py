@@ -79,7 +79,7 @@ def test_snapshot_fields_are_what_start_recorded(session: Session) -> None:
     snapshot = handle.snapshot()
     assert (snapshot.task_id, snapshot.session_id, snapshot.parent_id) == ("c", "test-session", "p")
     assert (snapshot.agent, snapshot.description) == ("coder", "write tests")
-    assert dict(snapshot.metadata or {}) == {"k": [1]}
+    assert dict(snapshot.metadata or {}) == {"k": (1,)}  # nested values are frozen: lists become tuples
     assert snapshot.cancelled_at is None and snapshot.ended_at is None
     assert snapshot.cancel_reason is None and snapshot.cancel_origin is None
     assert snapshot.progress is None and snapshot.progress_count == 0

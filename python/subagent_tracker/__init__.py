@@ -16,6 +16,7 @@ Quick start::
 from __future__ import annotations
 
 import atexit
+import os
 
 from subagent_tracker._checkpoints import (
     GuardedStream,
@@ -32,25 +33,42 @@ from subagent_tracker._errors import (
     UnknownTaskError,
 )
 from subagent_tracker._native import (
+    DEADLINE_REASON,
+    DEFAULT_CANCEL_REASON,
     DEFAULT_MAX_FINISHED_TASKS,
+    DROPPED_HANDLE_ERROR,
+    MAX_SECONDS,
     MAX_TASK_ID_BYTES,
     CancelCallbackRegistration,
     CancellationToken,
     SubagentEvent,
     SubagentTask,
     SubagentTaskHandle,
+    __version__,
+    _after_fork_in_child,
+    _after_fork_in_parent,
+    _before_fork,
     _interpreter_exiting,
     pending_deadlines,
 )
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
 from subagent_tracker._status import SubagentStatus
 
-# Deadlines may pass while the interpreter shuts down; the timer thread must then leave Python alone.
+# Deadlines may pass while the interpreter shuts down; the core's threads must then leave Python alone.
 atexit.register(_interpreter_exiting)
+# A forked child gets a deadline timer of its own, and the timer's locks unheld.
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+    )
 
 __all__ = [
+    "DEADLINE_REASON",
+    "DEFAULT_CANCEL_REASON",
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_MAX_FINISHED_TASKS",
+    "DROPPED_HANDLE_ERROR",
+    "MAX_SECONDS",
     "MAX_TASK_ID_BYTES",
     "CancelCallbackRegistration",
     "CancellationToken",
@@ -69,6 +87,7 @@ __all__ = [
     "ToolCall",
     "ToolOutcome",
     "UnknownTaskError",
+    "__version__",
     "pending_deadlines",
     "run_tool_calls",
     "run_until_cancelled",

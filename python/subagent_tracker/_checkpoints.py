@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from subagent_tracker._errors import TaskCancelledError
+from subagent_tracker._native import DEFAULT_CANCEL_REASON
 
 if TYPE_CHECKING:
     from subagent_tracker._native import CancellationToken
@@ -22,7 +23,12 @@ _T = TypeVar("_T")
 
 
 def _cancelled_error(token: CancellationToken, partial: list[Any] | None = None) -> TaskCancelledError:
-    return TaskCancelledError(token.task_id, token.reason or "cancelled", partial)
+    try:
+        token.raise_if_cancelled()
+    except TaskCancelledError as cancelled:
+        cancelled.partial = partial
+        return cancelled
+    return TaskCancelledError(token.task_id or "", token.reason or DEFAULT_CANCEL_REASON, partial)
 
 
 class GuardedStream(AsyncIterator[_T], Generic[_T]):

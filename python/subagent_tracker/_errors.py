@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from subagent_tracker._native import DEFAULT_CANCEL_REASON
+
 
 class SubagentTrackerError(Exception):
     """The base class of every error this package raises on purpose."""
@@ -15,11 +17,14 @@ class TaskCancelledError(SubagentTrackerError):
     Leaving a task's ``with`` block with this error marks the task cancelled and finished, never completed.
     """
 
+    #: The cancelled task; for a token made by ``CancellationToken.any()``, the task whose cancel fired it.
     task_id: str
     reason: str
     partial: list[Any] | None
 
-    def __init__(self, task_id: str, reason: str = "cancelled", partial: list[Any] | None = None) -> None:
+    def __init__(
+        self, task_id: str, reason: str = DEFAULT_CANCEL_REASON, partial: list[Any] | None = None
+    ) -> None:
         super().__init__(task_id, reason)
         self.task_id = task_id
         self.reason = reason

@@ -1,5 +1,6 @@
 """Type stubs for the native half of subagent_tracker (built from crates/subagent-tracker-py)."""
 
+import asyncio
 from collections.abc import AsyncIterable, Awaitable, Callable, Generator, Iterable, Mapping
 from typing import Any, Final, Generic, Literal, TypeVar, final
 
@@ -9,8 +10,12 @@ from subagent_tracker._checkpoints import GuardedStream
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
+    "DEADLINE_REASON",
+    "DEFAULT_CANCEL_REASON",
     "DEFAULT_EVENT_BUFFER",
     "DEFAULT_MAX_FINISHED_TASKS",
+    "DROPPED_HANDLE_ERROR",
+    "MAX_SECONDS",
     "MAX_TASK_ID_BYTES",
     "CancelCallbackRegistration",
     "CancellationToken",
@@ -21,6 +26,11 @@ __all__ = [
     "SubagentTask",
     "SubagentTaskHandle",
     "TaskWatch",
+    "WaitRelease",
+    "__version__",
+    "_after_fork_in_child",
+    "_after_fork_in_parent",
+    "_before_fork",
     "_check_seconds",
     "_interpreter_exiting",
     "pending_deadlines",
@@ -28,6 +38,9 @@ __all__ = [
 
 def pending_deadlines() -> int: ...
 def _interpreter_exiting() -> None: ...
+def _before_fork() -> None: ...
+def _after_fork_in_parent() -> None: ...
+def _after_fork_in_child() -> None: ...
 def _check_seconds(value: float | None, name: str) -> None: ...
 
 @final
@@ -38,9 +51,20 @@ class CancelCallbackRegistration:
 
 _T = TypeVar("_T")
 
+__version__: Final[str]
 MAX_TASK_ID_BYTES: Final[int]
+MAX_SECONDS: Final[float]
 DEFAULT_MAX_FINISHED_TASKS: Final[int]
 DEFAULT_EVENT_BUFFER: Final[int]
+DEFAULT_CANCEL_REASON: Final[str]
+DEADLINE_REASON: Final[str]
+DROPPED_HANDLE_ERROR: Final[str]
+
+@final
+class WaitRelease:
+    """A future's done-callback that releases the wait behind it."""
+
+    def __call__(self, _future: object) -> None: ...
 
 @final
 class Ready(Generic[_T]):
@@ -102,13 +126,13 @@ class CancellationToken:
     """Fires when its task becomes cancelled, and never after the task completed or failed."""
 
     @property
-    def task_id(self) -> str: ...
+    def task_id(self) -> str | None: ...
     @property
     def is_cancelled(self) -> bool: ...
     @property
     def reason(self) -> str | None: ...
     def raise_if_cancelled(self) -> None: ...
-    def cancelled(self) -> Ready[None]: ...
+    def cancelled(self) -> asyncio.Future[None]: ...
     def wait(self, timeout: float | None = None) -> bool: ...
     def on_cancel(self, callback: Callable[[], object]) -> CancelCallbackRegistration: ...
     @staticmethod
@@ -162,7 +186,7 @@ class EventSubscription:
     """A live subscription to a session's events."""
 
     def try_next(self) -> SubagentEvent | None: ...
-    def readable(self) -> Ready[None] | None: ...
+    def readable(self) -> asyncio.Future[None] | None: ...
     def close(self) -> None: ...
     @property
     def closed(self) -> bool: ...
@@ -171,7 +195,7 @@ class EventSubscription:
 class TaskWatch:
     """Follows one run of a task until it finishes."""
 
-    def finished_future(self) -> Ready[None] | None: ...
+    def finished_future(self) -> asyncio.Future[None] | None: ...
     def snapshot(self) -> SubagentTask: ...
 
 @disjoint_base

@@ -75,6 +75,8 @@ class Session(_NativeSession):
         ``escalated``. Await the returned object for the final snapshot.
         """
         _check_seconds(grace, "grace")
+        # Asked before the start, so that a call outside a running loop leaves no task behind.
+        loop = asyncio.get_running_loop()
         handle = self.start_subagent_task(
             task_id,
             parent_id=parent_id,
@@ -86,7 +88,7 @@ class Session(_NativeSession):
             detached=detached,
             linked=linked,
         )
-        return SpawnedSubagent(handle, function, grace, asyncio.get_running_loop())
+        return SpawnedSubagent(handle, function, grace, loop)
 
     def events(self) -> EventStream:
         """An async iterator of lifecycle events from this call on (the subscription starts here, not at
@@ -160,29 +162,45 @@ class SpawnedSubagent:
 
 
 class EventStream:
-    """The async iterator returned by ``Session.events()``. ``close()`` (or ``async with``) unsubscribes."""
+    """The async iterator returned by ``Session.events()``. ``close()`` (or ``async with``) unsubscribes, and
+    ends an iteration that is waiting for the next event.
 
-    __slots__ = ("_subscription",)
+    One coroutine iterates a stream at a time, as with an async generator: a second concurrent ``__anext__``
+    raises ``RuntimeError``. Open one stream per consumer instead.
+    """
+
+    __slots__ = ("_iterating", "_subscription")
 
     def __init__(self, subscription: EventSubscription) -> None:
         self._subscription = subscription
+        self._iterating = False
 
     def __aiter__(self) -> EventStream:
         return self
 
     async def __anext__(self) -> SubagentEvent:
-        while True:
-            if self._subscription.closed:
-                raise StopAsyncIteration
-            event = self._subscription.try_next()
-            if event is not None:
-                return event
-            readable = self._subscription.readable()
-            if readable is not None:
-                await readable
+        if self._iterating:
+            raise RuntimeError(
+                "this event stream is already being iterated by another coroutine; "
+                "call session.events() once per consumer"
+            )
+        self._iterating = True
+        try:
+            while True:
+                if self._subscription.closed:
+                    raise StopAsyncIteration
+                event = self._subscription.try_next()
+                if event is not None:
+                    return event
+                readable = self._subscription.readable()
+                if readable is not None:
+                    await readable
+        finally:
+            self._iterating = False
 
     def close(self) -> None:
-        """Unsubscribes: iteration ends, and the session stops buffering events for this stream."""
+        """Unsubscribes: iteration ends (a waiting ``__anext__`` wakes and stops), and the session stops
+        buffering events for this stream."""
         self._subscription.close()
 
     async def aclose(self) -> None:

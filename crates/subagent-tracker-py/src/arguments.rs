@@ -1,11 +1,43 @@
-//! Checks of Python arguments, with messages that say what was expected.
+//! Python arguments read into core types, with messages that say what was expected.
+//!
+//! Each argument type is a `FromPyObject` newtype; the argument's name, which the messages carry, is a marker
+//! type. The rules themselves (what an id or a number of seconds may be) are the core's.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::marker::PhantomData;
+use std::time::{Duration, SystemTime};
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyString};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
+use subagent_tracker::{SubagentTaskToken, TrackerError};
+
+use crate::errors::tracker_error;
+
+/// The name of an argument, for messages.
+pub(crate) trait ArgumentName {
+    const NAME: &'static str;
+}
+
+macro_rules! argument_names {
+    ($($marker:ident = $name:literal),* $(,)?) => {
+        $(
+            pub(crate) struct $marker;
+            impl ArgumentName for $marker {
+                const NAME: &'static str = $name;
+            }
+        )*
+    };
+}
+
+argument_names! {
+    TaskIdArgument = "task_id",
+    ParentIdArgument = "parent_id",
+    SessionIdArgument = "session_id",
+    TimeoutArgument = "timeout",
+    DeadlineArgument = "deadline",
+    GraceArgument = "grace",
+}
 
 fn type_name(value: &Bound<'_, PyAny>) -> String {
     value
@@ -34,18 +66,24 @@ pub(crate) fn optional_string(
     }
 }
 
-/// A task id: a non-empty `str` within the core's size limit.
-pub(crate) fn task_id(value: &Bound<'_, PyAny>, name: &str) -> PyResult<String> {
-    let text = string(value, name)?;
-    let text = text.to_str()?;
-    subagent_tracker::validate_task_id(text)
-        .map_err(|error| PyValueError::new_err(error.to_string().replacen("task_id", name, 1)))?;
-    Ok(text.to_owned())
+/// An id (of a task, a parent or a session): a `str` that keeps the core's id rule.
+pub(crate) struct Id<N>(pub(crate) String, PhantomData<N>);
+
+impl<'a, 'py, N: ArgumentName> FromPyObject<'a, 'py> for Id<N> {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let text = string(&value, N::NAME)?;
+        let text = text.to_str()?;
+        subagent_tracker::validate_task_id(N::NAME, text)
+            .map_err(|error| tracker_error(value.py(), error))?;
+        Ok(Id(text.to_owned(), PhantomData))
+    }
 }
 
 /// A non-negative whole number (a `bool` is refused, being a yes/no rather than a count).
 pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
-    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<pyo3::types::PyBool>() {
+    if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
             "{name} must be an int, got {}",
             type_name(value)
@@ -56,10 +94,10 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     })
 }
 
-/// A number of seconds (an `int` or a `float`, not a `bool`); `expected` completes the error message.
-fn seconds(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64> {
-    let is_number = (value.is_instance_of::<PyInt>()
-        && !value.is_instance_of::<pyo3::types::PyBool>())
+/// A number (an `int` or a `float`, not a `bool`) as an `f64`; an `int` too large for a float is infinite,
+/// which every seconds rule refuses with its own message.
+fn number(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64> {
+    let is_number = (value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>())
         || value.is_instance_of::<PyFloat>();
     if !is_number {
         return Err(PyTypeError::new_err(format!(
@@ -67,115 +105,168 @@ fn seconds(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64
             type_name(value)
         )));
     }
-    value.extract()
+    match value.extract::<f64>() {
+        Err(error) if error.is_instance_of::<PyOverflowError>(value.py()) => Ok(if value.lt(0)? {
+            f64::NEG_INFINITY
+        } else {
+            f64::INFINITY
+        }),
+        other => other,
+    }
 }
 
-/// An optional timeout in seconds: `None`, or a finite non-negative number.
-pub(crate) fn timeout(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
-    duration(value, "timeout")
-}
+/// A duration in seconds, by the core's rule (finite, non-negative, at most `MAX_SECONDS`).
+pub(crate) struct Seconds<N>(pub(crate) Duration, PhantomData<N>);
 
-/// An optional duration in seconds named `name`: `None`, or a finite non-negative number.
-pub(crate) fn duration(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<Duration>> {
-    let Some(value) = value.filter(|value| !value.is_none()) else {
-        return Ok(None);
-    };
-    let seconds = seconds(value, name, "a number of seconds or None")?;
-    Duration::try_from_secs_f64(seconds).map(Some).map_err(|_| {
-        PyValueError::new_err(format!(
-            "{name} must be a finite, non-negative number of seconds, got {seconds}"
-        ))
-    })
+impl<'a, 'py, N: ArgumentName> FromPyObject<'a, 'py> for Seconds<N> {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let seconds = number(&value, N::NAME, "a number of seconds or None")?;
+        TrackerError::check_seconds(N::NAME, seconds)
+            .map(|duration| Seconds(duration, PhantomData))
+            .map_err(|error| tracker_error(value.py(), error))
+    }
 }
 
 /// `_check_seconds(value, name)`: the Python layer's async methods check their durations by the same rule.
 #[pyfunction]
 #[pyo3(signature = (value, name))]
 pub(crate) fn _check_seconds(value: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<()> {
-    duration(value, name).map(drop)
+    let Some(value) = value.filter(|value| !value.is_none()) else {
+        return Ok(());
+    };
+    let seconds = number(value, name, "a number of seconds or None")?;
+    let checked = match name {
+        GraceArgument::NAME => TrackerError::check_seconds(GraceArgument::NAME, seconds),
+        _ => TrackerError::check_seconds(TimeoutArgument::NAME, seconds),
+    };
+    checked
+        .map(drop)
+        .map_err(|error| tracker_error(value.py(), error))
 }
 
-/// An absolute deadline in seconds since the epoch (as `time.time()` gives), as a monotonic instant.
-pub(crate) fn deadline(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Instant>> {
-    let Some(value) = value.filter(|value| !value.is_none()) else {
-        return Ok(None);
-    };
-    let expected = "seconds since the epoch (as time.time() gives) or None";
-    let seconds = seconds(value, "deadline", expected)?;
-    if !seconds.is_finite() {
-        return Err(PyValueError::new_err(format!(
-            "deadline must be a finite time, got {seconds}"
-        )));
+/// An absolute deadline in seconds since the epoch (as `time.time()` gives), by the core's rule.
+pub(crate) struct EpochDeadline(pub(crate) SystemTime);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for EpochDeadline {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let seconds = number(
+            &value,
+            DeadlineArgument::NAME,
+            "seconds since the epoch (as time.time() gives) or None",
+        )?;
+        TrackerError::check_epoch_deadline(DeadlineArgument::NAME, seconds)
+            .map(EpochDeadline)
+            .map_err(|error| tracker_error(value.py(), error))
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |since| since.as_secs_f64());
-    let remaining = Duration::try_from_secs_f64((seconds - now).max(0.0)).unwrap_or(Duration::MAX);
-    Ok(Some(Instant::now().checked_add(remaining).unwrap_or_else(
-        || Instant::now() + Duration::from_secs(1 << 40),
-    )))
 }
 
-/// An iterable of `CancellationToken`s (or `None`).
-pub(crate) fn tokens(
-    value: Option<&Bound<'_, PyAny>>,
-    name: &str,
-) -> PyResult<Vec<subagent_tracker::SubagentTaskToken<crate::python_types::PyValue>>> {
-    let Some(value) = value.filter(|value| !value.is_none()) else {
-        return Ok(Vec::new());
-    };
-    let iterator = value.try_iter().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "{name} must be an iterable of CancellationToken, got {}",
-            type_name(value)
-        ))
-    })?;
-    iterator
-        .map(|item| {
-            let item = item?;
-            let token = item
-                .cast::<crate::token::CancellationToken>()
-                .map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "{name} must hold CancellationToken objects, got {}",
-                        type_name(&item)
-                    ))
-                })?;
-            Ok(token.get().core().clone())
-        })
-        .collect()
+/// An iterable of `CancellationToken`s.
+pub(crate) struct Tokens(pub(crate) Vec<SubagentTaskToken>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Tokens {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let iterator = value.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "expected an iterable of CancellationToken, got {}",
+                type_name(&value)
+            ))
+        })?;
+        iterator
+            .map(|item| {
+                let item = item?;
+                let token = item
+                    .cast::<crate::token::CancellationToken>()
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "expected CancellationToken objects, got {}",
+                            type_name(&item)
+                        ))
+                    })?;
+                Ok(token.get().core().clone())
+            })
+            .collect::<PyResult<Vec<_>>>()
+            .map(Tokens)
+    }
 }
 
-/// Metadata: `None`, or a mapping, kept as a read-only copy so that snapshots stay immutable.
-pub(crate) fn metadata(value: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Py<PyAny>>> {
-    let Some(value) = value.filter(|value| !value.is_none()) else {
-        return Ok(None);
-    };
-    let py = value.py();
+/// Metadata: a mapping, kept as a deep read-only copy so that snapshots stay immutable: mappings become
+/// read-only mappings, lists and tuples become tuples, sets become frozensets; other values are kept as given.
+pub(crate) struct Metadata(pub(crate) Py<PyAny>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Metadata {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let py = value.py();
+        if !value.is_instance(mapping_type(py)?)? {
+            return Err(PyTypeError::new_err(format!(
+                "metadata must be a mapping (such as a dict) or None, got {}",
+                type_name(&value)
+            )));
+        }
+        Ok(Metadata(frozen_copy(&value, 0)?.unbind()))
+    }
+}
+
+fn mapping_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static MAPPING: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    static MAPPING_PROXY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    if !value.is_instance(MAPPING.import(py, "collections.abc", "Mapping")?)? {
-        return Err(PyTypeError::new_err(format!(
-            "metadata must be a mapping (such as a dict) or None, got {}",
-            type_name(value)
-        )));
-    }
-    let copy = PyDict::new(py);
-    copy.call_method1("update", (value,))?;
-    let proxy = MAPPING_PROXY
-        .import(py, "types", "MappingProxyType")?
-        .call1((copy,))?;
-    Ok(Some(proxy.unbind()))
+    MAPPING.import(py, "collections.abc", "Mapping")
 }
 
-/// The text of a failure: a `str`, or an exception rendered as `Type: message`.
+/// How deep nested containers are frozen; deeper ones are refused rather than recursed into.
+const MAX_METADATA_DEPTH: usize = 64;
+
+fn frozen_copy<'py>(value: &Bound<'py, PyAny>, depth: usize) -> PyResult<Bound<'py, PyAny>> {
+    let py = value.py();
+    if depth > MAX_METADATA_DEPTH {
+        return Err(PyValueError::new_err(format!(
+            "metadata must not nest containers more than {MAX_METADATA_DEPTH} deep"
+        )));
+    }
+    if value.is_instance(mapping_type(py)?)? {
+        static MAPPING_PROXY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let copy = PyDict::new(py);
+        for item in value.call_method0("items")?.try_iter()? {
+            let (key, item) = item?.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
+            copy.set_item(key, frozen_copy(&item, depth + 1)?)?;
+        }
+        return MAPPING_PROXY
+            .import(py, "types", "MappingProxyType")?
+            .call1((copy,));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items = value
+            .try_iter()?
+            .map(|item| frozen_copy(&item?, depth + 1))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(PyTuple::new(py, items)?.into_any());
+    }
+    if value.is_instance_of::<PySet>() {
+        return Ok(
+            PyFrozenSet::new(py, value.try_iter()?.collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        );
+    }
+    Ok(value.clone())
+}
+
+/// The text of a failure: a `str`, or an exception rendered as `Type: message`. An exception whose `str()`
+/// raises is still rendered, as Python's traceback module does, so that no exit leaves its task running.
 pub(crate) fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(text) = value.cast::<PyString>() {
         return Ok(text.to_str()?.to_owned());
     }
     if value.is_instance_of::<pyo3::exceptions::PyBaseException>() {
-        let message = value.str()?.to_string();
         let name = type_name(value);
+        let message = match value.str() {
+            Ok(message) => message.to_string(),
+            Err(_) => "<exception str() failed>".to_owned(),
+        };
         return Ok(if message.is_empty() {
             name
         } else {

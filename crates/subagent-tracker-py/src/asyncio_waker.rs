@@ -3,18 +3,20 @@
 //! A core waker fires in the thread that made the transition. Resolving one future per waker through
 //! `call_soon_threadsafe` would write to the loop's self-pipe once per waiter; instead, a Python-facing call
 //! collects the futures its transition wakes and hands each loop one batch: resolved directly when the caller
-//! runs on that loop, or through a single `call_soon_threadsafe` otherwise.
+//! runs on that loop, or through a single `call_soon_threadsafe` otherwise. A Python callback run by the call
+//! first flushes the batch collected so far, so that no wake-up waits on a callback.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use parking_lot::Mutex;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyList;
 
-use crate::interpreter::python_available;
+use crate::interpreter::with_python;
 
 struct PendingFuture {
     event_loop: Py<PyAny>,
@@ -26,56 +28,74 @@ struct AsyncioWaker(PendingFuture);
 thread_local! {
     /// The futures woken during the Python-facing call running on this thread, if one is collecting.
     static BATCH: RefCell<Option<Vec<PendingFuture>>> = const { RefCell::new(None) };
+    /// A `KeyboardInterrupt` or `SystemExit` raised by a callback of the running call, for the call to raise
+    /// once the other callbacks have run.
+    static INTERRUPT: RefCell<Option<PyErr>> = const { RefCell::new(None) };
 }
 
 impl Wake for AsyncioWaker {
     fn wake(self: Arc<Self>) {
-        if !python_available() {
-            // The interpreter is going away: no loop is left to wake.
-            return;
-        }
-        let pending = match Arc::try_unwrap(self) {
-            Ok(waker) => waker.0,
-            Err(shared) => Python::attach(|py| PendingFuture {
-                event_loop: shared.0.event_loop.clone_ref(py),
-                future: shared.0.future.clone_ref(py),
-            }),
-        };
-        let unbatched = BATCH.with(|batch| match batch.borrow_mut().as_mut() {
-            Some(batch) => {
-                batch.push(pending);
-                None
+        with_python(|py| {
+            let pending = match Arc::try_unwrap(self) {
+                Ok(waker) => waker.0,
+                Err(shared) => PendingFuture {
+                    event_loop: shared.0.event_loop.clone_ref(py),
+                    future: shared.0.future.clone_ref(py),
+                },
+            };
+            let unbatched = BATCH.with(|batch| match batch.borrow_mut().as_mut() {
+                Some(batch) => {
+                    batch.push(pending);
+                    None
+                }
+                None => Some(pending),
+            });
+            if let Some(pending) = unbatched {
+                // Woken outside a collecting call (a deadline's delivery thread, say): deliver on its own.
+                dispatch(py, vec![pending]);
             }
-            None => Some(pending),
         });
-        if let Some(pending) = unbatched {
-            // Woken outside a collecting call (another thread's drop, say): deliver on its own.
-            Python::attach(|py| dispatch(py, vec![pending]));
-        }
     }
 }
 
-/// Runs `call`, then resolves every future it woke, one batch per event loop.
-pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> T {
-    let outer = BATCH.with(|batch| {
-        let mut batch = batch.borrow_mut();
-        if batch.is_some() {
-            false
-        } else {
-            *batch = Some(Vec::new());
-            true
-        }
-    });
+/// Runs `call` (a core call), then resolves every future it woke, one batch per event loop, and raises a
+/// `KeyboardInterrupt` or `SystemExit` that one of its callbacks raised.
+///
+/// Each call collects its own batch, even when nested in another's callback: a callback that cancels a task
+/// and then waits for that task's waiters must find them woken.
+pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
+    let outer = BATCH.with(|batch| batch.borrow_mut().replace(Vec::new()));
+    let outer_interrupt = INTERRUPT.with(|interrupt| interrupt.borrow_mut().take());
     let result = call();
-    if outer {
-        let woken = BATCH
-            .with(|batch| batch.borrow_mut().take())
-            .unwrap_or_default();
-        if !woken.is_empty() {
-            dispatch(py, woken);
-        }
+    flush_wake_batch(py);
+    BATCH.with(|batch| *batch.borrow_mut() = outer);
+    let interrupt = INTERRUPT
+        .with(|interrupt| std::mem::replace(&mut *interrupt.borrow_mut(), outer_interrupt));
+    match interrupt {
+        Some(interrupt) => Err(interrupt),
+        None => Ok(result),
     }
-    result
+}
+
+/// Resolves the futures collected so far by the running call.
+pub(crate) fn flush_wake_batch(py: Python<'_>) {
+    let woken = BATCH.with(|batch| batch.borrow_mut().as_mut().map(std::mem::take));
+    if let Some(woken) = woken.filter(|woken| !woken.is_empty()) {
+        dispatch(py, woken);
+    }
+}
+
+/// Keeps a `KeyboardInterrupt` or `SystemExit` raised by a callback for the running call to raise (the first
+/// one wins). Returns it back when no call is collecting on this thread.
+pub(crate) fn defer_interrupt(error: PyErr) -> Option<PyErr> {
+    let collecting = BATCH.with(|batch| batch.borrow().is_some());
+    if !collecting {
+        return Some(error);
+    }
+    INTERRUPT.with(|interrupt| {
+        interrupt.borrow_mut().get_or_insert(error);
+    });
+    None
 }
 
 /// The event loop running in this thread; `RuntimeError` (asyncio's own) when there is none.
@@ -86,12 +106,15 @@ pub(crate) fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// Polls a core readiness check with a waker bound to a new future of the running event loop.
+/// A core wait (`WaitForCancel`, `WaitForFinish`) as an asyncio future of the running loop.
 ///
-/// Returns `None` when already ready, or the future to await otherwise.
-pub(crate) fn future_for(
+/// Returns `None` when the wait is already over. Otherwise the wait stays registered until the future is
+/// done, however that happens: its done-callback drops the wait, which takes the registration back, so a
+/// future the caller cancels leaves nothing behind.
+pub(crate) fn future_for<W: Send + 'static>(
     py: Python<'_>,
-    poll: impl FnOnce(&mut Context<'_>) -> Poll<()>,
+    mut wait: W,
+    poll: impl FnOnce(&mut W, &mut Context<'_>) -> Poll<()>,
 ) -> PyResult<Option<Py<PyAny>>> {
     let event_loop = running_loop(py)?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
@@ -99,9 +122,23 @@ pub(crate) fn future_for(
         event_loop: event_loop.unbind(),
         future: future.clone().unbind(),
     })));
-    match poll(&mut Context::from_waker(&waker)) {
-        Poll::Ready(()) => Ok(None),
-        Poll::Pending => Ok(Some(future.unbind())),
+    if poll(&mut wait, &mut Context::from_waker(&waker)).is_ready() {
+        return Ok(None);
+    }
+    let release = WaitRelease(Mutex::new(Some(Box::new(wait))));
+    future.call_method1(intern!(py, "add_done_callback"), (Py::new(py, release)?,))?;
+    Ok(Some(future.unbind()))
+}
+
+/// A future's done-callback that releases the core wait behind it.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct WaitRelease(Mutex<Option<Box<dyn Send>>>);
+
+#[pymethods]
+impl WaitRelease {
+    fn __call__(&self, _future: &Bound<'_, PyAny>) {
+        let wait = self.0.lock().take();
+        drop(wait);
     }
 }
 
@@ -125,7 +162,8 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
                 .as_ref()
                 .is_some_and(|running| running.is(&event_loop))
             {
-                resolve_futures(&futures)
+                resolve_futures(&futures);
+                Ok(())
             } else {
                 let resolver = RESOLVER.get_or_try_init(py, || {
                     wrap_pyfunction!(resolve_futures, py)
@@ -145,18 +183,22 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
     }
 }
 
-/// Resolves the futures that are still pending; ones cancelled by their awaiter are left alone.
+/// Resolves every future that is still pending. One its awaiter resolved or cancelled refuses the result;
+/// it is skipped, and the others are resolved all the same.
 #[pyfunction]
-fn resolve_futures(futures: &Bound<'_, PyList>) -> PyResult<()> {
+fn resolve_futures(futures: &Bound<'_, PyList>) {
     let py = futures.py();
     let set_result = intern!(py, "set_result");
     for future in futures.iter() {
-        // Asking first would cost a call per waiter; a future its awaiter cancelled refuses the result instead.
+        // Asking first would cost a call per waiter; a done future refuses the result instead.
         if let Err(error) = future.call_method1(set_result, (py.None(),)) {
-            if !future.call_method0(intern!(py, "cancelled"))?.is_truthy()? {
-                return Err(error);
+            let done = future
+                .call_method0(intern!(py, "done"))
+                .and_then(|done| done.is_truthy())
+                .unwrap_or(false);
+            if !done {
+                error.write_unraisable(py, Some(&future));
             }
         }
     }
-    Ok(())
 }

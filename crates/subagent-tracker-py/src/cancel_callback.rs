@@ -1,11 +1,13 @@
-//! `token.on_cancel(callback)`: Python callbacks run by the core when a task is cancelled.
+//! `token.on_cancel(callback)`: Python callbacks run by the core when a token fires.
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTypeError};
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
+use pyo3::PyTraverseError;
 
-use crate::asyncio_waker::running_loop;
-use crate::interpreter::python_available;
+use crate::asyncio_waker::{defer_interrupt, flush_wake_batch, running_loop};
+use crate::interpreter::with_python;
 
 /// A registered cancel callback; `remove()` unregisters it if it has not run.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -18,6 +20,14 @@ impl CancelCallbackRegistration {
     /// Unregisters the callback; True if it was still waiting (it will now never run).
     fn remove(&self) -> bool {
         self.registration.remove()
+    }
+}
+
+impl CancelCallbackRegistration {
+    pub(crate) fn new(
+        registration: subagent_tracker::CancelCallback,
+    ) -> CancelCallbackRegistration {
+        CancelCallbackRegistration { registration }
     }
 }
 
@@ -58,17 +68,10 @@ impl PythonCallback {
         })
     }
 
-    /// Calls the callback (or schedules its coroutine on its loop); an exception is logged, never raised into
-    /// the canceller.
-    pub(crate) fn invoke(self) {
-        if !python_available() {
-            return;
-        }
-        Python::attach(|py| {
-            if let Err(error) = self.call(py) {
-                log_callback_error(py, error);
-            }
-        });
+    /// Shows the garbage collector the callable and its loop.
+    pub(crate) fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.callable)?;
+        visit.call(&self.event_loop)
     }
 
     fn call(&self, py: Python<'_>) -> PyResult<()> {
@@ -90,6 +93,26 @@ impl PythonCallback {
     }
 }
 
+impl subagent_tracker::OnCancel for PythonCallback {
+    /// Calls the callback (or schedules its coroutine on its loop) after the wake-ups collected so far.
+    /// An exception is logged, never raised into the canceller; `KeyboardInterrupt` and `SystemExit` are
+    /// raised by the cancelling call once every callback has run.
+    fn on_cancel(self: Box<Self>) {
+        with_python(|py| {
+            flush_wake_batch(py);
+            let Err(error) = self.call(py) else {
+                return;
+            };
+            if error.is_instance_of::<PyException>(py) {
+                log_callback_error(py, error);
+            } else if let Some(error) = defer_interrupt(error) {
+                // No Python call is waiting for it (a deadline's delivery thread): report it.
+                error.write_unraisable(py, None);
+            }
+        });
+    }
+}
+
 fn log_callback_error(py: Python<'_>, error: PyErr) {
     let logged = py.import("logging").and_then(|logging| {
         let logger = logging.call_method1("getLogger", ("subagent_tracker",))?;
@@ -99,13 +122,5 @@ fn log_callback_error(py: Python<'_>, error: PyErr) {
     });
     if logged.is_err() {
         error.write_unraisable(py, None);
-    }
-}
-
-impl CancelCallbackRegistration {
-    pub(crate) fn new(
-        registration: subagent_tracker::CancelCallback,
-    ) -> CancelCallbackRegistration {
-        CancelCallbackRegistration { registration }
     }
 }

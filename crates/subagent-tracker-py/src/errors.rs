@@ -6,21 +6,17 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use subagent_tracker::TrackerError;
 
-fn error_class<'py>(py: Python<'py>, name: &'static str) -> PyResult<Bound<'py, PyType>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    let module = MODULE.get_or_try_init(py, || {
-        py.import("subagent_tracker._errors").map(Bound::unbind)
-    })?;
-    Ok(module.bind(py).getattr(name)?.cast_into::<PyType>()?)
-}
+use crate::package_imports::error_class;
 
-/// The Python exception for a core error.
+/// The Python exception for a core error, with the core's message.
 pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
     let class_name = match &error {
         TrackerError::DuplicateTask { .. } => "DuplicateTaskError",
-        TrackerError::UnknownTask(_) => "UnknownTaskError",
+        TrackerError::UnknownTask { .. } | TrackerError::ParentFinished { .. } => {
+            "UnknownTaskError"
+        }
         TrackerError::SessionClosed { .. } => "SessionClosedError",
-        TrackerError::InvalidTaskId(message) => return PyValueError::new_err(message.clone()),
+        _ => return PyValueError::new_err(error.to_string()),
     };
     match error_class(py, class_name) {
         Ok(class) => PyErr::from_type(class, error.to_string()),

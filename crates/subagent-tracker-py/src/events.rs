@@ -1,12 +1,11 @@
 //! `SubagentEvent` and the subscription that delivers them.
 
-use std::sync::Arc;
-
 use parking_lot::Mutex;
 use pyo3::prelude::*;
 
-use crate::asyncio_waker::future_for;
-use crate::python_types::{epoch_seconds, python_repr, status_member};
+use crate::asyncio_waker::{future_for, with_wake_batch};
+use crate::package_imports::status_member;
+use crate::python_types::python_repr;
 
 /// One lifecycle event: `started`, `progress`, `cancelled`, `ended`, or `lagged` when events were missed.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -44,7 +43,7 @@ impl SubagentEvent {
     /// When it happened, in seconds since the epoch.
     #[getter]
     fn timestamp(&self) -> f64 {
-        epoch_seconds(self.event.timestamp)
+        subagent_tracker::epoch_seconds(self.event.timestamp)
     }
 
     /// The cancel reason, on `cancelled` events (and `started` events of tasks that started cancelled).
@@ -81,19 +80,15 @@ impl SubagentEvent {
 /// A live subscription to a session's events; `Session.events()` wraps it in an async iterator.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct EventSubscription {
-    // `None` once closed, which unsubscribes at once rather than when the garbage collector gets to it.
-    subscription: Mutex<Option<Arc<subagent_tracker::EventSubscription>>>,
+    subscription: Mutex<subagent_tracker::EventSubscription>,
+    closer: subagent_tracker::SubscriptionCloser,
 }
 
 impl EventSubscription {
-    /// The live subscription, if any; the lock is released before any Python code runs.
-    fn subscription(&self) -> Option<Arc<subagent_tracker::EventSubscription>> {
-        self.subscription.lock().clone()
-    }
-
     pub(crate) fn new(subscription: subagent_tracker::EventSubscription) -> EventSubscription {
         EventSubscription {
-            subscription: Mutex::new(Some(Arc::new(subscription))),
+            closer: subscription.closer(),
+            subscription: Mutex::new(subscription),
         }
     }
 }
@@ -102,28 +97,27 @@ impl EventSubscription {
 impl EventSubscription {
     /// The next buffered event, or `None` when none is buffered (or the subscription is closed).
     fn try_next(&self) -> Option<SubagentEvent> {
-        let event = self.subscription()?.try_next()?;
+        let event = self.subscription.lock().try_next()?;
         Some(SubagentEvent { event })
     }
 
-    /// `None` when an event is buffered; otherwise a future of the running loop that completes when one is.
+    /// `None` when an event is buffered or the subscription is closed; otherwise a future of the running
+    /// loop that completes when either happens.
     fn readable(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-        let Some(subscription) = self.subscription() else {
-            return Err(pyo3::exceptions::PyRuntimeError::new_err(
-                "the event subscription is closed",
-            ));
-        };
-        future_for(py, |context| subscription.poll_ready(context))
+        // Nothing to release when the future is dropped: the one waker slot is replaced by the next poll.
+        future_for(py, (), |(), context| {
+            self.subscription.lock().poll_ready(context)
+        })
     }
 
-    /// Unsubscribes; later reads find nothing.
-    fn close(&self) {
-        self.subscription.lock().take();
+    /// Unsubscribes, waking a coroutine that waits for the next event; later reads find nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        with_wake_batch(py, || self.closer.close())
     }
 
     /// True once closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.subscription.lock().is_none()
+        self.subscription.lock().is_closed()
     }
 }

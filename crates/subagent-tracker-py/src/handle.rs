@@ -1,8 +1,8 @@
 //! `SubagentTaskHandle`: the runner's side, as a sync and async context manager.
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use std::sync::Arc;
+use pyo3::PyTraverseError;
 
 use crate::arguments;
 use crate::asyncio_waker::with_wake_batch;
@@ -14,25 +14,34 @@ use crate::token::CancellationToken;
 
 /// Held by the code that runs a task. Closing it (garbage collection included) while the task still runs
 /// fails the task, so a runner that disappears never leaves it unfinished.
+///
+/// It keeps its session's Python object alive (the session owns the task's metadata and result), and caches
+/// the task's one token object, which owns the callbacks registered through it.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct SubagentTaskHandle {
     handle: subagent_tracker::SubagentTaskHandle<PyValue>,
+    session: Py<PyAny>,
     // Made on first access, then the same object every time.
-    token: PyOnceLock<Py<CancellationToken>>,
+    // (A std `OnceLock`, readable without the interpreter, as `__traverse__` must.)
+    token: std::sync::OnceLock<Py<CancellationToken>>,
 }
 
 impl SubagentTaskHandle {
-    pub(crate) fn new(handle: subagent_tracker::SubagentTaskHandle<PyValue>) -> SubagentTaskHandle {
+    pub(crate) fn new(
+        handle: subagent_tracker::SubagentTaskHandle<PyValue>,
+        session: Py<PyAny>,
+    ) -> SubagentTaskHandle {
         SubagentTaskHandle {
             handle,
-            token: PyOnceLock::new(),
+            session,
+            token: std::sync::OnceLock::new(),
         }
     }
 
     /// Ends the task as the outcome of a `with` block: success, failure, or a stop on cancellation.
     fn exit(&self, py: Python<'_>, error: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
         let Some(error) = error.filter(|error| !error.is_none()) else {
-            with_wake_batch(py, || self.handle.complete(None));
+            with_wake_batch(py, || self.handle.complete(None))?;
             return Ok(());
         };
         if is_cancellation(py, error)? {
@@ -40,10 +49,10 @@ impl SubagentTaskHandle {
                 .getattr("reason")
                 .ok()
                 .and_then(|reason| reason.extract::<String>().ok());
-            with_wake_batch(py, || self.handle.stop_cancelled(reason.as_deref()));
+            with_wake_batch(py, || self.handle.stop_cancelled(reason.as_deref()))?;
         } else {
             let text = arguments::error_text(error)?;
-            with_wake_batch(py, || self.handle.fail(&text));
+            with_wake_batch(py, || self.handle.fail(&text))?;
         }
         Ok(())
     }
@@ -66,31 +75,34 @@ impl SubagentTaskHandle {
     /// The task's cancellation token.
     #[getter]
     fn token(&self, py: Python<'_>) -> PyResult<Py<CancellationToken>> {
-        self.token
-            .get_or_try_init(py, || {
-                Py::new(py, CancellationToken::new(self.handle.token()))
-            })
-            .map(|token| token.clone_ref(py))
+        if let Some(token) = self.token.get() {
+            return Ok(token.clone_ref(py));
+        }
+        let token = Py::new(py, CancellationToken::new(self.handle.token()))?;
+        // Holding the interpreter, no other thread can have set it meanwhile.
+        Ok(self.token.get_or_init(|| token).clone_ref(py))
     }
 
     /// Records a progress milestone; False (and nothing recorded) once the task has finished.
     fn progress(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<bool> {
         let message = arguments::string(message, "message")?;
         let message = message.to_str()?;
-        Ok(with_wake_batch(py, || self.handle.progress(message)))
+        with_wake_batch(py, || self.handle.progress(message))
     }
 
     /// Reports success; True exactly when this moved the task from running to completed.
     #[pyo3(signature = (result=None))]
-    fn complete(&self, py: Python<'_>, result: Option<Py<PyAny>>) -> bool {
-        let result = result.filter(|result| !result.is_none(py)).map(Arc::new);
+    fn complete(&self, py: Python<'_>, result: Option<Py<PyAny>>) -> PyResult<bool> {
+        let result = result
+            .filter(|result| !result.is_none(py))
+            .map(PyValue::new);
         with_wake_batch(py, || self.handle.complete(result))
     }
 
     /// Reports failure with a message or an exception; True exactly when this moved the task to failed.
     fn fail(&self, py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<bool> {
         let text = arguments::error_text(error)?;
-        Ok(with_wake_batch(py, || self.handle.fail(&text)))
+        with_wake_batch(py, || self.handle.fail(&text))
     }
 
     /// Records that the runner was stopped by force after its grace period (shown as `escalated`).
@@ -99,8 +111,8 @@ impl SubagentTaskHandle {
     }
 
     /// A snapshot of the task now.
-    fn snapshot(&self) -> SubagentTask {
-        SubagentTask::new(self.handle.snapshot())
+    fn snapshot(&self, py: Python<'_>) -> SubagentTask {
+        SubagentTask::new(py, self.handle.snapshot())
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -136,6 +148,11 @@ impl SubagentTaskHandle {
             py,
             Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()),
         )
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.session)?;
+        visit.call(self.token.get())
     }
 
     fn __repr__(&self) -> String {

@@ -10,6 +10,7 @@ mod errors;
 mod events;
 mod handle;
 mod interpreter;
+mod package_imports;
 mod python_types;
 mod ready;
 mod session;
@@ -18,12 +19,6 @@ mod task_watch;
 mod token;
 
 use pyo3::prelude::*;
-
-/// How many deadlines are scheduled in this process and have neither fired nor been removed (a leak check).
-#[pyfunction]
-fn pending_deadlines() -> usize {
-    subagent_tracker::pending_deadlines()
-}
 
 /// The native half of `subagent_tracker`; import the package instead.
 #[pymodule]
@@ -36,11 +31,20 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<events::EventSubscription>()?;
     module.add_class::<task_watch::TaskWatch>()?;
     module.add_class::<ready::Ready>()?;
+    module.add_class::<asyncio_waker::WaitRelease>()?;
     module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
     module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_interpreter_exiting, module)?)?;
+    module.add_function(wrap_pyfunction!(interpreter::_before_fork, module)?)?;
+    module.add_function(wrap_pyfunction!(
+        interpreter::_after_fork_in_parent,
+        module
+    )?)?;
+    module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
+    module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
+    module.add("MAX_SECONDS", subagent_tracker::MAX_SECONDS)?;
     module.add(
         "DEFAULT_MAX_FINISHED_TASKS",
         subagent_tracker::DEFAULT_MAX_FINISHED_TASKS,
@@ -49,5 +53,20 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_EVENT_BUFFER",
         subagent_tracker::DEFAULT_EVENT_BUFFER,
     )?;
+    module.add(
+        "DEFAULT_CANCEL_REASON",
+        subagent_tracker::DEFAULT_CANCEL_REASON,
+    )?;
+    module.add("DEADLINE_REASON", subagent_tracker::DEADLINE_REASON)?;
+    module.add(
+        "DROPPED_HANDLE_ERROR",
+        subagent_tracker::DROPPED_HANDLE_ERROR,
+    )?;
     Ok(())
+}
+
+/// How many deadlines are scheduled in this process and have neither fired nor been removed (a leak check).
+#[pyfunction]
+fn pending_deadlines() -> usize {
+    subagent_tracker::pending_deadlines()
 }

@@ -1,36 +1,46 @@
-//! Python objects the binding needs from the pure-Python half of the package, imported once.
+//! Python values held by the core (task metadata and results), and how they are shown.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use subagent_tracker::SubagentStatus;
+use pyo3::PyTraverseError;
 
 /// A Python object held by the core as task metadata or result.
-pub(crate) type PyValue = Arc<Py<PyAny>>;
+///
+/// The core clones it freely (an `Arc`); the one Python reference inside is owned by the session that holds
+/// the task, which shows it to the garbage collector and can clear it to break a reference cycle.
+#[derive(Clone)]
+pub(crate) struct PyValue(Arc<Mutex<Option<Py<PyAny>>>>);
 
-/// The members of the Python `SubagentStatus` enum, in the core's declaration order.
-pub(crate) fn status_member(py: Python<'_>, status: SubagentStatus) -> PyResult<Py<PyAny>> {
-    static MEMBERS: PyOnceLock<Vec<Py<PyAny>>> = PyOnceLock::new();
-    let members = MEMBERS.get_or_try_init(py, || -> PyResult<_> {
-        let enum_type = py
-            .import("subagent_tracker._status")?
-            .getattr("SubagentStatus")?;
-        SubagentStatus::ALL
-            .iter()
-            .map(|status| Ok(enum_type.call1((status.as_str(),))?.unbind()))
-            .collect()
-    })?;
-    Ok(members[status as usize].clone_ref(py))
+impl PyValue {
+    pub(crate) fn new(value: Py<PyAny>) -> PyValue {
+        PyValue(Arc::new(Mutex::new(Some(value))))
+    }
+
+    /// A new reference to the value (`None` once cleared).
+    pub(crate) fn get(&self, py: Python<'_>) -> Py<PyAny> {
+        self.0
+            .lock()
+            .as_ref()
+            .map_or_else(|| py.None(), |value| value.clone_ref(py))
+    }
+
+    pub(crate) fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(self.0.lock().as_ref())
+    }
+
+    /// Drops the reference; only for a session that the garbage collector is clearing.
+    pub(crate) fn clear(&self) {
+        let value = self.0.lock().take();
+        drop(value);
+    }
 }
 
-/// Seconds since the Unix epoch, as Python's `time.time()` gives them.
-pub(crate) fn epoch_seconds(time: SystemTime) -> f64 {
-    match time.duration_since(UNIX_EPOCH) {
-        Ok(since) => since.as_secs_f64(),
-        Err(before) => -before.duration().as_secs_f64(),
-    }
+/// A copy of an optional value, owned by its holder.
+pub(crate) fn own(py: Python<'_>, value: &Option<PyValue>) -> Option<Py<PyAny>> {
+    value.as_ref().map(|value| value.get(py))
 }
 
 /// `text` as Python's `repr` would show a `str | None`, for `__repr__` methods.

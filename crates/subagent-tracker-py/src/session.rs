@@ -1,10 +1,15 @@
 //! `Session`: one scope of subagent tasks, backed by the core's in-memory tracker.
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
+use pyo3::PyTraverseError;
 use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart, TrackerConfig};
 
-use crate::arguments;
+use crate::arguments::{
+    self, EpochDeadline, Id, Metadata, ParentIdArgument, Seconds, SessionIdArgument,
+    TaskIdArgument, TimeoutArgument, Tokens,
+};
 use crate::asyncio_waker::with_wake_batch;
 use crate::errors::tracker_error;
 use crate::events::EventSubscription;
@@ -14,6 +19,10 @@ use crate::snapshot::SubagentTask;
 use crate::task_watch::TaskWatch;
 
 /// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds the async methods.
+///
+/// It owns the Python references its tasks hold (metadata and results): it shows them to the garbage
+/// collector, and clears them when the collector finds it unreachable in a cycle. Handles and watches keep
+/// it alive, so nothing reachable ever sees them cleared.
 #[pyclass(subclass, frozen, module = "subagent_tracker._native")]
 pub(crate) struct Session {
     tracker: InMemorySubagentTaskTracker<PyValue>,
@@ -23,7 +32,12 @@ fn snapshots(
     py: Python<'_>,
     snapshots: Vec<subagent_tracker::SubagentTaskSnapshot<PyValue>>,
 ) -> PyResult<Bound<'_, PyList>> {
-    PyList::new(py, snapshots.into_iter().map(SubagentTask::new))
+    PyList::new(
+        py,
+        snapshots
+            .into_iter()
+            .map(|snapshot| SubagentTask::new(py, snapshot)),
+    )
 }
 
 #[pymethods]
@@ -31,28 +45,22 @@ impl Session {
     #[new]
     #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
     fn new(
-        session_id: Option<&Bound<'_, PyAny>>,
+        session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Session> {
-        let session_id = match session_id.filter(|value| !value.is_none()) {
-            Some(value) => Some(arguments::task_id(value, "session_id")?),
-            None => None,
-        };
-        let max_finished_tasks = match max_finished_tasks {
-            Some(value) => arguments::count(value, "max_finished_tasks")?,
-            None => subagent_tracker::DEFAULT_MAX_FINISHED_TASKS,
-        };
-        let event_buffer = match event_buffer {
-            Some(value) => arguments::count(value, "event_buffer")?.max(1),
-            None => subagent_tracker::DEFAULT_EVENT_BUFFER,
-        };
-        let config = TrackerConfig {
-            max_finished_tasks,
-            event_buffer,
-        };
+        let mut config = TrackerConfig::default();
+        if let Some(value) = max_finished_tasks {
+            config = config.with_max_finished_tasks(arguments::count(value, "max_finished_tasks")?);
+        }
+        if let Some(value) = event_buffer {
+            config = config.with_event_buffer(arguments::count(value, "event_buffer")?);
+        }
         Ok(Session {
-            tracker: InMemorySubagentTaskTracker::with_config(session_id.as_deref(), config),
+            tracker: InMemorySubagentTaskTracker::with_config(
+                session_id.as_ref().map(|id| id.0.as_str()),
+                config,
+            ),
         })
     }
 
@@ -82,24 +90,24 @@ impl Session {
         timeout=None, deadline=None, detached=false, linked=None
     ))]
     fn start_subagent_task(
-        &self,
-        py: Python<'_>,
-        task_id: Option<&Bound<'_, PyAny>>,
-        parent_id: Option<&Bound<'_, PyAny>>,
+        slf: &Bound<'_, Self>,
+        task_id: Option<Id<TaskIdArgument>>,
+        parent_id: Option<Id<ParentIdArgument>>,
         agent: Option<&Bound<'_, PyAny>>,
         description: Option<&Bound<'_, PyAny>>,
-        metadata: Option<&Bound<'_, PyAny>>,
-        timeout: Option<&Bound<'_, PyAny>>,
-        deadline: Option<&Bound<'_, PyAny>>,
+        metadata: Option<Metadata>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        deadline: Option<EpochDeadline>,
         detached: bool,
-        linked: Option<&Bound<'_, PyAny>>,
+        linked: Option<Tokens>,
     ) -> PyResult<SubagentTaskHandle> {
+        let py = slf.py();
         let mut start = TaskStart::new();
-        if let Some(task_id) = task_id.filter(|value| !value.is_none()) {
-            start = start.task_id(arguments::task_id(task_id, "task_id")?);
+        if let Some(task_id) = task_id {
+            start = start.task_id(task_id.0);
         }
-        if let Some(parent_id) = parent_id.filter(|value| !value.is_none()) {
-            start = start.parent_id(arguments::task_id(parent_id, "parent_id")?);
+        if let Some(parent_id) = parent_id {
+            start = start.parent_id(parent_id.0);
         }
         if let Some(agent) = arguments::optional_string(agent, "agent")? {
             start = start.agent(agent);
@@ -107,22 +115,26 @@ impl Session {
         if let Some(description) = arguments::optional_string(description, "description")? {
             start = start.description(description);
         }
-        if let Some(metadata) = arguments::metadata(metadata)? {
-            start = start.metadata(PyValue::new(metadata));
+        if let Some(metadata) = metadata {
+            start = start.metadata(PyValue::new(metadata.0));
         }
-        if let Some(timeout) = arguments::timeout(timeout)? {
-            start = start.timeout(timeout);
+        if let Some(timeout) = timeout {
+            start = start.timeout(timeout.0);
         }
-        if let Some(deadline) = arguments::deadline(deadline)? {
-            start = start.deadline(deadline);
+        if let Some(deadline) = deadline {
+            start = start.deadline_at(deadline.0);
         }
         start = start.detached(detached);
-        for token in arguments::tokens(linked, "linked")? {
+        for token in linked.map(|tokens| tokens.0).unwrap_or_default() {
             start = start.linked(token);
         }
-        let handle = with_wake_batch(py, || self.tracker.start(start))
+        let tracker = &slf.get().tracker;
+        let handle = with_wake_batch(py, || tracker.start(start))?
             .map_err(|error| tracker_error(py, error))?;
-        Ok(SubagentTaskHandle::new(handle))
+        Ok(SubagentTaskHandle::new(
+            handle,
+            slf.clone().into_any().unbind(),
+        ))
     }
 
     /// Cancels a running task and its running descendants; True exactly when this call moved the task.
@@ -130,38 +142,32 @@ impl Session {
     fn cancel_subagent_task(
         &self,
         py: Python<'_>,
-        task_id: &Bound<'_, PyAny>,
+        task_id: Id<TaskIdArgument>,
         reason: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let task_id = arguments::task_id(task_id, "task_id")?;
         let reason = arguments::optional_string(reason, "reason")?;
-        Ok(with_wake_batch(py, || {
-            self.tracker.cancel(&task_id, reason.as_deref())
-        }))
+        with_wake_batch(py, || self.tracker.cancel(&task_id.0, reason.as_deref()))
     }
 
     /// Cancels every running task; returns how many it moved to cancelled.
     #[pyo3(signature = (reason=None))]
     fn cancel(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let reason = arguments::optional_string(reason, "reason")?;
-        Ok(with_wake_batch(py, || {
-            self.tracker.cancel_all(reason.as_deref())
-        }))
+        with_wake_batch(py, || self.tracker.cancel_all(reason.as_deref()))
     }
 
     /// Cancels every running task, then refuses new starts; returns how many it moved to cancelled.
     #[pyo3(signature = (reason=None))]
     fn close(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let reason = arguments::optional_string(reason, "reason")?;
-        Ok(with_wake_batch(py, || {
-            self.tracker.close(reason.as_deref())
-        }))
+        with_wake_batch(py, || self.tracker.close(reason.as_deref()))
     }
 
     /// A snapshot of one retained task, or None.
-    fn subagent_task(&self, task_id: &Bound<'_, PyAny>) -> PyResult<Option<SubagentTask>> {
-        let task_id = arguments::task_id(task_id, "task_id")?;
-        Ok(self.tracker.get(&task_id).map(SubagentTask::new))
+    fn subagent_task(&self, py: Python<'_>, task_id: Id<TaskIdArgument>) -> Option<SubagentTask> {
+        self.tracker
+            .get(&task_id.0)
+            .map(|snapshot| SubagentTask::new(py, snapshot))
     }
 
     /// Snapshots of every retained task, in start order.
@@ -175,23 +181,33 @@ impl Session {
     }
 
     /// A watch on the current run of `task_id`; raises `UnknownTaskError` for an unknown id.
-    fn _watch(&self, py: Python<'_>, task_id: &Bound<'_, PyAny>) -> PyResult<TaskWatch> {
-        let task_id = arguments::task_id(task_id, "task_id")?;
-        match self.tracker.watch(&task_id) {
-            Some(watch) => Ok(TaskWatch::new(watch)),
-            None => Err(tracker_error(
-                py,
-                subagent_tracker::TrackerError::UnknownTask(format!(
-                    "no task {task_id:?} is retained in session {:?}",
-                    &**self.tracker.session_id()
-                )),
-            )),
-        }
+    fn _watch(slf: &Bound<'_, Self>, task_id: Id<TaskIdArgument>) -> PyResult<TaskWatch> {
+        let py = slf.py();
+        let watch = slf
+            .get()
+            .tracker
+            .watch_or_error(&task_id.0)
+            .map_err(|error| tracker_error(py, error))?;
+        Ok(TaskWatch::new(watch, slf.clone().into_any().unbind()))
     }
 
     /// Subscribes to lifecycle events from this call on.
     fn _subscribe(&self) -> EventSubscription {
         EventSubscription::new(self.tracker.subscribe())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let mut outcome = Ok(());
+        self.tracker.visit_values(|value| {
+            if outcome.is_ok() {
+                outcome = value.visit(&visit);
+            }
+        });
+        outcome
+    }
+
+    fn __clear__(&self) {
+        self.tracker.visit_values(PyValue::clear);
     }
 
     fn __repr__(&self) -> String {

@@ -1,26 +1,80 @@
 //! `SubagentTask`: the immutable snapshot Python code reads.
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::PyTraverseError;
 use subagent_tracker::SubagentTaskSnapshot;
 
-use crate::python_types::{epoch_seconds, python_repr, status_member, PyValue};
+use crate::package_imports::status_member;
+use crate::python_types::{own, python_repr, PyValue};
 
-/// An immutable snapshot of one subagent task, taken atomically.
+/// An immutable snapshot of one subagent task, taken atomically. It owns its references to the metadata and
+/// result, so it is unaffected by what happens to the session afterwards.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct SubagentTask {
-    snapshot: SubagentTaskSnapshot<PyValue>,
+    snapshot: SubagentTaskSnapshot<()>,
+    metadata: Option<Py<PyAny>>,
+    result: Option<Py<PyAny>>,
 }
 
 impl SubagentTask {
-    pub(crate) fn new(snapshot: SubagentTaskSnapshot<PyValue>) -> SubagentTask {
-        SubagentTask { snapshot }
+    pub(crate) fn new(py: Python<'_>, snapshot: SubagentTaskSnapshot<PyValue>) -> SubagentTask {
+        let metadata = own(py, &snapshot.metadata);
+        let result = own(py, &snapshot.result);
+        let SubagentTaskSnapshot {
+            task_id,
+            session_id,
+            parent_id,
+            agent,
+            description,
+            status,
+            finished,
+            started_at,
+            cancelled_at,
+            ended_at,
+            cancel_reason,
+            cancel_origin,
+            cancel_cause,
+            escalated,
+            deadline,
+            detached,
+            progress,
+            progress_count,
+            error,
+            ..
+        } = snapshot;
+        SubagentTask {
+            snapshot: SubagentTaskSnapshot {
+                task_id,
+                session_id,
+                parent_id,
+                agent,
+                description,
+                metadata: None,
+                status,
+                finished,
+                started_at,
+                cancelled_at,
+                ended_at,
+                cancel_reason,
+                cancel_origin,
+                cancel_cause,
+                escalated,
+                deadline,
+                detached,
+                progress,
+                progress_count,
+                result: None,
+                error,
+            },
+            metadata,
+            result,
+        }
     }
 }
 
-fn value(py: Python<'_>, value: &Option<PyValue>) -> Py<PyAny> {
-    value
-        .as_ref()
-        .map_or_else(|| py.None(), |value| value.clone_ref(py))
+fn epoch(time: std::time::SystemTime) -> f64 {
+    subagent_tracker::epoch_seconds(time)
 }
 
 #[pymethods]
@@ -52,7 +106,9 @@ impl SubagentTask {
 
     #[getter]
     fn metadata(&self, py: Python<'_>) -> Py<PyAny> {
-        value(py, &self.snapshot.metadata)
+        self.metadata
+            .as_ref()
+            .map_or_else(|| py.None(), |value| value.clone_ref(py))
     }
 
     #[getter]
@@ -67,17 +123,17 @@ impl SubagentTask {
 
     #[getter]
     fn started_at(&self) -> f64 {
-        epoch_seconds(self.snapshot.started_at)
+        epoch(self.snapshot.started_at)
     }
 
     #[getter]
     fn cancelled_at(&self) -> Option<f64> {
-        self.snapshot.cancelled_at.map(epoch_seconds)
+        self.snapshot.cancelled_at.map(epoch)
     }
 
     #[getter]
     fn ended_at(&self) -> Option<f64> {
-        self.snapshot.ended_at.map(epoch_seconds)
+        self.snapshot.ended_at.map(epoch)
     }
 
     #[getter]
@@ -97,7 +153,7 @@ impl SubagentTask {
 
     #[getter]
     fn deadline(&self) -> Option<f64> {
-        self.snapshot.deadline.map(epoch_seconds)
+        self.snapshot.deadline.map(epoch)
     }
 
     #[getter]
@@ -122,7 +178,9 @@ impl SubagentTask {
 
     #[getter]
     fn result(&self, py: Python<'_>) -> Py<PyAny> {
-        value(py, &self.snapshot.result)
+        self.result
+            .as_ref()
+            .map_or_else(|| py.None(), |value| value.clone_ref(py))
     }
 
     #[getter]
@@ -130,10 +188,19 @@ impl SubagentTask {
         self.snapshot.error.as_deref()
     }
 
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.metadata)?;
+        visit.call(&self.result)
+    }
+
     fn __repr__(&self) -> String {
         let snapshot = &self.snapshot;
+        let error = match &snapshot.error {
+            Some(error) => format!(", error={}", python_repr(Some(error))),
+            None => String::new(),
+        };
         format!(
-            "SubagentTask(task_id={}, status='{}', finished={}, parent_id={}, cancel_reason={})",
+            "SubagentTask(task_id={}, status='{}', finished={}, parent_id={}, cancel_reason={}{error})",
             python_repr(Some(&snapshot.task_id)),
             snapshot.status.as_str(),
             if snapshot.finished { "True" } else { "False" },

@@ -2,52 +2,46 @@
 
 use std::time::{Duration, Instant};
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::PyTraverseError;
 use subagent_tracker::SubagentTaskToken;
 
-use crate::arguments;
+use crate::arguments::{Seconds, TimeoutArgument, Tokens};
 use crate::asyncio_waker::future_for;
 use crate::cancel_callback::{CancelCallbackRegistration, PythonCallback};
 use crate::errors::task_cancelled_error;
-use crate::python_types::{python_repr, PyValue};
-use crate::ready::Ready;
-
-/// The Python module that holds the async checkpoints (async code is best written in Python).
-fn checkpoints(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    static MODULE: pyo3::sync::PyOnceLock<Py<PyModule>> = pyo3::sync::PyOnceLock::new();
-    Ok(MODULE
-        .get_or_try_init(py, || {
-            py.import("subagent_tracker._checkpoints")
-                .map(Bound::unbind)
-        })?
-        .bind(py))
-}
+use crate::package_imports::checkpoints;
+use crate::python_types::python_repr;
 
 /// How long a blocking wait sleeps between checks for Python signals (so Ctrl-C still works).
 const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Fires when its task becomes cancelled, and never after the task completed or failed.
+///
+/// Each signal has one Python token object (a handle caches its token; `any()` makes one), which shows the
+/// garbage collector the callbacks registered through it.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct CancellationToken {
-    token: SubagentTaskToken<PyValue>,
+    token: SubagentTaskToken,
 }
 
 impl CancellationToken {
-    pub(crate) fn new(token: SubagentTaskToken<PyValue>) -> CancellationToken {
+    pub(crate) fn new(token: SubagentTaskToken) -> CancellationToken {
         CancellationToken { token }
     }
 
-    pub(crate) fn core(&self) -> &SubagentTaskToken<PyValue> {
+    pub(crate) fn core(&self) -> &SubagentTaskToken {
         &self.token
     }
 }
 
 #[pymethods]
 impl CancellationToken {
-    /// The id of the task this token belongs to.
+    /// The id of the task this token belongs to; None for a token made by `any()`.
     #[getter]
-    fn task_id(&self) -> &str {
-        self.token.task_id()
+    fn task_id(&self) -> Option<&str> {
+        self.token.task_id().map(|task_id| &**task_id)
     }
 
     /// True once the task is cancelled. One atomic load; takes no lock.
@@ -71,25 +65,34 @@ impl CancellationToken {
             .token
             .reason()
             .unwrap_or_else(|| subagent_tracker::DEFAULT_CANCEL_REASON.into());
-        Err(task_cancelled_error(py, self.token.task_id(), &reason))
+        let task_id = self
+            .token
+            .task_id()
+            .cloned()
+            .or_else(|| self.token.origin())
+            .unwrap_or_default();
+        Err(task_cancelled_error(py, &task_id, &reason))
     }
 
-    /// An awaitable that completes once the task is cancelled (at once if it already is).
+    /// An asyncio future that completes once the task is cancelled (already done if it is).
     fn cancelled(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        if self.token.is_cancelled() {
-            return Ok(Py::new(py, Ready::new(py.None()))?.into_any());
-        }
-        match future_for(py, |context| self.token.poll_cancelled(context))? {
+        match future_for(py, self.token.cancelled(), |wait, context| {
+            wait.poll_cancelled(context)
+        })? {
             Some(future) => Ok(future),
-            None => Ok(Py::new(py, Ready::new(py.None()))?.into_any()),
+            None => {
+                let future =
+                    crate::asyncio_waker::running_loop(py)?.call_method0("create_future")?;
+                future.call_method1("set_result", (py.None(),))?;
+                Ok(future.unbind())
+            }
         }
     }
 
     /// Blocks until the task is cancelled (True) or `timeout` seconds pass (False), releasing the GIL.
     #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
-        let timeout = arguments::timeout(timeout)?;
-        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+    fn wait(&self, py: Python<'_>, timeout: Option<Seconds<TimeoutArgument>>) -> PyResult<bool> {
+        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout.0));
         loop {
             let slice = match deadline {
                 Some(deadline) => deadline
@@ -109,11 +112,15 @@ impl CancellationToken {
 
     /// Runs `callback()` once when the task is cancelled (at once if it already is); a coroutine function is
     /// scheduled on the event loop that registered it. Exceptions are logged, never raised to the canceller.
-    fn on_cancel(&self, callback: &Bound<'_, PyAny>) -> PyResult<CancelCallbackRegistration> {
+    fn on_cancel(
+        &self,
+        py: Python<'_>,
+        callback: &Bound<'_, PyAny>,
+    ) -> PyResult<CancelCallbackRegistration> {
         let callback = PythonCallback::new(callback)?;
-        Ok(CancelCallbackRegistration::new(
-            self.token.on_cancel(move || callback.invoke()),
-        ))
+        let registration =
+            crate::asyncio_waker::with_wake_batch(py, || self.token.on_cancel(callback))?;
+        Ok(CancelCallbackRegistration::new(registration))
     }
 
     /// `async for chunk in token.guard(stream)`: passes chunks through until the token fires, racing each
@@ -138,25 +145,36 @@ impl CancellationToken {
             .call1((slf, awaitable))
     }
 
-    /// A token that fires when any of `tokens` fires, with that token's reason. It belongs to no task; its
-    /// registrations on the sources go away when it fires or is garbage-collected.
+    /// A token that fires when any of `tokens` fires, with that token's reason. It belongs to no task
+    /// (`task_id` is None), and lives while it is held or a task is linked to it.
     #[staticmethod]
     #[pyo3(signature = (*tokens))]
-    fn any(tokens: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<CancellationToken> {
-        let tokens = arguments::tokens(Some(tokens.as_any()), "tokens")?;
-        Ok(CancellationToken::new(SubagentTaskToken::any(tokens)))
+    fn any(py: Python<'_>, tokens: Tokens) -> PyResult<CancellationToken> {
+        let combined =
+            crate::asyncio_waker::with_wake_batch(py, || SubagentTaskToken::any(tokens.0))?;
+        Ok(CancellationToken::new(combined))
     }
 
-    /// How many callbacks wait on this token (registered, not yet run, not removed).
+    /// How many callbacks and links wait on this token (registered, not yet run, not removed).
     #[getter]
     fn callback_count(&self) -> usize {
         self.token.callback_count()
     }
 
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let mut outcome = Ok(());
+        self.token.visit_callbacks(|callback: &PythonCallback| {
+            if outcome.is_ok() {
+                outcome = callback.visit(&visit);
+            }
+        });
+        outcome
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "CancellationToken(task_id={}, is_cancelled={})",
-            python_repr(Some(self.token.task_id())),
+            python_repr(self.token.task_id().map(|task_id| &**task_id)),
             if self.token.is_cancelled() {
                 "True"
             } else {

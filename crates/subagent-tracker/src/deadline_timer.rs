@@ -2,6 +2,20 @@
 //!
 //! Deadlines sit in an ordered map, so 100,000 tasks with deadlines cost 100,000 map entries, not as many OS
 //! timers or threads; a task that finishes first removes its entry at once.
+//!
+//! The timer thread makes the transitions (a deadline's cancel and its cascade) and nothing else: the
+//! wake-ups and callbacks they owe run in a thread of their own, so no user code runs on the timer and a slow
+//! callback never delays another deadline.
+//!
+//! # Fork
+//!
+//! A forked child has no timer thread. [`fork`] has the three hooks a runtime calls around `fork()`: before
+//! it, they take the timer's locks (so the child gets them unlocked and no due deadline is lost in flight),
+//! and in the child they start a new timer thread over the same deadlines.
+//!
+//! # Lock order
+//!
+//! `firing` before `scheduled`. Neither is held while expiries are delivered to user code.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,19 +24,24 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::notifications::run_contained;
+use crate::delivery::{run_contained, Delivery};
 
 /// What happens when a deadline passes.
 pub(crate) trait Expire: Send + Sync {
-    fn expire(&self);
+    /// Makes the deadline's transitions; what they owe goes to `delivery`.
+    fn expire(&self, delivery: &mut Delivery);
 }
 
 /// Identifies a scheduled deadline, to cancel it.
 pub(crate) type DeadlineKey = (Instant, u64);
 
+type Schedule = BTreeMap<DeadlineKey, Box<dyn Expire>>;
+
 struct DeadlineTimer {
-    scheduled: Mutex<BTreeMap<DeadlineKey, Box<dyn Expire>>>,
+    scheduled: Arc<Mutex<Schedule>>,
     earliest_changed: Condvar,
+    /// Held while a batch of due deadlines is taken out and fired, so a fork never happens in between.
+    firing: Arc<Mutex<()>>,
 }
 
 static TIMER: OnceLock<Arc<DeadlineTimer>> = OnceLock::new();
@@ -31,30 +50,40 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
 fn timer() -> &'static Arc<DeadlineTimer> {
     TIMER.get_or_init(|| {
         let timer = Arc::new(DeadlineTimer {
-            scheduled: Mutex::new(BTreeMap::new()),
+            scheduled: Arc::new(Mutex::new(BTreeMap::new())),
             earliest_changed: Condvar::new(),
+            firing: Arc::new(Mutex::new(())),
         });
-        let worker = timer.clone();
-        std::thread::Builder::new()
-            .name("subagent-deadlines".to_owned())
-            .spawn(move || worker.run())
-            .expect("the deadline timer thread could not be started");
+        timer.start_thread();
         timer
     })
 }
 
 impl DeadlineTimer {
+    fn start_thread(self: &Arc<Self>) {
+        let worker = self.clone();
+        // Without its thread no deadline would ever fire: failing loudly is the only honest outcome.
+        std::thread::Builder::new()
+            .name("subagent-deadlines".to_owned())
+            .spawn(move || worker.run())
+            .expect("the deadline timer thread could not be started");
+    }
+
     fn run(&self) {
         loop {
-            let due = self.wait_for_due();
+            self.wait_until_due();
+            let _firing = self.firing.lock();
+            let due = self.take_due();
+            let mut delivery = Delivery::default();
             for expiry in due {
-                run_contained(|| expiry.expire());
+                run_contained(|| expiry.expire(&mut delivery));
             }
+            delivery.deliver_in_own_thread();
         }
     }
 
-    /// Sleeps until the earliest deadline passes, then takes every deadline that has.
-    fn wait_for_due(&self) -> Vec<Box<dyn Expire>> {
+    /// Sleeps until the earliest deadline has passed.
+    fn wait_until_due(&self) {
         let mut scheduled = self.scheduled.lock();
         loop {
             match scheduled.first_key_value().map(|(key, _)| key.0) {
@@ -62,10 +91,15 @@ impl DeadlineTimer {
                 Some(earliest) if earliest > Instant::now() => {
                     self.earliest_changed.wait_until(&mut scheduled, earliest);
                 }
-                Some(_) => break,
+                Some(_) => return,
             }
         }
+    }
+
+    /// Takes every deadline that has passed.
+    fn take_due(&self) -> Vec<Box<dyn Expire>> {
         let now = Instant::now();
+        let mut scheduled = self.scheduled.lock();
         let mut due = Vec::new();
         while let Some(entry) = scheduled.first_entry() {
             if entry.key().0 > now {
@@ -77,7 +111,7 @@ impl DeadlineTimer {
     }
 }
 
-/// Runs `expiry` at `deadline` on the timer thread, unless unscheduled first.
+/// Runs `expiry` at `deadline` from the timer thread, unless unscheduled first.
 pub(crate) fn schedule(deadline: Instant, expiry: Box<dyn Expire>) -> DeadlineKey {
     let timer = timer();
     let key = (deadline, NEXT_KEY.fetch_add(1, Ordering::Relaxed));
@@ -105,6 +139,46 @@ pub(crate) fn unschedule(key: DeadlineKey) -> bool {
 
 /// How many deadlines are scheduled in this process and have neither fired nor been removed. A diagnostic:
 /// it returns to its earlier value once the tasks with deadlines have finished.
+#[must_use]
 pub fn pending_deadlines() -> usize {
     TIMER.get().map_or(0, |timer| timer.scheduled.lock().len())
+}
+
+/// Hooks to call around `fork()` (Python's `os.register_at_fork` does), so that deadlines keep firing in a
+/// forked child. Without them a child has no timer thread, and may inherit the timer's locks held.
+pub mod fork {
+    use parking_lot::lock_api::ArcMutexGuard;
+    use parking_lot::{Mutex, RawMutex};
+
+    use super::{Schedule, TIMER};
+
+    type HeldLocks = (
+        ArcMutexGuard<RawMutex, ()>,
+        ArcMutexGuard<RawMutex, Schedule>,
+    );
+
+    static HELD: Mutex<Option<HeldLocks>> = Mutex::new(None);
+
+    /// Before `fork()`: waits for a batch being fired to finish and holds the timer's locks across the fork.
+    pub fn prepare() {
+        if let Some(timer) = TIMER.get() {
+            let firing = timer.firing.lock_arc();
+            let scheduled = timer.scheduled.lock_arc();
+            *HELD.lock() = Some((firing, scheduled));
+        }
+    }
+
+    /// After `fork()`, in the parent: releases the locks.
+    pub fn after_in_parent() {
+        drop(HELD.lock().take());
+    }
+
+    /// After `fork()`, in the child: releases the locks (the child's copies) and starts a timer thread, since
+    /// the parent's did not come along.
+    pub fn after_in_child() {
+        drop(HELD.lock().take());
+        if let Some(timer) = TIMER.get() {
+            timer.start_thread();
+        }
+    }
 }

@@ -1,9 +1,13 @@
 //! Errors returned by the tracker.
 
+use std::fmt;
 use std::sync::Arc;
 
+use crate::time::SecondsProblem;
+
 /// Why a tracker call was refused. A call that returns an error has changed nothing.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TrackerError {
     /// A task with this id is live (not finished) in the session.
     #[error("task {task_id:?} is already running in session {session_id:?}; a task id may be reused only after its task has finished")]
@@ -13,30 +17,99 @@ pub enum TrackerError {
         /// The session that holds it.
         session_id: Arc<str>,
     },
-    /// No retained task has this id, or (for a parent) the task has already finished.
-    #[error("{0}")]
-    UnknownTask(String),
+    /// No retained task has this id.
+    #[error("no task {task_id:?} is retained in session {session_id:?}")]
+    UnknownTask {
+        /// The id looked up.
+        task_id: Arc<str>,
+        /// The session looked in.
+        session_id: Arc<str>,
+    },
+    /// The parent named at a start has already finished.
+    #[error("parent task {parent_id:?} has already finished in session {session_id:?}; children can only be started under a live task")]
+    ParentFinished {
+        /// The finished parent.
+        parent_id: Arc<str>,
+        /// Its session.
+        session_id: Arc<str>,
+    },
     /// The session was closed and takes no new tasks.
     #[error("session {session_id:?} is closed and accepts no new tasks")]
     SessionClosed {
         /// The closed session.
         session_id: Arc<str>,
     },
-    /// A task id that is empty or longer than [`MAX_TASK_ID_BYTES`](crate::MAX_TASK_ID_BYTES).
-    #[error("{0}")]
-    InvalidTaskId(String),
+    /// An id (of a task, a parent or a session) that is empty or too long.
+    #[error("{argument} must be {problem}")]
+    InvalidId {
+        /// The argument that carried it: `"task_id"`, `"parent_id"`, `"session_id"`.
+        argument: &'static str,
+        /// What is wrong with it.
+        problem: IdProblem,
+    },
+    /// A number of seconds (a timeout, a wait, a deadline) out of range.
+    #[error("{argument} must be a finite, non-negative number of seconds no larger than {max:e}; {problem}", max = crate::MAX_SECONDS)]
+    InvalidSeconds {
+        /// The argument that carried it.
+        argument: &'static str,
+        /// What is wrong with it.
+        problem: SecondsProblem,
+    },
+}
+
+/// What is wrong with an id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IdProblem {
+    /// The id is the empty string.
+    Empty,
+    /// The id is longer than [`MAX_TASK_ID_BYTES`](crate::MAX_TASK_ID_BYTES); it has this many bytes.
+    TooLong(usize),
+}
+
+impl fmt::Display for IdProblem {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IdProblem::Empty => formatter.write_str("a non-empty string"),
+            IdProblem::TooLong(length) => write!(
+                formatter,
+                "at most {} bytes, got {length} bytes",
+                crate::MAX_TASK_ID_BYTES
+            ),
+        }
+    }
 }
 
 impl TrackerError {
-    pub(crate) fn unknown_task(task_id: &str, session_id: &str) -> TrackerError {
-        TrackerError::UnknownTask(format!(
-            "no task {task_id:?} is retained in session {session_id:?}"
-        ))
+    pub(crate) fn unknown_task(task_id: &str, session_id: &Arc<str>) -> TrackerError {
+        TrackerError::UnknownTask {
+            task_id: Arc::from(task_id),
+            session_id: session_id.clone(),
+        }
     }
 
-    pub(crate) fn finished_parent(parent_id: &str, session_id: &str) -> TrackerError {
-        TrackerError::UnknownTask(format!(
-            "parent task {parent_id:?} has already finished in session {session_id:?}; children can only be started under a live task"
-        ))
+    /// A number of seconds given as `argument`, checked by the one rule ([`duration_from_seconds`](crate::duration_from_seconds)).
+    ///
+    /// # Errors
+    /// [`TrackerError::InvalidSeconds`] naming `argument`.
+    pub fn check_seconds(
+        argument: &'static str,
+        seconds: f64,
+    ) -> Result<std::time::Duration, TrackerError> {
+        crate::duration_from_seconds(seconds)
+            .map_err(|problem| TrackerError::InvalidSeconds { argument, problem })
+    }
+
+    /// A deadline in seconds since the epoch given as `argument`, checked by the one rule
+    /// ([`system_time_from_epoch_seconds`](crate::system_time_from_epoch_seconds)).
+    ///
+    /// # Errors
+    /// [`TrackerError::InvalidSeconds`] naming `argument`.
+    pub fn check_epoch_deadline(
+        argument: &'static str,
+        seconds: f64,
+    ) -> Result<std::time::SystemTime, TrackerError> {
+        crate::system_time_from_epoch_seconds(seconds)
+            .map_err(|problem| TrackerError::InvalidSeconds { argument, problem })
     }
 }

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 
 use parking_lot::{Mutex, RwLock};
 
+use crate::delivery::Delivery;
 use crate::{SubagentEvent, SubagentEventKind, SubagentStatus};
 
 /// The default number of events a subscriber may hold before it starts missing the oldest.
@@ -32,7 +33,9 @@ struct SubscriberBuffer {
 struct BufferState {
     events: VecDeque<SubagentEvent>,
     missed: u64,
+    /// The one consumer's waker (polling takes `&mut` the subscription, so there is only one).
     waker: Option<Waker>,
+    closed: bool,
 }
 
 impl EventBus {
@@ -64,8 +67,8 @@ impl EventBus {
         }
     }
 
-    /// Delivers `event` to every subscriber and returns the wakers to wake once the caller holds no lock.
-    pub(crate) fn publish(&self, event: SubagentEvent, wakers: &mut Vec<Waker>) {
+    /// Delivers `event` to every subscriber; their wakers go to `delivery`, to be woken once no lock is held.
+    pub(crate) fn publish(&self, event: SubagentEvent, delivery: &mut Delivery) {
         let subscribers = self.subscribers.read();
         for subscriber in subscribers.iter() {
             let mut state = subscriber.state.lock();
@@ -74,9 +77,7 @@ impl EventBus {
                 state.missed += 1;
             }
             state.events.push_back(event.clone());
-            if let Some(waker) = state.waker.take() {
-                wakers.push(waker);
-            }
+            delivery.wake(state.waker.take());
         }
     }
 
@@ -91,25 +92,61 @@ impl EventBus {
 /// A subscription to a tracker's lifecycle events, from the moment it was made.
 ///
 /// When the subscriber falls more than its capacity behind, the oldest events are dropped and the next read
-/// returns one [`SubagentEventKind::Lagged`] event carrying how many were missed. Dropping the subscription
-/// unsubscribes.
+/// returns one [`SubagentEventKind::Lagged`] event carrying how many were missed. Reading takes `&mut self`:
+/// a subscription has one consumer. [`close`](Self::close) (from anywhere, through a [`SubscriptionCloser`])
+/// or dropping the subscription unsubscribes; a consumer waiting for the next event then gets `None`.
 pub struct EventSubscription {
     bus: Arc<EventBus>,
     buffer: Arc<SubscriberBuffer>,
 }
 
+/// Closes a subscription from another thread or task than its consumer's.
+#[derive(Clone)]
+pub struct SubscriptionCloser {
+    bus: Arc<EventBus>,
+    buffer: Arc<SubscriberBuffer>,
+}
+
+impl SubscriptionCloser {
+    /// Unsubscribes and wakes the consumer, whose next read returns `None`. Closing twice does nothing.
+    pub fn close(&self) {
+        if let Some(waker) = close(&self.bus, &self.buffer) {
+            waker.wake();
+        }
+    }
+}
+
+/// Marks the buffer closed and unsubscribes it; returns the consumer's waker, for the caller to wake.
+fn close(bus: &EventBus, buffer: &Arc<SubscriberBuffer>) -> Option<Waker> {
+    let waker = {
+        let mut state = buffer.state.lock();
+        if state.closed {
+            return None;
+        }
+        state.closed = true;
+        state.events.clear();
+        state.waker.take()
+    };
+    bus.unsubscribe(buffer);
+    waker
+}
+
 impl EventSubscription {
-    /// The next buffered event, or `None` when there is none yet.
-    pub fn try_next(&self) -> Option<SubagentEvent> {
+    /// The next buffered event; `None` when none is buffered yet or the subscription is closed.
+    pub fn try_next(&mut self) -> Option<SubagentEvent> {
         let mut state = self.buffer.state.lock();
         Self::pop(&mut state)
     }
 
-    /// Polls for the next event; on `Pending`, `context`'s waker is woken when one arrives.
-    pub fn poll_next(&self, context: &mut Context<'_>) -> Poll<SubagentEvent> {
+    /// Polls for the next event: `Ready(None)` once closed; on `Pending`, `context`'s waker is woken when an
+    /// event arrives or the subscription is closed.
+    pub fn poll_next(&mut self, context: &mut Context<'_>) -> Poll<Option<SubagentEvent>> {
         let mut state = self.buffer.state.lock();
+        if state.closed {
+            return Poll::Ready(None);
+        }
         match Self::pop(&mut state) {
-            Some(event) => Poll::Ready(event),
+            Some(event) => Poll::Ready(Some(event)),
             None => {
                 state.waker = Some(context.waker().clone());
                 Poll::Pending
@@ -117,11 +154,11 @@ impl EventSubscription {
         }
     }
 
-    /// Polls until an event is buffered, without taking it; on `Pending`, `context`'s waker is woken when one
-    /// arrives.
-    pub fn poll_ready(&self, context: &mut Context<'_>) -> Poll<()> {
+    /// Polls until an event is buffered or the subscription is closed, without taking anything; on
+    /// `Pending`, `context`'s waker is woken when either happens.
+    pub fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<()> {
         let mut state = self.buffer.state.lock();
-        if state.missed > 0 || !state.events.is_empty() {
+        if state.closed || state.missed > 0 || !state.events.is_empty() {
             Poll::Ready(())
         } else {
             state.waker = Some(context.waker().clone());
@@ -129,12 +166,36 @@ impl EventSubscription {
         }
     }
 
-    /// Waits for the next event.
-    pub async fn next(&self) -> SubagentEvent {
+    /// Waits for the next event; `None` once the subscription is closed.
+    pub async fn next(&mut self) -> Option<SubagentEvent> {
         poll_fn(|context| self.poll_next(context)).await
     }
 
+    /// True once closed.
+    #[must_use]
+    pub fn is_closed(&self) -> bool {
+        self.buffer.state.lock().closed
+    }
+
+    /// Unsubscribes; later reads return `None`.
+    pub fn close(&mut self) {
+        // The only consumer is the caller: there is nobody else to wake.
+        drop(close(&self.bus, &self.buffer));
+    }
+
+    /// A handle that closes this subscription from elsewhere, waking its consumer.
+    #[must_use]
+    pub fn closer(&self) -> SubscriptionCloser {
+        SubscriptionCloser {
+            bus: self.bus.clone(),
+            buffer: self.buffer.clone(),
+        }
+    }
+
     fn pop(state: &mut BufferState) -> Option<SubagentEvent> {
+        if state.closed {
+            return None;
+        }
         if state.missed > 0 {
             let missed = std::mem::take(&mut state.missed);
             return Some(SubagentEvent {
@@ -153,6 +214,7 @@ impl EventSubscription {
 
 impl Drop for EventSubscription {
     fn drop(&mut self) {
-        self.bus.unsubscribe(&self.buffer);
+        // The consumer is going away: its waker is dropped, not woken (nothing is delivered from `Drop`).
+        drop(close(&self.bus, &self.buffer));
     }
 }

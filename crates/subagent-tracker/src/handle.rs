@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::delivery::Delivery;
 use crate::task_entry::{RunnerEnd, TaskEntry};
 use crate::tracker::TrackerShared;
 use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken};
@@ -13,7 +14,8 @@ pub const DROPPED_HANDLE_ERROR: &str = "the runner dropped its handle without re
 /// Held by the code that runs a task: it reports progress and the task's end.
 ///
 /// Dropping the handle closes it. A task still `Running` then fails with [`DROPPED_HANDLE_ERROR`], and a
-/// cancelled one becomes finished, so a runner that disappears never leaves an unfinished task behind.
+/// cancelled one becomes finished, so a runner that disappears never leaves an unfinished task behind. What
+/// that end wakes is woken in a thread of its own: nothing is delivered from `Drop`.
 pub struct SubagentTaskHandle<V = String> {
     shared: Arc<TrackerShared<V>>,
     entry: Arc<TaskEntry<V>>,
@@ -35,8 +37,8 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     }
 
     /// The token that fires when the task is cancelled.
-    pub fn token(&self) -> SubagentTaskToken<V> {
-        SubagentTaskToken::new(self.entry.clone())
+    pub fn token(&self) -> SubagentTaskToken {
+        SubagentTaskToken::new(self.entry.signal.clone(), self.entry.task_id.clone())
     }
 
     /// True once the task is cancelled: one atomic load, cheap enough for every streamed chunk.
@@ -60,15 +62,19 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     /// Reports success. True exactly when this moved the task from `Running` to `Completed`; after a cancel it
     /// returns false, the status stays `Cancelled`, and `result` is kept on the snapshot.
     pub fn complete(&self, result: Option<V>) -> bool {
-        self.shared.end(&self.entry, RunnerEnd::Completed(result)) == Some(true)
+        self.shared
+            .end(&self.entry, RunnerEnd::Completed(result), Delivery::deliver)
+            == Some(true)
     }
 
     /// Reports failure. True exactly when this moved the task from `Running` to `Failed`; after a cancel it
     /// returns false, the status stays `Cancelled`, and `error` is kept on the snapshot.
     pub fn fail(&self, error: &str) -> bool {
-        self.shared
-            .end(&self.entry, RunnerEnd::Failed(Arc::from(error)))
-            == Some(true)
+        self.shared.end(
+            &self.entry,
+            RunnerEnd::Failed(Arc::from(error)),
+            Delivery::deliver,
+        ) == Some(true)
     }
 
     /// Reports that the runner stopped because of a cancel: a still running task is cancelled first (with its
@@ -76,7 +82,8 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     /// call did the cancelling.
     pub fn stop_cancelled(&self, reason: Option<&str>) -> bool {
         let cancelled_here = self.shared.cancel_entry(&self.entry, reason);
-        self.shared.end(&self.entry, RunnerEnd::Stopped);
+        self.shared
+            .end(&self.entry, RunnerEnd::Stopped, Delivery::deliver);
         cancelled_here
     }
 
@@ -87,6 +94,7 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     }
 
     /// True once the task has finished.
+    #[must_use]
     pub fn is_finished(&self) -> bool {
         self.entry.is_finished()
     }
@@ -105,7 +113,8 @@ impl<V> Drop for SubagentTaskHandle<V> {
             } else {
                 RunnerEnd::Failed(Arc::from(DROPPED_HANDLE_ERROR))
             };
-            self.shared.end(&self.entry, end);
+            self.shared
+                .end(&self.entry, end, Delivery::deliver_in_own_thread);
         }
     }
 }

@@ -20,36 +20,40 @@
 //! # drop(parent);
 //! ```
 //!
-//! The contract this crate keeps is written out in the repository's `CONTRACT.md`, extended for agent loops
-//! (cancel causes, deadlines, callbacks, linked tokens, detached children) in `docs/agent-loops.md`; each type
-//! documents the rules it is responsible for.
+//! The contract this crate keeps is written out in the repository's `docs/contract.md` (sections 1 to 10 and
+//! 18 to 21), extended for agent loops (cancel causes, deadlines, callbacks, linked tokens, detached children)
+//! in `docs/agent-loops.md`; each type documents the rules it is responsible for.
 
-#![warn(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod cancel_callback;
 mod cancel_cause;
+mod cancel_signal;
 mod deadline_timer;
+mod delivery;
 mod error;
 mod event;
 mod event_bus;
 mod handle;
-mod notifications;
 mod retention;
 mod snapshot;
 mod status;
+mod sync;
 mod task_entry;
 mod task_id;
 mod task_start;
 mod task_watch;
+mod time;
 mod token;
 mod tracker;
 
 pub use cancel_callback::CancelCallback;
 pub use cancel_cause::CancelCause;
-pub use deadline_timer::pending_deadlines;
-pub use error::TrackerError;
+pub use cancel_signal::OnCancel;
+pub use deadline_timer::{fork, pending_deadlines};
+pub use error::{IdProblem, TrackerError};
 pub use event::{SubagentEvent, SubagentEventKind};
-pub use event_bus::{EventSubscription, DEFAULT_EVENT_BUFFER};
+pub use event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
 pub use handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
 pub use retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use snapshot::SubagentTaskSnapshot;
@@ -58,7 +62,11 @@ pub use task_entry::MAX_PROGRESS_MESSAGE_BYTES;
 pub use task_id::{validate_task_id, MAX_TASK_ID_BYTES};
 pub use task_start::TaskStart;
 pub use task_watch::TaskWatch;
-pub use token::SubagentTaskToken;
+pub use time::{
+    duration_from_seconds, epoch_seconds, system_time_from_epoch_seconds, SecondsProblem,
+    MAX_SECONDS,
+};
+pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish};
 pub use tokio_util::sync::CancellationToken;
 pub use tracker::{
     InMemorySubagentTaskTracker, TrackerConfig, DEADLINE_REASON, DEFAULT_CANCEL_REASON,

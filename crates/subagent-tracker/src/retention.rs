@@ -1,47 +1,97 @@
 //! The bound on finished tasks kept for queries.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam_queue::SegQueue;
+use crate::sync::Mutex;
+use crate::task_entry::TaskEntry;
 
 /// The default number of finished tasks a session keeps.
 pub const DEFAULT_MAX_FINISHED_TASKS: usize = 10_000;
 
-/// Finished tasks in the order they finished, so that the oldest is evicted first.
-///
-/// A lock-free queue that grows in small blocks, so that a session pays for the finished tasks it has, not for
-/// its bound, and recording a finish never waits for another thread's. Each record names a run by id and start
-/// sequence; when an id has been started again since, the record is stale and evicting it removes nothing.
-pub(crate) struct FinishedTasks {
-    capacity: usize,
-    order: SegQueue<(u64, Arc<str>)>,
-    length: AtomicUsize,
+/// A run's place in the retention window, kept on its entry (`TaskEntry::retention`).
+pub(crate) mod state {
+    /// Finished, not yet recorded.
+    pub(crate) const PENDING: u8 = 0;
+    /// Counted against the bound.
+    pub(crate) const RETAINED: u8 = 1;
+    /// Evicted, or replaced by a new run of its id: no longer counted.
+    pub(crate) const RELEASED: u8 = 2;
 }
 
-impl FinishedTasks {
-    pub(crate) fn new(capacity: usize) -> FinishedTasks {
+/// Finished runs in the order they finished, so that the oldest is evicted first.
+///
+/// Exactly the runs still retained count against the bound: a run replaced by a new run of its id stops
+/// counting at once (its record stays queued, stale, until eviction passes it or a compaction drops it), so a
+/// restart never evicts another run early, and stale records never outnumber the retained ones for long.
+pub(crate) struct FinishedTasks<V> {
+    capacity: usize,
+    queue: Mutex<Window<V>>,
+}
+
+struct Window<V> {
+    order: VecDeque<Arc<TaskEntry<V>>>,
+    retained: usize,
+    stale: usize,
+}
+
+impl<V> FinishedTasks<V> {
+    pub(crate) fn new(capacity: usize) -> FinishedTasks<V> {
         FinishedTasks {
             capacity,
-            order: SegQueue::new(),
-            length: AtomicUsize::new(0),
+            queue: Mutex::new(Window {
+                order: VecDeque::new(),
+                retained: 0,
+                stale: 0,
+            }),
         }
     }
 
-    /// Records a finished run and returns the run that falls out of the window, if one does.
-    pub(crate) fn record(&self, sequence: u64, task_id: Arc<str>) -> Option<(u64, Arc<str>)> {
-        if self.capacity == 0 {
-            return Some((sequence, task_id));
-        }
-        self.order.push((sequence, task_id));
-        if self.length.fetch_add(1, Ordering::AcqRel) < self.capacity {
+    /// Records a finished run and returns the run that falls out of the window, if one does (the run itself
+    /// when nothing is retained). A run already replaced is not recorded.
+    pub(crate) fn record(&self, entry: &Arc<TaskEntry<V>>) -> Option<Arc<TaskEntry<V>>> {
+        let mut window = self.queue.lock();
+        if entry
+            .retention
+            .compare_exchange(
+                state::PENDING,
+                state::RETAINED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_err()
+        {
             return None;
         }
-        // Over the bound: whoever pushed past it evicts one, so the length settles back at the bound.
-        let evicted = self.order.pop();
-        if evicted.is_some() {
-            self.length.fetch_sub(1, Ordering::AcqRel);
+        window.order.push_back(entry.clone());
+        window.retained += 1;
+        let mut evicted = None;
+        if window.retained > self.capacity {
+            while let Some(oldest) = window.order.pop_front() {
+                if oldest.retention.swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+                    window.retained -= 1;
+                    evicted = Some(oldest);
+                    break;
+                }
+                window.stale -= 1;
+            }
+        }
+        if window.stale > window.retained.max(64) {
+            window
+                .order
+                .retain(|entry| entry.retention.load(Ordering::Acquire) == state::RETAINED);
+            window.stale = 0;
         }
         evicted
+    }
+
+    /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
+    pub(crate) fn forget(&self, entry: &TaskEntry<V>) {
+        let mut window = self.queue.lock();
+        if entry.retention.swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+            window.retained -= 1;
+            window.stale += 1;
+        }
     }
 }

@@ -1,24 +1,24 @@
 //! Validation and generation of task ids.
 
-use crate::TrackerError;
+use crate::{IdProblem, TrackerError};
 
 /// The longest task id accepted, in UTF-8 bytes. Longer ids are almost always a bug (a prompt passed as an id).
 pub const MAX_TASK_ID_BYTES: usize = 256;
 
-/// Checks the rule every task id keeps: non-empty and at most [`MAX_TASK_ID_BYTES`] bytes.
-pub fn validate_task_id(task_id: &str) -> Result<(), TrackerError> {
-    if task_id.is_empty() {
-        return Err(TrackerError::InvalidTaskId(
-            "task_id must be a non-empty string".to_owned(),
-        ));
-    }
-    if task_id.len() > MAX_TASK_ID_BYTES {
-        return Err(TrackerError::InvalidTaskId(format!(
-            "task_id must be at most {MAX_TASK_ID_BYTES} bytes, got {} bytes",
-            task_id.len()
-        )));
-    }
-    Ok(())
+/// Checks the rule every id (of a task, parent or session) keeps: non-empty and at most
+/// [`MAX_TASK_ID_BYTES`] bytes. `argument` names it in the error.
+///
+/// # Errors
+/// [`TrackerError::InvalidId`] naming `argument`.
+pub fn validate_task_id(argument: &'static str, task_id: &str) -> Result<(), TrackerError> {
+    let problem = if task_id.is_empty() {
+        IdProblem::Empty
+    } else if task_id.len() > MAX_TASK_ID_BYTES {
+        IdProblem::TooLong(task_id.len())
+    } else {
+        return Ok(());
+    };
+    Err(TrackerError::InvalidId { argument, problem })
 }
 
 /// A fresh random id (a UUID v4), for tasks and sessions started without one.

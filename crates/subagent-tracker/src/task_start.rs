@@ -1,8 +1,9 @@
 //! What a caller says about a task when starting it.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
+use crate::time::Deadline;
 use crate::SubagentTaskToken;
 
 /// The description of a task to start, built with chained setters.
@@ -18,9 +19,9 @@ pub struct TaskStart<V = String> {
     pub(crate) agent: Option<Arc<str>>,
     pub(crate) description: Option<Arc<str>>,
     pub(crate) metadata: Option<V>,
-    pub(crate) deadline: Option<Instant>,
+    pub(crate) deadline: Option<Deadline>,
     pub(crate) detached: bool,
-    pub(crate) linked: Vec<SubagentTaskToken<V>>,
+    pub(crate) linked: Vec<SubagentTaskToken>,
 }
 
 impl<V> Default for TaskStart<V> {
@@ -71,22 +72,41 @@ impl<V> TaskStart<V> {
     /// Cancels the task with reason [`DEADLINE_REASON`](crate::DEADLINE_REASON) and cause
     /// [`Deadline`](crate::CancelCause::Deadline) when `deadline` passes. A child's effective deadline is the
     /// earlier of its own and its parent's (unless detached).
-    pub fn deadline(mut self, deadline: Instant) -> Self {
-        self.deadline = Some(
-            self.deadline
-                .map_or(deadline, |earlier| earlier.min(deadline)),
-        );
-        self
+    pub fn deadline(self, deadline: Instant) -> Self {
+        self.with_deadline(Deadline::at_instant(
+            deadline,
+            Instant::now(),
+            SystemTime::now(),
+        ))
     }
 
-    /// A deadline `timeout` from now.
+    /// A deadline on the wall clock (for one given as seconds since the epoch, see
+    /// [`system_time_from_epoch_seconds`](crate::system_time_from_epoch_seconds)). One already past cancels
+    /// the task during its start; snapshots show it as given.
+    pub fn deadline_at(self, deadline: SystemTime) -> Self {
+        self.with_deadline(Deadline::at_wall(
+            deadline,
+            Instant::now(),
+            SystemTime::now(),
+        ))
+    }
+
+    /// A deadline `timeout` from now. A timeout too long for the platform's clock sets no deadline; one
+    /// checked by [`duration_from_seconds`](crate::duration_from_seconds) always fits.
     pub fn timeout(self, timeout: Duration) -> Self {
-        let deadline = Instant::now().checked_add(timeout);
-        match deadline {
-            Some(deadline) => self.deadline(deadline),
-            // Too far away to represent: no deadline at all.
-            None => self,
+        let now = Instant::now();
+        if now.checked_add(timeout).is_none() {
+            return self;
         }
+        self.with_deadline(Deadline::after(timeout, now, SystemTime::now()))
+    }
+
+    fn with_deadline(mut self, deadline: Deadline) -> Self {
+        self.deadline = Some(
+            self.deadline
+                .map_or(deadline, |earlier| earlier.earlier(deadline)),
+        );
+        self
     }
 
     /// Starts the task out of its parent's reach: the parent's cancel and deadline do not pass on to it. It is
@@ -98,7 +118,7 @@ impl<V> TaskStart<V> {
 
     /// Cancels the task (cause [`Linked`](crate::CancelCause::Linked), with the source's reason) when `token`
     /// fires, even if it belongs to another task or session. The link is dropped when the task finishes.
-    pub fn linked(mut self, token: SubagentTaskToken<V>) -> Self {
+    pub fn linked(mut self, token: SubagentTaskToken) -> Self {
         self.linked.push(token);
         self
     }

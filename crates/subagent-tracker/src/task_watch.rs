@@ -1,9 +1,9 @@
-//! An observer's hold on one run of a task.
+//! Waiting for one run of a task to finish.
 
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use crate::task_entry::TaskEntry;
+use crate::token::WaitForFinish;
 use crate::SubagentTaskSnapshot;
 
 /// Follows one run of a task, even after that run is evicted or its id is started again.
@@ -27,23 +27,30 @@ impl<V: Clone> TaskWatch<V> {
     }
 
     /// True once the run has finished.
+    #[must_use]
     pub fn is_finished(&self) -> bool {
         self.entry.is_finished()
     }
 
-    /// Polls for the end of the run; on `Pending`, `context`'s waker is woken when it finishes.
-    pub fn poll_finished(&self, context: &mut Context<'_>) -> Poll<()> {
-        self.entry.poll_finished(context)
+    /// A future that is ready once the run has finished; dropping it takes its registration back.
+    pub fn wait_finished(&self) -> WaitForFinish {
+        WaitForFinish::new(self.entry.signal.clone())
     }
 
     /// Waits until the run has finished and returns its final snapshot.
     pub async fn finished(&self) -> SubagentTaskSnapshot<V> {
-        self.entry.finished().await;
+        self.wait_finished().await;
         self.entry.snapshot()
     }
 
     /// A snapshot of the run now.
+    #[must_use]
     pub fn snapshot(&self) -> SubagentTaskSnapshot<V> {
         self.entry.snapshot()
+    }
+
+    /// Calls `visit` with the run's metadata and result, if any.
+    pub fn visit_values(&self, visit: impl FnMut(&V)) {
+        self.entry.visit_values(visit);
     }
 }

@@ -1,139 +1,233 @@
-//! The canceller-to-runner signal of one task.
+//! The canceller-to-runner signal, as runners and combinators hold it.
 
+use std::any::Any;
 use std::fmt;
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::task_entry::TaskEntry;
-use crate::CancelCallback;
+use crate::cancel_signal::{CancelSignal, Dependent, OnCancel, Registration, SourceLink};
+use crate::delivery::{run_contained, Delivery};
+use crate::{CancelCallback, SubagentStatus};
 
-/// Fires exactly when its task becomes `Cancelled`: directly, by cascade, or by its session.
+/// Fires exactly when its task becomes `Cancelled`: directly, by cascade, by its session, by its deadline or
+/// by a token it is linked to. A token made by [`any`](Self::any) fires with the first of its sources.
 ///
 /// The token of a task that completed or failed never fires afterwards. Checks are one atomic load and take
-/// no lock, so a runner can check on every streamed chunk. Clones observe the same task.
-pub struct SubagentTaskToken<V = String> {
-    entry: Arc<TaskEntry<V>>,
+/// no lock, so a runner can check on every streamed chunk. Clones observe the same signal.
+#[derive(Clone)]
+pub struct SubagentTaskToken {
+    signal: Arc<CancelSignal>,
+    task_id: Option<Arc<str>>,
 }
 
-impl<V> Clone for SubagentTaskToken<V> {
-    fn clone(&self) -> Self {
+impl SubagentTaskToken {
+    pub(crate) fn new(signal: Arc<CancelSignal>, task_id: Arc<str>) -> Self {
         SubagentTaskToken {
-            entry: self.entry.clone(),
+            signal,
+            task_id: Some(task_id),
         }
     }
-}
 
-impl<V> SubagentTaskToken<V> {
-    pub(crate) fn new(entry: Arc<TaskEntry<V>>) -> Self {
-        SubagentTaskToken { entry }
+    /// The id of the task the token belongs to; `None` for a token made by [`any`](Self::any).
+    pub fn task_id(&self) -> Option<&Arc<str>> {
+        self.task_id.as_ref()
     }
 
-    /// The id of the task the token belongs to.
-    pub fn task_id(&self) -> &Arc<str> {
-        &self.entry.task_id
-    }
-
-    /// True once the task is cancelled.
+    /// True once the token has fired.
     #[inline]
+    #[must_use]
     pub fn is_cancelled(&self) -> bool {
-        self.entry.is_cancelled()
+        self.signal.is_cancelled()
     }
 
-    /// The reason of the cancel that reached the task, once it is cancelled.
+    /// The reason of the cancel that fired the token, once it has.
+    #[must_use]
     pub fn reason(&self) -> Option<Arc<str>> {
-        self.entry.cancel_reason()
+        self.signal.cancel_reason()
     }
 
-    /// Waits until the task is cancelled. Never completes if the task ends without being cancelled.
-    pub async fn cancelled(&self) {
-        self.entry.cancelled().await
+    /// The task whose cancel fired the token (for a combined token, its source's), once it has.
+    #[must_use]
+    pub fn origin(&self) -> Option<Arc<str>> {
+        self.signal.cancel_record().map(|cancel| cancel.origin)
     }
 
-    /// Polls for the cancel; on `Pending`, `context`'s waker is woken when the task is cancelled. The waker is
-    /// released unwoken if the task ends without being cancelled.
-    pub fn poll_cancelled(&self, context: &mut Context<'_>) -> Poll<()> {
-        self.entry.poll_cancelled(context)
-    }
-
-    /// Blocks the calling thread until the task is cancelled (true) or `timeout` passes (false).
-    pub fn wait_blocking(&self, timeout: Option<Duration>) -> bool {
-        self.entry.wait_cancelled_blocking(timeout)
-    }
-
-    /// Runs `callback` once when the task is cancelled: at once, in this thread, if it already is; otherwise
-    /// in the thread that cancels it, after the cancel has taken effect. If the task ends without being
-    /// cancelled the callback is released unrun. A panicking callback does not disturb the canceller or
-    /// the other callbacks.
-    pub fn on_cancel(&self, callback: impl FnOnce() + Send + 'static) -> CancelCallback
-    where
-        V: Send + Sync + 'static,
-    {
-        self.entry.on_cancel(Box::new(callback))
-    }
-
-    /// A token that fires when any of `tokens` fires (at once if one already has), with that token's reason.
-    ///
-    /// It belongs to no task or session. Its registrations on the sources are removed when it fires or when
-    /// its last clone is dropped, so combining long-lived tokens leaks nothing.
-    pub fn any(tokens: impl IntoIterator<Item = SubagentTaskToken<V>>) -> SubagentTaskToken<V>
-    where
-        V: Send + Sync + 'static,
-    {
-        let tokens: Vec<_> = tokens.into_iter().collect();
-        let label: Vec<&str> = tokens.iter().map(|token| &*token.entry.task_id).collect();
-        let combined = Arc::new(TaskEntry::standalone(Arc::from(format!(
-            "any({})",
-            label.join(", ")
-        ))));
-        let registrations = tokens
-            .iter()
-            .map(|source| {
-                let combined = Arc::downgrade(&combined);
-                let source_entry = Arc::downgrade(source.entry());
-                source.on_cancel(move || {
-                    if let Some(combined) = combined.upgrade() {
-                        let reason = source_entry
-                            .upgrade()
-                            .and_then(|source| source.cancel_reason());
-                        combined.cancel_standalone(
-                            reason.unwrap_or_else(|| Arc::from(crate::DEFAULT_CANCEL_REASON)),
-                        );
-                    }
-                })
-            })
-            .collect();
-        for leftover in combined.keep_links(registrations) {
-            leftover.remove();
+    /// Waits until the token fires. Never completes if the task ends without being cancelled. Dropping the
+    /// future takes its registration back, so abandoned waits leave nothing behind.
+    pub fn cancelled(&self) -> WaitForCancel {
+        WaitForCancel {
+            signal: self.signal.clone(),
+            key: None,
         }
-        SubagentTaskToken::new(combined)
     }
 
-    /// How many callbacks wait on this token: registered, not yet run, not removed. A diagnostic for leaks:
-    /// it drops to zero when the task is cancelled (they run) or ends (they are released).
+    /// Blocks the calling thread until the token fires (true) or `timeout` passes (false). `None`, or a
+    /// timeout too long to represent, waits as long as it takes.
+    #[must_use]
+    pub fn wait_blocking(&self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
+        self.signal.wait_cancelled_blocking(deadline)
+    }
+
+    /// Runs `callback` once when the token fires: at once, in this thread, if it already has; otherwise in
+    /// the thread that fires it, after the cancel has taken effect and its wake-ups were delivered (for a
+    /// deadline, in a thread of its own, never on the timer's). If the task ends without being cancelled
+    /// the callback is released unrun. A panicking callback disturbs neither the canceller nor the other
+    /// callbacks.
+    pub fn on_cancel(&self, callback: impl OnCancel) -> CancelCallback {
+        match self.signal.add_callback(Box::new(callback)) {
+            Ok(Some(id)) => CancelCallback::registered(Arc::downgrade(&self.signal), id),
+            Ok(None) => CancelCallback::spent(),
+            Err(callback) => {
+                run_contained(|| callback.on_cancel());
+                CancelCallback::spent()
+            }
+        }
+    }
+
+    /// A token that fires when any of `tokens` fires (at once if one already has), with that token's reason
+    /// and origin, and cause `Linked`.
+    ///
+    /// It belongs to no task. It lives while it is held or something depends on it (a task linked to it,
+    /// another combined token), and then removes its registrations on the sources; so combining long-lived
+    /// tokens leaks nothing, and `start(linked=[any(...)])` works without keeping the combined token.
+    #[must_use]
+    pub fn any(tokens: impl IntoIterator<Item = SubagentTaskToken>) -> SubagentTaskToken {
+        let combined = Arc::new(CancelSignal::new(SubagentStatus::Running));
+        let as_dependent: Weak<dyn Dependent> = Arc::downgrade(&combined) as Weak<CancelSignal>;
+        let mut delivery = Delivery::default();
+        let mut links = Vec::new();
+        for token in tokens {
+            match token.signal.add_dependent(as_dependent.clone()) {
+                Registration::Registered(registration) => links.push(SourceLink {
+                    source: token.signal,
+                    registration,
+                    _action: None,
+                }),
+                Registration::Fired(cancel) => {
+                    combined.source_fired(&cancel, &mut delivery);
+                    break;
+                }
+                Registration::Finished => {}
+            }
+        }
+        delivery.release_sources(combined.keep_sources(links));
+        delivery.deliver();
+        SubagentTaskToken {
+            signal: combined,
+            task_id: None,
+        }
+    }
+
+    /// Callbacks and links waiting on this token: registered, not yet run, not removed. A diagnostic for
+    /// leaks: it drops to zero when the token fires (they run) or its task ends (they are released).
+    #[must_use]
     pub fn callback_count(&self) -> usize {
-        self.entry.callback_count()
+        self.signal.registration_count()
     }
 
-    pub(crate) fn entry(&self) -> &Arc<TaskEntry<V>> {
-        &self.entry
+    /// Calls `visit` with each callback of type `T` still registered on this token (for a binding that must
+    /// show its garbage collector what its callbacks hold).
+    pub fn visit_callbacks<T: Any>(&self, visit: impl FnMut(&T)) {
+        self.signal.visit_callbacks(visit);
     }
 
     /// A tokio-util [`CancellationToken`] that fires with this one, for `select!` and APIs that take one.
-    /// It is made on first request, and is already cancelled if the task is.
+    /// It is made on first request, and is already cancelled if this token has fired.
+    #[must_use]
     pub fn cancellation_token(&self) -> CancellationToken {
-        self.entry.cancellation_token()
+        self.signal.cancellation_token()
+    }
+
+    /// When the token fired, once it has.
+    #[must_use]
+    pub fn cancelled_at(&self) -> Option<SystemTime> {
+        self.signal.cancel_record().map(|cancel| cancel.at)
+    }
+
+    pub(crate) fn signal(&self) -> &Arc<CancelSignal> {
+        &self.signal
     }
 }
 
-impl<V> fmt::Debug for SubagentTaskToken<V> {
+impl fmt::Debug for SubagentTaskToken {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("SubagentTaskToken")
-            .field("task_id", &self.entry.task_id)
+            .field("task_id", &self.task_id)
             .field("is_cancelled", &self.is_cancelled())
             .finish()
+    }
+}
+
+/// The future of [`SubagentTaskToken::cancelled`]: ready once the token fires.
+///
+/// It registers its waker on the first poll that finds the token pending, and takes it back when dropped.
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitForCancel {
+    signal: Arc<CancelSignal>,
+    key: Option<u64>,
+}
+
+impl WaitForCancel {
+    /// Polls for the cancel without pinning (the future is `Unpin`).
+    pub fn poll_cancelled(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        self.signal.poll_cancelled(context, &mut self.key)
+    }
+}
+
+impl Future for WaitForCancel {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        self.poll_cancelled(context)
+    }
+}
+
+impl Drop for WaitForCancel {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.signal.remove_waiter(key);
+        }
+    }
+}
+
+/// The future of a task's end ([`TaskWatch`](crate::TaskWatch)): ready once the task has finished. Dropping
+/// it takes its registration back.
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitForFinish {
+    signal: Arc<CancelSignal>,
+    key: Option<u64>,
+}
+
+impl WaitForFinish {
+    pub(crate) fn new(signal: Arc<CancelSignal>) -> WaitForFinish {
+        WaitForFinish { signal, key: None }
+    }
+
+    /// Polls for the end without pinning (the future is `Unpin`).
+    pub fn poll_finished(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        self.signal.poll_finished(context, &mut self.key)
+    }
+}
+
+impl Future for WaitForFinish {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        self.poll_finished(context)
+    }
+}
+
+impl Drop for WaitForFinish {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.signal.remove_waiter(key);
+        }
     }
 }

@@ -1,6 +1,6 @@
 //! The in-memory tracker of one session's subagent tasks.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Instant, SystemTime};
 
@@ -10,12 +10,15 @@ use dashmap::DashMap;
 // on the short keys used here (measured in BENCHMARKS.md).
 use foldhash::fast::RandomState;
 
+use crate::cancel_signal::{CancelRecord, Dependent, Registration, SourceLink};
 use crate::deadline_timer::{self, Expire};
+use crate::delivery::Delivery;
 use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
-use crate::notifications::Notifications;
 use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
-use crate::task_entry::{CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
+use crate::sync::AtomicU64;
+use crate::task_entry::{Admission, CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
 use crate::task_id::{generate_id, validate_task_id};
+use crate::time::Deadline;
 use crate::{
     CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskStart,
     TrackerError,
@@ -29,6 +32,7 @@ pub const DEADLINE_REASON: &str = "deadline exceeded";
 
 /// Settings of a tracker, fixed at construction.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct TrackerConfig {
     /// How many finished tasks are kept for queries; the oldest finished is evicted first. Unfinished tasks are
     /// never evicted.
@@ -46,6 +50,22 @@ impl Default for TrackerConfig {
     }
 }
 
+impl TrackerConfig {
+    /// The default settings with `max_finished_tasks` retained.
+    #[must_use]
+    pub fn with_max_finished_tasks(mut self, max_finished_tasks: usize) -> Self {
+        self.max_finished_tasks = max_finished_tasks;
+        self
+    }
+
+    /// These settings with `event_buffer` events per subscriber (at least one).
+    #[must_use]
+    pub fn with_event_buffer(mut self, event_buffer: usize) -> Self {
+        self.event_buffer = event_buffer.max(1);
+        self
+    }
+}
+
 /// Tracks the subagent tasks of one session in memory: their cancellation, their status and their lifecycle.
 ///
 /// Cheap to clone (clones share the session) and safe to use from any number of threads. Every method takes
@@ -54,9 +74,12 @@ impl Default for TrackerConfig {
 /// The rules it keeps, for every interleaving of calls:
 /// - the first transition out of [`Running`](crate::SubagentStatus::Running) wins, and a late end never
 ///   replaces `Cancelled`;
-/// - cancelling a task cancels its running descendants (in time proportional to the subtree), and a child
-///   started under a cancelled parent starts cancelled;
+/// - cancelling a task cancels its running descendants (in time proportional to the subtree, and through
+///   descendants that already finished), and a child started under a cancelled parent starts cancelled;
 /// - at most `max_finished_tasks` finished tasks are retained, so memory stays bounded.
+///
+/// Waiters are woken and callbacks run in the calling thread once the call's locks are released (wake-ups
+/// first), except for deadlines, whose wake-ups and callbacks run in a thread of their own.
 pub struct InMemorySubagentTaskTracker<V = String> {
     shared: Arc<TrackerShared<V>>,
 }
@@ -82,7 +105,7 @@ pub(crate) struct TrackerShared<V> {
     tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
     /// The running tasks, by start sequence, so that listing them costs what is running, not what is retained.
     running: DashMap<u64, Arc<TaskEntry<V>>, RandomState>,
-    finished: FinishedTasks,
+    finished: FinishedTasks<V>,
     next_sequence: AtomicU64,
     /// Set once, by `close`, to the reason given.
     closed: OnceLock<Arc<str>>,
@@ -91,11 +114,14 @@ pub(crate) struct TrackerShared<V> {
 
 impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A tracker for a session with a generated id and the default settings.
+    #[must_use]
     pub fn new() -> Self {
         Self::with_config(None, TrackerConfig::default())
     }
 
-    /// A tracker for the session `session_id` (generated when `None`).
+    /// A tracker for the session `session_id` (generated when `None`). The id is not checked here; bindings
+    /// check user input with [`validate_task_id`](crate::validate_task_id).
+    #[must_use]
     pub fn with_config(session_id: Option<&str>, config: TrackerConfig) -> Self {
         let session_id: Arc<str> = match session_id {
             Some(session_id) => Arc::from(session_id),
@@ -116,11 +142,13 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// The session's id.
+    #[must_use]
     pub fn session_id(&self) -> &Arc<str> {
         &self.shared.session_id
     }
 
     /// The settings the tracker was made with.
+    #[must_use]
     pub fn config(&self) -> &TrackerConfig {
         &self.shared.config
     }
@@ -128,10 +156,11 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// Starts a task and returns the runner's handle to it.
     ///
     /// # Errors
-    /// - [`TrackerError::InvalidTaskId`] for an empty or oversized id;
+    /// - [`TrackerError::InvalidId`] for an empty or oversized id;
     /// - [`TrackerError::DuplicateTask`] when the id is live (a finished id may be started again, and the new
     ///   run replaces the old snapshot);
-    /// - [`TrackerError::UnknownTask`] when the parent is unknown or already finished;
+    /// - [`TrackerError::UnknownTask`] when the parent is unknown, [`TrackerError::ParentFinished`] when it
+    ///   has finished;
     /// - [`TrackerError::SessionClosed`] after [`close`](Self::close).
     ///
     /// A task started under a parent that is cancelled but not finished starts `Cancelled`, with the parent's
@@ -140,11 +169,14 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         let shared = &self.shared;
         let task_id: Arc<str> = match start.task_id {
             Some(task_id) => {
-                validate_task_id(&task_id)?;
+                validate_task_id("task_id", &task_id)?;
                 Arc::from(task_id)
             }
             None => Arc::from(generate_id()),
         };
+        if let Some(parent_id) = &start.parent_id {
+            validate_task_id("parent_id", parent_id)?;
+        }
         if shared.closed.get().is_some() {
             return Err(TrackerError::SessionClosed {
                 session_id: shared.session_id.clone(),
@@ -164,7 +196,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .filter(|_| !start.detached)
             .and_then(|parent| parent.deadline);
         let deadline = match (start.deadline, inherited_deadline) {
-            (Some(own), Some(inherited)) => Some(own.min(inherited)),
+            (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
             (own, inherited) => own.or(inherited),
         };
         let entry = Arc::new(TaskEntry::new(
@@ -177,41 +209,45 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             start.metadata,
             deadline,
             start.detached,
+            SystemTime::now(),
         ));
-        let mut notifications = Notifications::default();
+        let mut delivery = Delivery::default();
         let opened = entry.open(
             parent.as_ref(),
             |starts_cancelled| shared.make_visible(&entry, starts_cancelled),
             &shared.bus,
-            &mut notifications,
+            &mut delivery,
         );
-        drop(notifications);
-        match opened {
-            Ok(()) => {}
-            Err(OpenRefusal::DuplicateTask) => {
-                return Err(TrackerError::DuplicateTask {
+        if let Err(refusal) = opened {
+            delivery.deliver();
+            return Err(match refusal {
+                OpenRefusal::DuplicateTask => TrackerError::DuplicateTask {
                     task_id,
                     session_id: shared.session_id.clone(),
-                })
-            }
-            Err(OpenRefusal::ParentFinished) => {
-                let parent_id = start.parent_id.unwrap_or_default();
-                return Err(TrackerError::finished_parent(
-                    &parent_id,
-                    &shared.session_id,
-                ));
-            }
+                },
+                OpenRefusal::ParentFinished => TrackerError::ParentFinished {
+                    parent_id: Arc::from(start.parent_id.unwrap_or_default()),
+                    session_id: shared.session_id.clone(),
+                },
+            });
         }
         if let Some(deadline) = deadline {
-            shared.arm_deadline(&entry, deadline);
+            shared.arm_deadline(&entry, deadline, &mut delivery);
         }
         if !start.linked.is_empty() {
-            shared.link(&entry, start.linked);
+            shared.link(&entry, start.linked, &mut delivery);
         }
         if let Some(reason) = shared.closed.get() {
             // `close` may have swept the running tasks before this one became visible; finish its work here.
-            shared.cancel_trees(Some(entry.clone()), reason.clone(), CancelCause::Session);
+            shared.cancel_trees(
+                [entry.clone()],
+                reason.clone(),
+                CancelCause::Session,
+                None,
+                &mut delivery,
+            );
         }
+        delivery.deliver();
         Ok(SubagentTaskHandle::new(shared.clone(), entry))
     }
 
@@ -222,11 +258,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// returns true. `reason` defaults to [`DEFAULT_CANCEL_REASON`].
     pub fn cancel(&self, task_id: &str, reason: Option<&str>) -> bool {
         match self.shared.lookup(task_id) {
-            Some(entry) => {
-                self.shared
-                    .cancel_trees(Some(entry), cancel_reason(reason), CancelCause::Requested)
-                    > 0
-            }
+            Some(entry) => self.shared.cancel_entry(&entry, reason),
             None => false,
         }
     }
@@ -248,29 +280,30 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// True once [`close`](Self::close) has been called.
+    #[must_use]
     pub fn is_closed(&self) -> bool {
         self.shared.closed.get().is_some()
     }
 
     /// A snapshot of the retained task `task_id`, or `None`. Copies that one task only.
+    #[must_use]
     pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
         self.shared.lookup(task_id).map(|entry| entry.snapshot())
     }
 
     /// Snapshots of every retained task, in start order.
+    #[must_use]
     pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
-        let mut entries: Vec<Arc<TaskEntry<V>>> = self
-            .shared
-            .tasks
+        self.shared
+            .retained_entries()
             .iter()
-            .map(|item| item.value().entry.clone())
-            .collect();
-        entries.sort_unstable_by_key(|entry| entry.sequence);
-        entries.iter().map(|entry| entry.snapshot()).collect()
+            .map(|entry| entry.snapshot())
+            .collect()
     }
 
     /// Snapshots of the `Running` tasks, in start order. Costs O(r log r) in the number r of running tasks,
     /// whatever the number retained.
+    #[must_use]
     pub fn pending(&self) -> Vec<SubagentTaskSnapshot<V>> {
         let mut entries: Vec<Arc<TaskEntry<V>>> = self
             .shared
@@ -288,6 +321,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// How many tasks are retained (running, cancelled-but-unfinished and finished).
+    #[must_use]
     pub fn retained_count(&self) -> usize {
         self.shared.tasks.len()
     }
@@ -300,22 +334,39 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         &self,
         task_id: &str,
     ) -> Result<SubagentTaskSnapshot<V>, TrackerError> {
-        let entry = self
-            .shared
-            .lookup(task_id)
+        let watch = self
+            .watch(task_id)
             .ok_or_else(|| TrackerError::unknown_task(task_id, &self.shared.session_id))?;
-        entry.finished().await;
-        Ok(entry.snapshot())
+        Ok(watch.finished().await)
     }
 
     /// A [`TaskWatch`](crate::TaskWatch) on the current run of `task_id`, or `None` for an unknown id.
+    #[must_use]
     pub fn watch(&self, task_id: &str) -> Option<crate::TaskWatch<V>> {
         self.shared.lookup(task_id).map(crate::TaskWatch::new)
     }
 
+    /// A watch on the current run of `task_id`.
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] for an unknown id.
+    pub fn watch_or_error(&self, task_id: &str) -> Result<crate::TaskWatch<V>, TrackerError> {
+        self.watch(task_id)
+            .ok_or_else(|| TrackerError::unknown_task(task_id, &self.shared.session_id))
+    }
+
     /// Subscribes to lifecycle events from this moment on, with the configured per-subscriber buffer.
+    #[must_use]
     pub fn subscribe(&self) -> EventSubscription {
         self.shared.bus.subscribe(self.shared.config.event_buffer)
+    }
+
+    /// Calls `visit` with the metadata and result of every retained task (for a binding that must show its
+    /// garbage collector what the tracker holds). Takes no lock while `visit` runs.
+    pub fn visit_values(&self, mut visit: impl FnMut(&V)) {
+        for entry in self.shared.retained_entries() {
+            entry.visit_values(&mut visit);
+        }
     }
 }
 
@@ -333,7 +384,18 @@ impl<V> TrackerShared<V> {
             .map(|item| item.value().entry.clone())
     }
 
-    /// Indexes a new entry, unless its id is live. Runs under the new entry's lock.
+    /// Every retained entry, in start order, copied out of the map so that no map lock is held after.
+    fn retained_entries(&self) -> Vec<Arc<TaskEntry<V>>> {
+        let mut entries: Vec<Arc<TaskEntry<V>>> = self
+            .tasks
+            .iter()
+            .map(|item| item.value().entry.clone())
+            .collect();
+        entries.sort_unstable_by_key(|entry| entry.sequence);
+        entries
+    }
+
+    /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock.
     fn make_visible(
         &self,
         entry: &Arc<TaskEntry<V>>,
@@ -344,10 +406,13 @@ impl<V> TrackerShared<V> {
                 Err(OpenRefusal::DuplicateTask)
             }
             slot => {
+                if let Entry::Occupied(replaced) = &slot {
+                    // The finished run it replaces stops counting against the retention bound now.
+                    self.finished.forget(&replaced.get().entry);
+                }
                 if !starts_cancelled {
                     self.running.insert(entry.sequence, entry.clone());
                 }
-                // Replacing a finished run leaves its retention record stale, which eviction then skips.
                 slot.insert(RetainedRun {
                     sequence: entry.sequence,
                     entry: entry.clone(),
@@ -360,40 +425,40 @@ impl<V> TrackerShared<V> {
     /// Cancels each running root with its running descendants, all at one instant; returns how many tasks
     /// moved (for a single root: zero exactly when that root was not running).
     ///
-    /// A root records `cause` and names itself as origin; its descendants record `Parent` and name the root.
-    /// A session-wide cancel reaches every task in its own right, so each records `Session` and names itself.
+    /// A root records `cause` and names `origin` (itself when `None`); its descendants record `Parent` and
+    /// name the root's origin. A session-wide cancel reaches every task in its own right, so each records
+    /// `Session` and names itself. What it wakes goes to `delivery`.
     fn cancel_trees(
         &self,
         roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
         reason: Arc<str>,
         cause: CancelCause,
+        origin: Option<Arc<str>>,
+        delivery: &mut Delivery,
     ) -> usize {
         let request = CancelRequest {
             reason,
             at: SystemTime::now(),
         };
-        // Shared by every root, so that a session-wide cancel allocates per call, not per task.
-        let mut notifications = Notifications::default();
         let mut stack = Vec::new();
         let mut children = Vec::new();
         let mut moved = 0;
         for root in roots {
-            let origin = root.task_id.clone();
+            let root_origin = origin.clone().unwrap_or_else(|| root.task_id.clone());
             let root_sequence = root.sequence;
             stack.push(root);
             while let Some(entry) = stack.pop() {
                 let (entry_origin, entry_cause) = match cause {
                     CancelCause::Session => (&entry.task_id, CancelCause::Session),
-                    _ if entry.sequence == root_sequence => (&origin, cause),
-                    _ => (&origin, CancelCause::Parent),
+                    _ if entry.sequence == root_sequence => (&root_origin, cause),
+                    _ => (&root_origin, CancelCause::Parent),
                 };
-                let bus = &self.bus;
                 if entry.cancel(
                     &request,
                     entry_origin,
                     entry_cause,
-                    bus,
-                    &mut notifications,
+                    &self.bus,
+                    delivery,
                     &mut children,
                 ) {
                     moved += 1;
@@ -402,8 +467,6 @@ impl<V> TrackerShared<V> {
                 }
             }
         }
-        // Dropping the notifications wakes the waiters and runs the callbacks, now that no lock is held.
-        drop(notifications);
         moved
     }
 
@@ -413,61 +476,121 @@ impl<V> TrackerShared<V> {
             .iter()
             .map(|item| item.value().clone())
             .collect();
-        self.cancel_trees(running, reason, CancelCause::Session)
+        let mut delivery = Delivery::default();
+        let moved = self.cancel_trees(running, reason, CancelCause::Session, None, &mut delivery);
+        delivery.deliver();
+        moved
+    }
+
+    pub(crate) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
+        let mut delivery = Delivery::default();
+        let moved = self.cancel_trees(
+            [entry.clone()],
+            cancel_reason(reason),
+            CancelCause::Requested,
+            None,
+            &mut delivery,
+        );
+        delivery.deliver();
+        moved > 0
     }
 
     /// Records the runner's end of `entry` and does the session's bookkeeping: the running index, the
-    /// parent's list of children, retention, its deadline and links, and wake-ups. Returns `None` if it had
-    /// already finished.
-    pub(crate) fn end(&self, entry: &Arc<TaskEntry<V>>, end: RunnerEnd<V>) -> Option<bool> {
-        let mut notifications = Notifications::default();
-        let effects = entry.end(end, &self.bus, &mut notifications)?;
+    /// tree (its running children go to its nearest unfinished ancestor), retention, its deadline, and
+    /// wake-ups, which `deliver` delivers. Returns `None` if it had already finished.
+    pub(crate) fn end(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        end: RunnerEnd<V>,
+        deliver: impl FnOnce(Delivery),
+    ) -> Option<bool> {
+        let mut delivery = Delivery::default();
+        let Some(effects) = entry.end(end, &self.bus, &mut delivery) else {
+            deliver(delivery);
+            return None;
+        };
         if effects.transitioned {
             self.running.remove(&entry.sequence);
         }
         if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);
         }
-        if let Some((sequence, task_id)) =
-            self.finished.record(entry.sequence, entry.task_id.clone())
-        {
-            self.tasks
-                .remove_if(&task_id, |_, retained| retained.sequence == sequence);
+        if !effects.orphans.is_empty() {
+            self.adopt(effects.parent, effects.orphans, &mut delivery);
+        }
+        if let Some(evicted) = self.finished.record(entry) {
+            self.tasks.remove_if(&evicted.task_id, |_, retained| {
+                retained.sequence == evicted.sequence
+            });
         }
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
         if let Some(key) = effects.deadline_key {
             deadline_timer::unschedule(key);
         }
-        for link in &effects.links {
-            link.remove();
-        }
-        drop(effects.released);
-        drop(notifications);
+        deliver(delivery);
         Some(effects.transitioned)
     }
 
-    pub(crate) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
-        self.cancel_trees(
-            Some(entry.clone()),
-            cancel_reason(reason),
-            CancelCause::Requested,
-        ) > 0
+    /// Hands the running children of a task that finished to its nearest unfinished ancestor, so that the
+    /// ancestor's cancel still reaches them; a cancelled ancestor cancels them instead.
+    fn adopt(
+        &self,
+        mut adopter: Option<Arc<TaskEntry<V>>>,
+        orphans: Vec<Arc<TaskEntry<V>>>,
+        delivery: &mut Delivery,
+    ) {
+        while let Some(candidate) = adopter {
+            match candidate.admit(&orphans) {
+                Admission::Admitted => {
+                    for orphan in &orphans {
+                        if !orphan.set_parent(&candidate) {
+                            candidate.forget_child(orphan.sequence);
+                        }
+                    }
+                    return;
+                }
+                Admission::Cancelled(cancel) => {
+                    self.cancel_trees(
+                        orphans,
+                        cancel.reason,
+                        CancelCause::Parent,
+                        Some(cancel.origin),
+                        delivery,
+                    );
+                    return;
+                }
+                Admission::Finished(next) => adopter = next,
+            }
+        }
+        // No ancestor is left: the orphans are roots now.
+        for orphan in &orphans {
+            orphan.clear_parent();
+        }
     }
 
     pub(crate) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
-        let mut notifications = Notifications::default();
-        entry.record_progress(message, &self.bus, &mut notifications)
+        let mut delivery = Delivery::default();
+        let recorded = entry.record_progress(message, &self.bus, &mut delivery);
+        delivery.deliver();
+        recorded
     }
 }
 
 impl<V: Send + Sync + 'static> TrackerShared<V> {
     /// Cancels `entry` when `deadline` passes, on the shared timer thread; at once if it already has.
-    fn arm_deadline(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, deadline: Instant) {
-        if deadline <= Instant::now() {
+    fn arm_deadline(
+        self: &Arc<Self>,
+        entry: &Arc<TaskEntry<V>>,
+        deadline: Deadline,
+        delivery: &mut Delivery,
+    ) {
+        if deadline.instant <= Instant::now() {
             self.cancel_trees(
-                Some(entry.clone()),
+                [entry.clone()],
                 Arc::from(DEADLINE_REASON),
                 CancelCause::Deadline,
+                None,
+                delivery,
             );
             return;
         }
@@ -475,7 +598,7 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
             tracker: Arc::downgrade(self),
             entry: Arc::downgrade(entry),
         };
-        let key = deadline_timer::schedule(deadline, Box::new(expiry));
+        let key = deadline_timer::schedule(deadline.instant, Box::new(expiry));
         if !entry.keep_deadline_key(key) {
             // It finished in the meantime and will never look for the key.
             deadline_timer::unschedule(key);
@@ -483,29 +606,51 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
     }
 
     /// Cancels `entry` when any of `sources` fires (at once if one already has), until `entry` finishes.
-    fn link(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, sources: Vec<SubagentTaskToken<V>>) {
-        let registrations = sources
-            .into_iter()
-            .map(|source| {
-                // Weak on every side: a link never keeps a task, its source or the session alive.
-                let tracker = Arc::downgrade(self);
-                let target = Arc::downgrade(entry);
-                let source_entry = Arc::downgrade(source.entry());
-                source.on_cancel(move || {
-                    let (Some(tracker), Some(target)) = (tracker.upgrade(), target.upgrade())
-                    else {
-                        return;
-                    };
-                    let reason = source_entry
-                        .upgrade()
-                        .and_then(|source| source.cancel_reason())
-                        .unwrap_or_else(|| Arc::from(DEFAULT_CANCEL_REASON));
-                    tracker.cancel_trees(Some(target), reason, CancelCause::Linked);
-                })
-            })
-            .collect();
-        for leftover in entry.keep_links(registrations) {
-            leftover.remove();
+    fn link(
+        self: &Arc<Self>,
+        entry: &Arc<TaskEntry<V>>,
+        sources: Vec<SubagentTaskToken>,
+        delivery: &mut Delivery,
+    ) {
+        let action: Arc<dyn Dependent> = Arc::new(LinkedTask {
+            tracker: Arc::downgrade(self),
+            entry: Arc::downgrade(entry),
+        });
+        let mut links = Vec::new();
+        for source in sources {
+            match source.signal().add_dependent(Arc::downgrade(&action)) {
+                Registration::Registered(registration) => links.push(SourceLink {
+                    source: source.signal().clone(),
+                    registration,
+                    _action: Some(action.clone()),
+                }),
+                Registration::Fired(cancel) => {
+                    action.source_fired(&cancel, delivery);
+                    break;
+                }
+                Registration::Finished => {}
+            }
+        }
+        delivery.release_sources(entry.signal.keep_sources(links));
+    }
+}
+
+/// What a source fires for a task linked to it: a cancel of the task's tree, with the source's reason.
+struct LinkedTask<V> {
+    tracker: Weak<TrackerShared<V>>,
+    entry: Weak<TaskEntry<V>>,
+}
+
+impl<V: Send + Sync + 'static> Dependent for LinkedTask<V> {
+    fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery) {
+        if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
+            tracker.cancel_trees(
+                [entry],
+                source.reason.clone(),
+                CancelCause::Linked,
+                None,
+                delivery,
+            );
         }
     }
 }
@@ -517,12 +662,14 @@ struct DeadlineExpiry<V> {
 }
 
 impl<V: Send + Sync + 'static> Expire for DeadlineExpiry<V> {
-    fn expire(&self) {
+    fn expire(&self, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
             tracker.cancel_trees(
-                Some(entry),
+                [entry],
                 Arc::from(DEADLINE_REASON),
                 CancelCause::Deadline,
+                None,
+                delivery,
             );
         }
     }

@@ -114,11 +114,14 @@ fn a_finished_or_unknown_parent_is_refused_and_nothing_changes() {
     let error = tracker
         .start(TaskStart::new().task_id("child").parent_id("root"))
         .unwrap_err();
-    assert!(matches!(error, TrackerError::UnknownTask(_)), "{error}");
+    assert!(
+        matches!(error, TrackerError::ParentFinished { .. }),
+        "{error}"
+    );
     let error = tracker
         .start(TaskStart::new().task_id("child").parent_id("nobody"))
         .unwrap_err();
-    assert!(matches!(error, TrackerError::UnknownTask(_)), "{error}");
+    assert!(matches!(error, TrackerError::UnknownTask { .. }), "{error}");
     assert!(tracker.get("child").is_none());
     assert_eq!(tracker.retained_count(), 1);
 }
@@ -149,7 +152,10 @@ fn cascade_racing_child_starts_never_leaves_an_orphan_running() {
                             match tracker.start(start) {
                                 Ok(handle) => handles.push(handle),
                                 // The parent chain may have been refused already; keep going.
-                                Err(TrackerError::UnknownTask(_)) => {}
+                                Err(
+                                    TrackerError::UnknownTask { .. }
+                                    | TrackerError::ParentFinished { .. },
+                                ) => {}
                                 Err(other) => panic!("unexpected {other}"),
                             }
                         }

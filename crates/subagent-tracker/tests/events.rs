@@ -8,7 +8,7 @@ use subagent_tracker::{
 fn a_subscriber_sees_every_lifecycle_step_in_order() {
     let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
     let before = tracker.start(TaskStart::new().task_id("before")).unwrap();
-    let events = tracker.subscribe();
+    let mut events = tracker.subscribe();
     let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
     handle.progress("step 1");
     tracker.cancel("a", Some("stop"));
@@ -53,7 +53,7 @@ fn a_subscriber_sees_every_lifecycle_step_in_order() {
 #[test]
 fn cancelled_events_carry_the_reason_and_progress_events_the_message() {
     let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
-    let events = tracker.subscribe();
+    let mut events = tracker.subscribe();
     let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
     handle.progress("reading");
     tracker.cancel("a", Some("deadline"));
@@ -66,12 +66,9 @@ fn cancelled_events_carry_the_reason_and_progress_events_the_message() {
 fn a_slow_subscriber_gets_one_lagged_event_and_the_newest_events() {
     let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::with_config(
         None,
-        TrackerConfig {
-            event_buffer: 4,
-            ..TrackerConfig::default()
-        },
+        TrackerConfig::default().with_event_buffer(4),
     );
-    let events = tracker.subscribe();
+    let mut events = tracker.subscribe();
     let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
     for step in 0..10 {
         handle.progress(&step.to_string());
@@ -89,7 +86,7 @@ fn a_slow_subscriber_gets_one_lagged_event_and_the_newest_events() {
 fn events_of_one_task_stay_ordered_when_threads_race() {
     for _ in 0..200 {
         let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
-        let events = tracker.subscribe();
+        let mut events = tracker.subscribe();
         let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
         std::thread::scope(|scope| {
             scope.spawn(|| tracker.cancel("a", None));
@@ -106,14 +103,14 @@ fn events_of_one_task_stay_ordered_when_threads_race() {
 #[tokio::test]
 async fn a_subscriber_can_await_the_next_event() {
     let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
-    let events = tracker.subscribe();
+    let mut events = tracker.subscribe();
     let starter = tracker.clone();
     let task = tokio::spawn(async move {
         starter
             .start(TaskStart::new().task_id("a"))
             .map(|handle| handle.complete(None))
     });
-    let event = events.next().await;
+    let event = events.next().await.expect("the subscription is open");
     assert_eq!(event.kind, SubagentEventKind::Started);
     task.await.unwrap().unwrap();
 }

@@ -82,12 +82,12 @@ fn invalid_ids_are_refused() {
     let tracker = tracker(10);
     assert!(matches!(
         tracker.start(TaskStart::new().task_id("")),
-        Err(TrackerError::InvalidTaskId(_))
+        Err(TrackerError::InvalidId { .. })
     ));
     let long = "x".repeat(MAX_TASK_ID_BYTES + 1);
     assert!(matches!(
         tracker.start(TaskStart::new().task_id(long)),
-        Err(TrackerError::InvalidTaskId(_))
+        Err(TrackerError::InvalidId { .. })
     ));
     assert!(tracker
         .start(TaskStart::new().task_id("x".repeat(MAX_TASK_ID_BYTES)))
@@ -210,7 +210,7 @@ async fn wait_finished_returns_the_final_snapshot_only_after_the_runner_stops() 
     assert_eq!(snapshot.status, SubagentStatus::Cancelled);
     assert!(matches!(
         tracker.wait_finished("nobody").await,
-        Err(TrackerError::UnknownTask(_))
+        Err(TrackerError::UnknownTask { .. })
     ));
 }
 

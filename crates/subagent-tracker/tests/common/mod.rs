@@ -6,9 +6,6 @@ use subagent_tracker::{InMemorySubagentTaskTracker, TrackerConfig};
 pub fn tracker_retaining(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
     InMemorySubagentTaskTracker::with_config(
         Some("session"),
-        TrackerConfig {
-            max_finished_tasks,
-            ..TrackerConfig::default()
-        },
+        TrackerConfig::default().with_max_finished_tasks(max_finished_tasks),
     )
 }

@@ -1,0 +1,487 @@
+//! The cancellation signal of one task, or of a token combined with [`any`](crate::SubagentTaskToken::any):
+//! its status word, why it fired, and everything waiting for it.
+//!
+//! A signal is not generic and knows nothing of sessions: the task record (`TaskEntry`) drives it through its
+//! transitions, and tokens observe it.
+//!
+//! # Invariants
+//!
+//! - The status word moves forward only: `Running` to a terminal status, and `finished` is set once. Both live
+//!   in one atomic byte, so a lock-free reader sees them together. Every write happens under the lock.
+//! - A signal fires (`Running` to `Cancelled`) at most once. Firing takes its waiters, callbacks and dependents
+//!   out under the lock and hands them to a [`Delivery`]; they run only when the caller calls
+//!   [`Delivery::deliver`], with no lock held. Nothing is delivered from `Drop`.
+//! - A signal that finishes without having fired never fires: its cancel waiters, callbacks and dependents are
+//!   released unrun, and dropped with no lock held.
+//! - A source holds its dependents weakly, and a dependent holds its sources strongly, so a combined token
+//!   lives exactly as long as something holds it or depends on it. A dependent removes its registrations
+//!   when it fires, finishes or is dropped; a long-lived source never accumulates dead ones.
+//! - Chains of dependents are fired and dropped with explicit work lists, never by recursion, so their depth
+//!   is bounded by memory only.
+//!
+//! # Lock order
+//!
+//! A signal's lock is a leaf: while it is held, the only other lock taken is the event bus's (by the task
+//! record, which publishes under it). The task record's lock is taken before its signal's.
+
+use std::any::Any;
+use std::sync::{Arc, Weak};
+use std::task::{Context, Poll, Waker};
+use std::time::{Instant, SystemTime};
+
+use tokio_util::sync::CancellationToken;
+
+use crate::delivery::Delivery;
+use crate::sync::{AtomicU8, Mutex};
+use crate::{CancelCause, SubagentStatus};
+use std::sync::atomic::Ordering;
+
+/// Set in the status word once the runner has reported its end (or its handle was closed).
+const FINISHED: u8 = 0x80;
+
+/// Something to run once when a token fires: any `FnOnce() + Send`, or a type of the caller's own (which
+/// [`SubagentTaskToken::visit_callbacks`](crate::SubagentTaskToken::visit_callbacks) can find again).
+pub trait OnCancel: Any + Send {
+    /// Runs the callback, consuming it.
+    fn on_cancel(self: Box<Self>);
+}
+
+impl<F: FnOnce() + Send + 'static> OnCancel for F {
+    fn on_cancel(self: Box<Self>) {
+        self();
+    }
+}
+
+/// A cancel callback as the signal stores it.
+pub(crate) type Callback = Box<dyn OnCancel>;
+
+/// Why a signal fired.
+#[derive(Clone, Debug)]
+pub(crate) struct CancelRecord {
+    pub(crate) reason: Arc<str>,
+    /// The task whose cancel reached this signal (itself when cancelled directly).
+    pub(crate) origin: Arc<str>,
+    pub(crate) cause: CancelCause,
+    pub(crate) at: SystemTime,
+}
+
+/// Something a signal fires when it fires: a combined token, or a task linked to the signal's token.
+pub(crate) trait Dependent: Send + Sync {
+    /// The source fired with `source`'s reason and origin. Runs with no lock held, from a [`Delivery`]'s work
+    /// list; whatever it fires in turn goes on the same list.
+    fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery);
+}
+
+/// A registration of a dependent on a source, kept by the dependent so it can remove it.
+pub(crate) struct SourceLink {
+    pub(crate) source: Arc<CancelSignal>,
+    pub(crate) registration: u64,
+    /// What the source fires, when it is not the signal that keeps this link (a linked task's action): held
+    /// here so that the source's weak reference to it stays valid exactly as long as the link.
+    pub(crate) _action: Option<Arc<dyn Dependent>>,
+}
+
+/// What happened when a dependent tried to register on a source.
+pub(crate) enum Registration {
+    /// Registered under this id.
+    Registered(u64),
+    /// The source has already fired, with this record: the dependent fires now.
+    Fired(CancelRecord),
+    /// The source finished without firing and never will: nothing to register.
+    Finished,
+}
+
+/// How a runner's end changes the status word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    Completed,
+    Failed,
+    /// The runner stopped on a cancel: the task must already be `Cancelled` (or the end changes nothing).
+    Stopped,
+}
+
+pub(crate) struct CancelSignal {
+    word: AtomicU8,
+    state: Mutex<SignalState>,
+}
+
+#[derive(Default)]
+struct SignalState {
+    cancel: Option<CancelRecord>,
+    /// Made on first request: most tasks are watched through the status word alone.
+    token: Option<CancellationToken>,
+    next_registration: u64,
+    cancel_waiters: Vec<(u64, Waker)>,
+    finish_waiters: Vec<(u64, Waker)>,
+    callbacks: Vec<(u64, Callback)>,
+    dependents: Vec<(u64, Weak<dyn Dependent>)>,
+    /// This signal's registrations on the signals it depends on.
+    sources: Vec<SourceLink>,
+}
+
+impl SignalState {
+    fn next_registration(&mut self) -> u64 {
+        self.next_registration += 1;
+        self.next_registration
+    }
+}
+
+/// A signal's status and finished flag, read together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StatusWord(u8);
+
+impl StatusWord {
+    pub(crate) fn status(self) -> SubagentStatus {
+        SubagentStatus::from_repr(self.0 & !FINISHED)
+    }
+
+    pub(crate) fn is_finished(self) -> bool {
+        self.0 & FINISHED != 0
+    }
+}
+
+impl CancelSignal {
+    pub(crate) fn new(status: SubagentStatus) -> CancelSignal {
+        CancelSignal {
+            word: AtomicU8::new(status as u8),
+            state: Mutex::new(SignalState::default()),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn word(&self) -> StatusWord {
+        StatusWord(self.word.load(Ordering::Acquire))
+    }
+
+    #[inline]
+    pub(crate) fn status(&self) -> SubagentStatus {
+        self.word().status()
+    }
+
+    #[inline]
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.word.load(Ordering::Acquire) & !FINISHED == SubagentStatus::Cancelled as u8
+    }
+
+    #[inline]
+    pub(crate) fn is_finished(&self) -> bool {
+        self.word().is_finished()
+    }
+
+    /// The cancel that reached this signal, once it has fired.
+    pub(crate) fn cancel_record(&self) -> Option<CancelRecord> {
+        if !self.is_cancelled() {
+            return None;
+        }
+        self.state.lock().cancel.clone()
+    }
+
+    pub(crate) fn cancel_reason(&self) -> Option<Arc<str>> {
+        if !self.is_cancelled() {
+            return None;
+        }
+        self.state
+            .lock()
+            .cancel
+            .as_ref()
+            .map(|cancel| cancel.reason.clone())
+    }
+
+    /// Fires the signal if it is still pending: `Running` becomes `Cancelled`, the tokio-util token is
+    /// cancelled, and waiters, callbacks and dependents go to `delivery`. True if this call fired it.
+    pub(crate) fn fire(&self, cancel: CancelRecord, delivery: &mut Delivery) -> bool {
+        if self.status() != SubagentStatus::Running {
+            return false;
+        }
+        let mut state = self.state.lock();
+        let word = self.word();
+        if word.status() != SubagentStatus::Running {
+            return false;
+        }
+        self.word.store(
+            SubagentStatus::Cancelled as u8 | (word.0 & FINISHED),
+            Ordering::Release,
+        );
+        if let Some(token) = &state.token {
+            token.cancel();
+        }
+        delivery.wake(state.cancel_waiters.drain(..).map(|(_, waker)| waker));
+        delivery.run(state.callbacks.drain(..).map(|(_, callback)| callback));
+        for (_, dependent) in state.dependents.drain(..) {
+            if let Some(dependent) = dependent.upgrade() {
+                delivery.fire_dependent(dependent, cancel.clone());
+            }
+        }
+        // A fired signal depends on nothing any more.
+        delivery.release_sources(std::mem::take(&mut state.sources));
+        state.cancel = Some(cancel);
+        true
+    }
+
+    /// Records the runner's end: a `Running` signal takes the ending's status, a `Cancelled` one keeps it, and
+    /// either becomes finished. Returns `None` if it had already finished, otherwise whether this moved it out
+    /// of `Running`.
+    pub(crate) fn finish(&self, ending: Ending, delivery: &mut Delivery) -> Option<bool> {
+        let mut state = self.state.lock();
+        let word = self.word();
+        if word.is_finished() {
+            return None;
+        }
+        let running = word.status() == SubagentStatus::Running;
+        let status = match ending {
+            _ if !running => word.status(),
+            Ending::Completed => SubagentStatus::Completed,
+            Ending::Failed => SubagentStatus::Failed,
+            Ending::Stopped => word.status(),
+        };
+        self.word.store(status as u8 | FINISHED, Ordering::Release);
+        delivery.wake(state.finish_waiters.drain(..).map(|(_, waker)| waker));
+        if status != SubagentStatus::Cancelled {
+            // The token never fires now: what waited for it is released unrun.
+            delivery.release(std::mem::take(&mut state.cancel_waiters));
+            delivery.release(std::mem::take(&mut state.callbacks));
+            delivery.release(std::mem::take(&mut state.dependents));
+        }
+        delivery.release_sources(std::mem::take(&mut state.sources));
+        Some(running && status != SubagentStatus::Running)
+    }
+
+    /// Registers `callback` to run when the signal fires. Returns it back if the signal has already fired
+    /// (the caller runs it at once); drops it if the signal finished without firing.
+    pub(crate) fn add_callback(&self, callback: Callback) -> Result<Option<u64>, Callback> {
+        if self.is_cancelled() {
+            return Err(callback);
+        }
+        let mut state = self.state.lock();
+        if self.is_cancelled() {
+            return Err(callback);
+        }
+        if self.is_finished() {
+            drop(state);
+            drop(callback);
+            return Ok(None);
+        }
+        let id = state.next_registration();
+        state.callbacks.push((id, callback));
+        Ok(Some(id))
+    }
+
+    /// Removes a callback that has not run; true if it was still registered. It is dropped with no lock held.
+    pub(crate) fn remove_callback(&self, id: u64) -> bool {
+        let removed = {
+            let mut state = self.state.lock();
+            let position = state.callbacks.iter().position(|(key, _)| *key == id);
+            position.map(|position| state.callbacks.swap_remove(position))
+        };
+        removed.is_some()
+    }
+
+    /// Registers a dependent to fire when this signal fires.
+    pub(crate) fn add_dependent(&self, dependent: Weak<dyn Dependent>) -> Registration {
+        let mut state = self.state.lock();
+        if let Some(cancel) = &state.cancel {
+            return Registration::Fired(cancel.clone());
+        }
+        if self.is_finished() {
+            return Registration::Finished;
+        }
+        let id = state.next_registration();
+        state.dependents.push((id, dependent));
+        Registration::Registered(id)
+    }
+
+    pub(crate) fn remove_dependent(&self, id: u64) {
+        let mut state = self.state.lock();
+        if let Some(position) = state.dependents.iter().position(|(key, _)| *key == id) {
+            state.dependents.swap_remove(position);
+        }
+    }
+
+    /// Keeps `links` (this signal's registrations on its sources) until it fires or finishes; hands them back
+    /// if it already has, for the caller to release.
+    pub(crate) fn keep_sources(&self, links: Vec<SourceLink>) -> Vec<SourceLink> {
+        let mut state = self.state.lock();
+        if self.is_cancelled() || self.is_finished() {
+            return links;
+        }
+        state.sources.extend(links);
+        Vec::new()
+    }
+
+    /// Callbacks and dependents waiting for this signal: a diagnostic for leaks, back to zero once the signal
+    /// fires, finishes, or each registration is removed.
+    pub(crate) fn registration_count(&self) -> usize {
+        let state = self.state.lock();
+        state.callbacks.len() + state.dependents.len()
+    }
+
+    /// Calls `visit` with every registered callback of type `T`.
+    pub(crate) fn visit_callbacks<T: Any>(&self, mut visit: impl FnMut(&T)) {
+        let state = self.state.lock();
+        for (_, callback) in &state.callbacks {
+            let callback: &dyn Any = &**callback;
+            if let Some(callback) = callback.downcast_ref::<T>() {
+                visit(callback);
+            }
+        }
+    }
+
+    /// The tokio-util token bridged to this signal, made on first request; cancelled if the signal has fired.
+    pub(crate) fn cancellation_token(&self) -> CancellationToken {
+        let mut state = self.state.lock();
+        let cancelled = self.is_cancelled();
+        state
+            .token
+            .get_or_insert_with(|| {
+                let token = CancellationToken::new();
+                if cancelled {
+                    token.cancel();
+                }
+                token
+            })
+            .clone()
+    }
+
+    /// Ready once fired. On `Pending` the waker is registered under `*key` (reused across polls), to be woken
+    /// when the signal fires and released if it finishes first; [`remove_waiter`](Self::remove_waiter) takes
+    /// it back when the waiter goes away.
+    pub(crate) fn poll_cancelled(
+        &self,
+        context: &mut Context<'_>,
+        key: &mut Option<u64>,
+    ) -> Poll<()> {
+        if self.is_cancelled() {
+            return Poll::Ready(());
+        }
+        let mut state = self.state.lock();
+        if self.is_cancelled() {
+            return Poll::Ready(());
+        }
+        if !self.is_finished() {
+            register(&mut state, Waiting::Cancel, context.waker(), key);
+        }
+        Poll::Pending
+    }
+
+    /// Ready once finished; registers like [`poll_cancelled`](Self::poll_cancelled).
+    pub(crate) fn poll_finished(
+        &self,
+        context: &mut Context<'_>,
+        key: &mut Option<u64>,
+    ) -> Poll<()> {
+        if self.is_finished() {
+            return Poll::Ready(());
+        }
+        let mut state = self.state.lock();
+        if self.is_finished() {
+            return Poll::Ready(());
+        }
+        register(&mut state, Waiting::Finish, context.waker(), key);
+        Poll::Pending
+    }
+
+    /// Takes back a waiter's registration; the waker is dropped with no lock held.
+    pub(crate) fn remove_waiter(&self, key: u64) {
+        let removed = {
+            let mut state = self.state.lock();
+            take_waiter(&mut state.cancel_waiters, key)
+                .or_else(|| take_waiter(&mut state.finish_waiters, key))
+        };
+        drop(removed);
+    }
+
+    /// Blocks the calling thread until the signal fires (true) or `deadline` passes (false).
+    pub(crate) fn wait_cancelled_blocking(&self, deadline: Option<Instant>) -> bool {
+        let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+        let mut context = Context::from_waker(&waker);
+        let mut key = None;
+        let fired = loop {
+            if self.poll_cancelled(&mut context, &mut key).is_ready() {
+                break true;
+            }
+            match deadline {
+                None => std::thread::park(),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        break false;
+                    }
+                    std::thread::park_timeout(deadline - now);
+                }
+            }
+        };
+        if let Some(key) = key {
+            self.remove_waiter(key);
+        }
+        fired
+    }
+}
+
+impl Dependent for CancelSignal {
+    /// A combined token fires with the first of its sources, naming that source's reason and origin.
+    fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery) {
+        let cancel = CancelRecord {
+            cause: CancelCause::Linked,
+            ..source.clone()
+        };
+        self.fire(cancel, delivery);
+    }
+}
+
+impl Drop for CancelSignal {
+    fn drop(&mut self) {
+        // Unregister from the sources; a source whose last holder this was is dropped by the same loop, so
+        // a long chain of combined or linked tokens unwinds without recursion.
+        let mut pending = std::mem::take(&mut self.state.lock().sources);
+        while let Some(link) = pending.pop() {
+            link.source.remove_dependent(link.registration);
+            if let Some(source) = Arc::into_inner(link.source) {
+                pending.append(&mut source.state.lock().sources);
+            }
+        }
+    }
+}
+
+enum Waiting {
+    Cancel,
+    Finish,
+}
+
+fn register(state: &mut SignalState, waiting: Waiting, waker: &Waker, key: &mut Option<u64>) {
+    let list = match waiting {
+        Waiting::Cancel => &mut state.cancel_waiters,
+        Waiting::Finish => &mut state.finish_waiters,
+    };
+    if let Some(id) = *key {
+        if let Some((_, registered)) = list
+            .iter_mut()
+            .find(|(registered_id, _)| *registered_id == id)
+        {
+            if !registered.will_wake(waker) {
+                registered.clone_from(waker);
+            }
+            return;
+        }
+    }
+    state.next_registration += 1;
+    let id = state.next_registration;
+    let list = match waiting {
+        Waiting::Cancel => &mut state.cancel_waiters,
+        Waiting::Finish => &mut state.finish_waiters,
+    };
+    list.push((id, waker.clone()));
+    *key = Some(id);
+}
+
+fn take_waiter(list: &mut Vec<(u64, Waker)>, key: u64) -> Option<Waker> {
+    let position = list.iter().position(|(id, _)| *id == key)?;
+    Some(list.swap_remove(position).1)
+}
+
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}

@@ -1,0 +1,115 @@
+//! What a transition owes to others, collected under the locks and delivered once none is held.
+//!
+//! Transitions put wakers, callbacks and fired dependents here instead of acting on them in place: a waker or
+//! callback may run foreign code (in Python, take the interpreter lock, or cancel another task), and must never
+//! do so under a lock. Delivery is an explicit call, never a `Drop`: a panic unwinding through the tracker
+//! drops what was collected and runs no user code.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::task::Waker;
+
+use crate::cancel_signal::{Callback, CancelRecord, Dependent, SourceLink};
+
+#[derive(Default)]
+#[must_use = "a delivery does nothing until `deliver` is called"]
+pub(crate) struct Delivery {
+    wakers: Vec<Waker>,
+    callbacks: Vec<Callback>,
+    /// Dependents whose source fired, to fire in turn: a work list, so chains never recurse.
+    fired: Vec<(Arc<dyn Dependent>, CancelRecord)>,
+    /// Registrations to remove from their sources.
+    unlinked: Vec<SourceLink>,
+    /// Waiters and callbacks released unrun (a token that will now never fire), dropped only once no lock
+    /// is held: they may own foreign objects whose destructors run foreign code.
+    released: Vec<Box<dyn Send>>,
+}
+
+impl Delivery {
+    pub(crate) fn wake(&mut self, wakers: impl IntoIterator<Item = Waker>) {
+        self.wakers.extend(wakers);
+    }
+
+    pub(crate) fn run(&mut self, callbacks: impl IntoIterator<Item = Callback>) {
+        self.callbacks.extend(callbacks);
+    }
+
+    pub(crate) fn fire_dependent(&mut self, dependent: Arc<dyn Dependent>, source: CancelRecord) {
+        self.fired.push((dependent, source));
+    }
+
+    pub(crate) fn release_sources(&mut self, links: Vec<SourceLink>) {
+        if self.unlinked.is_empty() {
+            self.unlinked = links;
+        } else {
+            self.unlinked.extend(links);
+        }
+    }
+
+    pub(crate) fn release(&mut self, released: impl Send + 'static) {
+        self.released.push(Box::new(released));
+    }
+
+    /// Fires every dependent reached, and every dependent those reach, in a loop; then removes the released
+    /// registrations. Runs no user code. Must be called with no lock held.
+    pub(crate) fn settle(&mut self) {
+        loop {
+            if let Some((dependent, source)) = self.fired.pop() {
+                dependent.source_fired(&source, self);
+            } else if let Some(link) = self.unlinked.pop() {
+                link.source.remove_dependent(link.registration);
+                // Dropping `link` may drop its source; the source's own links unwind iteratively.
+            } else {
+                break;
+            }
+        }
+    }
+
+    /// Settles, then wakes every waker and then runs every callback, in this thread. A panicking waker or
+    /// callback is contained and stops neither the caller nor the others. Must be called with no lock held.
+    ///
+    /// Wakers go first, so that a callback that blocks (say, until another task's waiter has run) never holds
+    /// up the wake-ups of the cancel that ran it.
+    pub(crate) fn deliver(mut self) {
+        self.settle();
+        for waker in self.wakers.drain(..) {
+            run_contained(|| waker.wake());
+        }
+        for callback in self.callbacks.drain(..) {
+            run_contained(|| callback.on_cancel());
+        }
+    }
+
+    /// Settles in this thread, then wakes and runs callbacks in a thread of their own, so that a thread that
+    /// serves everyone (the deadline timer) never runs user code and is never held up by it.
+    pub(crate) fn deliver_in_own_thread(mut self) {
+        self.settle();
+        if self.wakers.is_empty() && self.callbacks.is_empty() {
+            return;
+        }
+        // Shared with the new thread so that a failed spawn can still deliver here: late is better than lost.
+        let payload = Arc::new(parking_lot::Mutex::new(Some(self)));
+        let for_thread = payload.clone();
+        let spawned = std::thread::Builder::new()
+            .name("subagent-cancel-delivery".to_owned())
+            .spawn(move || {
+                let delivery = for_thread.lock().take();
+                if let Some(delivery) = delivery {
+                    delivery.deliver();
+                }
+            });
+        if spawned.is_err() {
+            let delivery = payload.lock().take();
+            if let Some(delivery) = delivery {
+                delivery.deliver();
+            }
+        }
+    }
+}
+
+/// Runs a callback or waker so that a panic in it stops neither the canceller nor the ones after it.
+pub(crate) fn run_contained(callback: impl FnOnce()) {
+    // The panic hook has already reported the panic; swallowing it here keeps one faulty callback from
+    // leaving the other registrations unrun.
+    let _ = catch_unwind(AssertUnwindSafe(callback));
+}

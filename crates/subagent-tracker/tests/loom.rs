@@ -1,0 +1,158 @@
+//! Model checks of the core's concurrent transitions: loom runs each scenario under every interleaving of
+//! the core's locks and atomics (within a preemption bound), not just the ones a stress loop happens to hit.
+//!
+//! Run with `RUSTFLAGS="--cfg subagent_tracker_loom" cargo test -p subagent-tracker --test loom --release`
+//! (`scripts/check.sh` does, in a target directory of its own).
+
+#![cfg(subagent_tracker_loom)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use loom::thread;
+use subagent_tracker::{
+    CancelCause, InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig,
+};
+
+fn model(scenario: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(scenario);
+}
+
+fn tracker(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
+    InMemorySubagentTaskTracker::with_config(
+        Some("session"),
+        TrackerConfig::default().with_max_finished_tasks(max_finished_tasks),
+    )
+}
+
+/// A child started while its parent is being cancelled is reached by the cascade or starts cancelled.
+#[test]
+fn open_races_cancel() {
+    model(|| {
+        let tracker = tracker(16);
+        let parent = tracker.start(TaskStart::new().task_id("parent")).unwrap();
+        let starter = tracker.clone();
+        let child = thread::spawn(move || {
+            starter
+                .start(TaskStart::new().task_id("child").parent_id("parent"))
+                .unwrap()
+        });
+        assert!(tracker.cancel("parent", None));
+        let child = child.join().unwrap();
+        assert!(child.is_cancelled());
+        let snapshot = tracker.get("child").unwrap();
+        assert_eq!(snapshot.cancel_origin.as_deref(), Some("parent"));
+        drop(parent);
+    });
+}
+
+/// The runner's end and a cancel race: exactly one wins, and the status says which.
+#[test]
+fn end_races_cancel() {
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let canceller = tracker.clone();
+        let cancel = thread::spawn(move || canceller.cancel("task", None));
+        let completed = handle.complete(None);
+        let cancelled = cancel.join().unwrap();
+        assert!(completed ^ cancelled, "exactly one transition wins");
+        let snapshot = tracker.get("task").unwrap();
+        let expected = if completed {
+            SubagentStatus::Completed
+        } else {
+            SubagentStatus::Cancelled
+        };
+        assert_eq!(snapshot.status, expected);
+        assert!(snapshot.finished);
+        assert_eq!(handle.token().is_cancelled(), cancelled);
+    });
+}
+
+/// A callback registered as the task is cancelled runs exactly once.
+#[test]
+fn on_cancel_races_cancel() {
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let canceller = tracker.clone();
+        let cancel = thread::spawn(move || canceller.cancel("task", None));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let counted = runs.clone();
+        let _registration = handle.token().on_cancel(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+        });
+        assert!(cancel.join().unwrap());
+        assert_eq!(runs.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A task linked to a token that fires during its start is cancelled, never missed.
+#[test]
+fn linking_during_start_races_the_source_firing() {
+    model(|| {
+        let tracker = tracker(16);
+        let source = tracker.start(TaskStart::new().task_id("source")).unwrap();
+        let token = source.token();
+        let starter = tracker.clone();
+        let linked = thread::spawn(move || {
+            starter
+                .start(TaskStart::new().task_id("linked").linked(token))
+                .unwrap()
+        });
+        assert!(tracker.cancel("source", Some("stop")));
+        let linked = linked.join().unwrap();
+        assert!(linked.is_cancelled());
+        let snapshot = tracker.get("linked").unwrap();
+        assert_eq!(snapshot.cancel_cause, Some(CancelCause::Linked));
+        assert_eq!(source.token().callback_count(), 0);
+    });
+}
+
+/// A cascade races a grandchild's parent finishing: the grandchild is adopted or reached, never missed.
+#[test]
+fn a_cascade_races_a_parent_finishing() {
+    model(|| {
+        let tracker = tracker(16);
+        let _root = tracker.start(TaskStart::new().task_id("root")).unwrap();
+        let middle = tracker
+            .start(TaskStart::new().task_id("middle").parent_id("root"))
+            .unwrap();
+        let leaf = tracker
+            .start(TaskStart::new().task_id("leaf").parent_id("middle"))
+            .unwrap();
+        let finisher = thread::spawn(move || middle.complete(None));
+        assert!(tracker.cancel("root", None));
+        finisher.join().unwrap();
+        assert!(leaf.is_cancelled());
+    });
+}
+
+/// Eviction races a restart of the evicted id: the new run is never evicted, and the bound holds.
+#[test]
+fn eviction_races_restart() {
+    model(|| {
+        let tracker = tracker(1);
+        assert!(tracker
+            .start(TaskStart::new().task_id("old"))
+            .unwrap()
+            .complete(None));
+        let next = tracker.start(TaskStart::new().task_id("next")).unwrap();
+        let restarter = tracker.clone();
+        let restart =
+            thread::spawn(move || restarter.start(TaskStart::new().task_id("old")).unwrap());
+        next.complete(None);
+        let restarted = restart.join().unwrap();
+        let snapshot = tracker.get("old").expect("a running task is never evicted");
+        assert_eq!(snapshot.status, SubagentStatus::Running);
+        assert!(!restarted.is_finished());
+        // Retained: the running restart, and at most one finished run.
+        let finished = tracker.tasks().iter().filter(|task| task.finished).count();
+        assert!(
+            finished <= 1,
+            "{finished} finished runs retained with a bound of 1"
+        );
+    });
+}
