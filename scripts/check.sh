@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test and lint: Rust (fmt, clippy, tests, example), the abi3 wheel,
-# pytest against the installed wheel, ruff, mypy, stubtest, and smoke runs of the demo, examples and benchmarks.
+# Builds everything and runs every test and lint: the fast checks first (formatting, lints, Rust tests, the
+# loom model checks, the wheel, Python lints, pytest against the installed wheel), then the slower smoke runs
+# of the demo, the examples and the benchmarks.
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh"
 
@@ -8,16 +9,13 @@ step() { printf '\n== %s\n' "$*"; }
 
 step "rustfmt"
 cargo fmt --all -- --check
-step "clippy"
+step "clippy (with the MSRV of clippy.toml)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 step "cargo test"
 cargo test --workspace --quiet
-step "loom model checks of the core's concurrent transitions"
+step "loom model checks of the core's concurrent transitions (a target directory of their own: other cfg)"
 RUSTFLAGS="--cfg subagent_tracker_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --quiet --release -p subagent-tracker --test loom
-step "Rust example, and each Rust benchmark once (divan's test mode)"
-cargo run --quiet --example orchestrator -p subagent-tracker
-cargo test --quiet --benches -p subagent-tracker
 
 step "build the abi3 wheel and install it"
 rm -rf target/wheels
@@ -31,10 +29,17 @@ esac
 step "ruff"
 ruff check python tests benches examples
 ruff format --check python tests benches examples
-step "mypy and stubtest"
+step "mypy (package, tests, examples, benchmarks) and stubtest"
 mypy python/subagent_tracker
+mypy --strict tests examples benches
 python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
 
+step "pytest (against the installed wheel)"
+python -m pytest --timeout 120 -p no:cacheprovider
+
+step "Rust example, and each Rust benchmark once (divan's test mode)"
+cargo run --quiet --example orchestrator -p subagent-tracker
+cargo test --quiet --benches -p subagent-tracker
 step "demo, examples and Python benchmarks (smoke sizes; the figures are not judged)"
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
@@ -42,6 +47,3 @@ python examples/streaming_agent.py >/dev/null
 python examples/fanout_deadline.py >/dev/null
 python benches/python_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 2000 --rounds 1 >/dev/null
-
-step "pytest (against the installed wheel)"
-python -m pytest --timeout 120 -p no:cacheprovider

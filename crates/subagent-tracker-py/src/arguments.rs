@@ -4,13 +4,14 @@
 //! type. The rules themselves (what an id or a number of seconds may be) are the core's.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
-use subagent_tracker::{SubagentTaskToken, TrackerError};
+use subagent_tracker::TrackerError;
 
 use crate::errors::tracker_error;
 
@@ -39,12 +40,11 @@ argument_names! {
     GraceArgument = "grace",
 }
 
-fn type_name(value: &Bound<'_, PyAny>) -> String {
+pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
     value
         .get_type()
         .name()
-        .map(|name| name.to_string())
-        .unwrap_or_else(|_| "object".to_owned())
+        .map_or_else(|_| "object".to_owned(), |name| name.to_string())
 }
 
 /// A `str` argument.
@@ -67,7 +67,7 @@ pub(crate) fn optional_string(
 }
 
 /// An id (of a task, a parent or a session): a `str` that keeps the core's id rule.
-pub(crate) struct Id<N>(pub(crate) String, PhantomData<N>);
+pub(crate) struct Id<N>(pub(crate) Arc<str>, PhantomData<N>);
 
 impl<'a, 'py, N: ArgumentName> FromPyObject<'a, 'py> for Id<N> {
     type Error = PyErr;
@@ -77,7 +77,7 @@ impl<'a, 'py, N: ArgumentName> FromPyObject<'a, 'py> for Id<N> {
         let text = text.to_str()?;
         subagent_tracker::validate_task_id(N::NAME, text)
             .map_err(|error| tracker_error(value.py(), error))?;
-        Ok(Id(text.to_owned(), PhantomData))
+        Ok(Id(Arc::from(text), PhantomData))
     }
 }
 
@@ -161,37 +161,6 @@ impl<'a, 'py> FromPyObject<'a, 'py> for EpochDeadline {
         TrackerError::check_epoch_deadline(DeadlineArgument::NAME, seconds)
             .map(EpochDeadline)
             .map_err(|error| tracker_error(value.py(), error))
-    }
-}
-
-/// An iterable of `CancellationToken`s.
-pub(crate) struct Tokens(pub(crate) Vec<SubagentTaskToken>);
-
-impl<'a, 'py> FromPyObject<'a, 'py> for Tokens {
-    type Error = PyErr;
-
-    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let iterator = value.try_iter().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "expected an iterable of CancellationToken, got {}",
-                type_name(&value)
-            ))
-        })?;
-        iterator
-            .map(|item| {
-                let item = item?;
-                let token = item
-                    .cast::<crate::token::CancellationToken>()
-                    .map_err(|_| {
-                        PyTypeError::new_err(format!(
-                            "expected CancellationToken objects, got {}",
-                            type_name(&item)
-                        ))
-                    })?;
-                Ok(token.get().core().clone())
-            })
-            .collect::<PyResult<Vec<_>>>()
-            .map(Tokens)
     }
 }
 

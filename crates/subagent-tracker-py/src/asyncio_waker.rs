@@ -25,12 +25,19 @@ struct PendingFuture {
 
 struct AsyncioWaker(PendingFuture);
 
+/// What the Python-facing call running on a thread collects.
+#[derive(Default)]
+struct Collecting {
+    /// The futures its transitions woke.
+    woken: Vec<PendingFuture>,
+    /// A `KeyboardInterrupt` or `SystemExit` raised by one of its callbacks, for the call to raise once the
+    /// other callbacks have run.
+    interrupt: Option<PyErr>,
+}
+
 thread_local! {
-    /// The futures woken during the Python-facing call running on this thread, if one is collecting.
-    static BATCH: RefCell<Option<Vec<PendingFuture>>> = const { RefCell::new(None) };
-    /// A `KeyboardInterrupt` or `SystemExit` raised by a callback of the running call, for the call to raise
-    /// once the other callbacks have run.
-    static INTERRUPT: RefCell<Option<PyErr>> = const { RefCell::new(None) };
+    /// The innermost collecting call on this thread, if any.
+    static CALL: RefCell<Option<Collecting>> = const { RefCell::new(None) };
 }
 
 impl Wake for AsyncioWaker {
@@ -43,9 +50,9 @@ impl Wake for AsyncioWaker {
                     future: shared.0.future.clone_ref(py),
                 },
             };
-            let unbatched = BATCH.with(|batch| match batch.borrow_mut().as_mut() {
-                Some(batch) => {
-                    batch.push(pending);
+            let unbatched = CALL.with(|call| match call.borrow_mut().as_mut() {
+                Some(collecting) => {
+                    collecting.woken.push(pending);
                     None
                 }
                 None => Some(pending),
@@ -64,14 +71,11 @@ impl Wake for AsyncioWaker {
 /// Each call collects its own batch, even when nested in another's callback: a callback that cancels a task
 /// and then waits for that task's waiters must find them woken.
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
-    let outer = BATCH.with(|batch| batch.borrow_mut().replace(Vec::new()));
-    let outer_interrupt = INTERRUPT.with(|interrupt| interrupt.borrow_mut().take());
+    let outer = CALL.with(|state| state.borrow_mut().replace(Collecting::default()));
     let result = call();
     flush_wake_batch(py);
-    BATCH.with(|batch| *batch.borrow_mut() = outer);
-    let interrupt = INTERRUPT
-        .with(|interrupt| std::mem::replace(&mut *interrupt.borrow_mut(), outer_interrupt));
-    match interrupt {
+    let collected = CALL.with(|state| std::mem::replace(&mut *state.borrow_mut(), outer));
+    match collected.and_then(|collected| collected.interrupt) {
         Some(interrupt) => Err(interrupt),
         None => Ok(result),
     }
@@ -79,7 +83,12 @@ pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> Py
 
 /// Resolves the futures collected so far by the running call.
 pub(crate) fn flush_wake_batch(py: Python<'_>) {
-    let woken = BATCH.with(|batch| batch.borrow_mut().as_mut().map(std::mem::take));
+    let woken = CALL.with(|state| {
+        state
+            .borrow_mut()
+            .as_mut()
+            .map(|collecting| std::mem::take(&mut collecting.woken))
+    });
     if let Some(woken) = woken.filter(|woken| !woken.is_empty()) {
         dispatch(py, woken);
     }
@@ -88,14 +97,13 @@ pub(crate) fn flush_wake_batch(py: Python<'_>) {
 /// Keeps a `KeyboardInterrupt` or `SystemExit` raised by a callback for the running call to raise (the first
 /// one wins). Returns it back when no call is collecting on this thread.
 pub(crate) fn defer_interrupt(error: PyErr) -> Option<PyErr> {
-    let collecting = BATCH.with(|batch| batch.borrow().is_some());
-    if !collecting {
-        return Some(error);
-    }
-    INTERRUPT.with(|interrupt| {
-        interrupt.borrow_mut().get_or_insert(error);
-    });
-    None
+    CALL.with(|state| match state.borrow_mut().as_mut() {
+        Some(collecting) => {
+            collecting.interrupt.get_or_insert(error);
+            None
+        }
+        None => Some(error),
+    })
 }
 
 /// The event loop running in this thread; `RuntimeError` (asyncio's own) when there is none.
@@ -148,7 +156,7 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
     static RESOLVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let running_loop = GET_RUNNING_LOOP_OR_NONE
         .import(py, "asyncio", "_get_running_loop")
-        .and_then(|function| function.call0())
+        .and_then(pyo3::types::PyAnyMethods::call0)
         .ok();
     while let Some(first) = woken.first() {
         let event_loop = first.event_loop.clone_ref(py);

@@ -3,6 +3,9 @@
 //! This crate only translates: Python arguments into core calls, core results and errors into Python objects,
 //! and core wake-ups into asyncio futures. Every rule about tasks lives in the core crate.
 
+// PyO3 hands extracted arguments and the GC visitor over by value, whether or not a method consumes them.
+#![allow(clippy::needless_pass_by_value)]
+
 mod arguments;
 mod asyncio_waker;
 mod cancel_callback;

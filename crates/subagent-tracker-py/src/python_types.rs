@@ -38,11 +38,6 @@ impl PyValue {
     }
 }
 
-/// A copy of an optional value, owned by its holder.
-pub(crate) fn own(py: Python<'_>, value: &Option<PyValue>) -> Option<Py<PyAny>> {
-    value.as_ref().map(|value| value.get(py))
-}
-
 /// `text` as Python's `repr` would show a `str | None`, for `__repr__` methods.
 pub(crate) fn python_repr(text: Option<&str>) -> String {
     match text {

@@ -8,7 +8,7 @@ use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart, TrackerConfig};
 
 use crate::arguments::{
     self, EpochDeadline, Id, Metadata, ParentIdArgument, Seconds, SessionIdArgument,
-    TaskIdArgument, TimeoutArgument, Tokens,
+    TaskIdArgument, TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::errors::tracker_error;
@@ -17,6 +17,7 @@ use crate::handle::SubagentTaskHandle;
 use crate::python_types::{python_repr, PyValue};
 use crate::snapshot::SubagentTask;
 use crate::task_watch::TaskWatch;
+use crate::token::Tokens;
 
 /// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds the async methods.
 ///
@@ -58,7 +59,7 @@ impl Session {
         }
         Ok(Session {
             tracker: InMemorySubagentTaskTracker::with_config(
-                session_id.as_ref().map(|id| id.0.as_str()),
+                session_id.as_ref().map(|id| &*id.0),
                 config,
             ),
         })
@@ -107,7 +108,7 @@ impl Session {
             start = start.task_id(task_id.0);
         }
         if let Some(parent_id) = parent_id {
-            start = start.parent_id(parent_id.0);
+            start = start.parent_id(&*parent_id.0);
         }
         if let Some(agent) = arguments::optional_string(agent, "agent")? {
             start = start.agent(agent);

@@ -6,71 +6,25 @@ use pyo3::PyTraverseError;
 use subagent_tracker::SubagentTaskSnapshot;
 
 use crate::package_imports::status_member;
-use crate::python_types::{own, python_repr, PyValue};
+use crate::python_types::{python_repr, PyValue};
 
 /// An immutable snapshot of one subagent task, taken atomically. It owns its references to the metadata and
 /// result, so it is unaffected by what happens to the session afterwards.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct SubagentTask {
-    snapshot: SubagentTaskSnapshot<()>,
-    metadata: Option<Py<PyAny>>,
-    result: Option<Py<PyAny>>,
+    snapshot: SubagentTaskSnapshot<Py<PyAny>>,
 }
 
 impl SubagentTask {
     pub(crate) fn new(py: Python<'_>, snapshot: SubagentTaskSnapshot<PyValue>) -> SubagentTask {
-        let metadata = own(py, &snapshot.metadata);
-        let result = own(py, &snapshot.result);
-        let SubagentTaskSnapshot {
-            task_id,
-            session_id,
-            parent_id,
-            agent,
-            description,
-            status,
-            finished,
-            started_at,
-            cancelled_at,
-            ended_at,
-            cancel_reason,
-            cancel_origin,
-            cancel_cause,
-            escalated,
-            deadline,
-            detached,
-            progress,
-            progress_count,
-            error,
-            ..
-        } = snapshot;
         SubagentTask {
-            snapshot: SubagentTaskSnapshot {
-                task_id,
-                session_id,
-                parent_id,
-                agent,
-                description,
-                metadata: None,
-                status,
-                finished,
-                started_at,
-                cancelled_at,
-                ended_at,
-                cancel_reason,
-                cancel_origin,
-                cancel_cause,
-                escalated,
-                deadline,
-                detached,
-                progress,
-                progress_count,
-                result: None,
-                error,
-            },
-            metadata,
-            result,
+            snapshot: snapshot.map_values(|value| value.get(py)),
         }
     }
+}
+
+fn owned(py: Python<'_>, value: Option<&Py<PyAny>>) -> Py<PyAny> {
+    value.map_or_else(|| py.None(), |value| value.clone_ref(py))
 }
 
 fn epoch(time: std::time::SystemTime) -> f64 {
@@ -106,9 +60,7 @@ impl SubagentTask {
 
     #[getter]
     fn metadata(&self, py: Python<'_>) -> Py<PyAny> {
-        self.metadata
-            .as_ref()
-            .map_or_else(|| py.None(), |value| value.clone_ref(py))
+        owned(py, self.snapshot.metadata.as_ref())
     }
 
     #[getter]
@@ -148,7 +100,9 @@ impl SubagentTask {
 
     #[getter]
     fn cancel_cause(&self) -> Option<&'static str> {
-        self.snapshot.cancel_cause.map(|cause| cause.as_str())
+        self.snapshot
+            .cancel_cause
+            .map(subagent_tracker::CancelCause::as_str)
     }
 
     #[getter]
@@ -178,9 +132,7 @@ impl SubagentTask {
 
     #[getter]
     fn result(&self, py: Python<'_>) -> Py<PyAny> {
-        self.result
-            .as_ref()
-            .map_or_else(|| py.None(), |value| value.clone_ref(py))
+        owned(py, self.snapshot.result.as_ref())
     }
 
     #[getter]
@@ -189,8 +141,8 @@ impl SubagentTask {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.metadata)?;
-        visit.call(&self.result)
+        visit.call(&self.snapshot.metadata)?;
+        visit.call(&self.snapshot.result)
     }
 
     fn __repr__(&self) -> String {

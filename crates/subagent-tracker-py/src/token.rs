@@ -7,7 +7,9 @@ use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 use subagent_tracker::SubagentTaskToken;
 
-use crate::arguments::{Seconds, TimeoutArgument, Tokens};
+use pyo3::exceptions::PyTypeError;
+
+use crate::arguments::{type_name, Seconds, TimeoutArgument};
 use crate::asyncio_waker::future_for;
 use crate::cancel_callback::{CancelCallbackRegistration, PythonCallback};
 use crate::errors::task_cancelled_error;
@@ -181,5 +183,36 @@ impl CancellationToken {
                 "False"
             }
         )
+    }
+}
+
+/// An iterable of `CancellationToken`s.
+pub(crate) struct Tokens(pub(crate) Vec<SubagentTaskToken>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Tokens {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let iterator = value.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "expected an iterable of CancellationToken, got {}",
+                type_name(&value)
+            ))
+        })?;
+        iterator
+            .map(|item| {
+                let item = item?;
+                let token = item
+                    .cast::<crate::token::CancellationToken>()
+                    .map_err(|_| {
+                        PyTypeError::new_err(format!(
+                            "expected CancellationToken objects, got {}",
+                            type_name(&item)
+                        ))
+                    })?;
+                Ok(token.get().core().clone())
+            })
+            .collect::<PyResult<Vec<_>>>()
+            .map(Tokens)
     }
 }

@@ -4,6 +4,7 @@ use std::fmt;
 
 /// What moved a task to `Cancelled`, recorded on its snapshot beside the reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum CancelCause {
     /// Cancelled by id, or by its own runner stopping on a cancel.
     Requested,
@@ -19,6 +20,7 @@ pub enum CancelCause {
 
 impl CancelCause {
     /// The lowercase name: `"requested"`, `"parent"`, `"session"`, `"deadline"` or `"linked"`.
+    #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             CancelCause::Requested => "requested",

@@ -205,8 +205,8 @@ impl CancelSignal {
         if let Some(token) = &state.token {
             token.cancel();
         }
-        delivery.wake(state.cancel_waiters.drain(..).map(|(_, waker)| waker));
-        delivery.run(state.callbacks.drain(..).map(|(_, callback)| callback));
+        delivery.wake_waiters(std::mem::take(&mut state.cancel_waiters));
+        delivery.run(std::mem::take(&mut state.callbacks));
         for (_, dependent) in state.dependents.drain(..) {
             if let Some(dependent) = dependent.upgrade() {
                 delivery.fire_dependent(dependent, cancel.clone());
@@ -235,7 +235,7 @@ impl CancelSignal {
             Ending::Stopped => word.status(),
         };
         self.word.store(status as u8 | FINISHED, Ordering::Release);
-        delivery.wake(state.finish_waiters.drain(..).map(|(_, waker)| waker));
+        delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
         if status != SubagentStatus::Cancelled {
             // The token never fires now: what waited for it is released unrun.
             delivery.release(std::mem::take(&mut state.cancel_waiters));
@@ -358,7 +358,13 @@ impl CancelSignal {
             return Poll::Ready(());
         }
         if !self.is_finished() {
-            register(&mut state, Waiting::Cancel, context.waker(), key);
+            let state = &mut *state;
+            register(
+                &mut state.cancel_waiters,
+                &mut state.next_registration,
+                context.waker(),
+                key,
+            );
         }
         Poll::Pending
     }
@@ -376,7 +382,13 @@ impl CancelSignal {
         if self.is_finished() {
             return Poll::Ready(());
         }
-        register(&mut state, Waiting::Finish, context.waker(), key);
+        let state = &mut *state;
+        register(
+            &mut state.finish_waiters,
+            &mut state.next_registration,
+            context.waker(),
+            key,
+        );
         Poll::Pending
     }
 
@@ -442,16 +454,13 @@ impl Drop for CancelSignal {
     }
 }
 
-enum Waiting {
-    Cancel,
-    Finish,
-}
-
-fn register(state: &mut SignalState, waiting: Waiting, waker: &Waker, key: &mut Option<u64>) {
-    let list = match waiting {
-        Waiting::Cancel => &mut state.cancel_waiters,
-        Waiting::Finish => &mut state.finish_waiters,
-    };
+/// Registers `waker` in `list` under `*key`, reusing the key of an earlier poll of the same waiter.
+fn register(
+    list: &mut Vec<(u64, Waker)>,
+    next_registration: &mut u64,
+    waker: &Waker,
+    key: &mut Option<u64>,
+) {
     if let Some(id) = *key {
         if let Some((_, registered)) = list
             .iter_mut()
@@ -463,14 +472,9 @@ fn register(state: &mut SignalState, waiting: Waiting, waker: &Waker, key: &mut 
             return;
         }
     }
-    state.next_registration += 1;
-    let id = state.next_registration;
-    let list = match waiting {
-        Waiting::Cancel => &mut state.cancel_waiters,
-        Waiting::Finish => &mut state.finish_waiters,
-    };
-    list.push((id, waker.clone()));
-    *key = Some(id);
+    *next_registration += 1;
+    list.push((*next_registration, waker.clone()));
+    *key = Some(*next_registration);
 }
 
 fn take_waiter(list: &mut Vec<(u64, Waker)>, key: u64) -> Option<Waker> {

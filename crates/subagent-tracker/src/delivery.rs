@@ -11,9 +11,15 @@ use std::task::Waker;
 
 use crate::cancel_signal::{Callback, CancelRecord, Dependent, SourceLink};
 
+/// Nothing to deliver costs one null check: the lists are allocated on the first thing owed.
 #[derive(Default)]
 #[must_use = "a delivery does nothing until `deliver` is called"]
 pub(crate) struct Delivery {
+    owed: Option<Box<Owed>>,
+}
+
+#[derive(Default)]
+struct Owed {
     wakers: Vec<Waker>,
     callbacks: Vec<Callback>,
     /// Dependents whose source fired, to fire in turn: a work list, so chains never recurse.
@@ -26,37 +32,55 @@ pub(crate) struct Delivery {
 }
 
 impl Delivery {
-    pub(crate) fn wake(&mut self, wakers: impl IntoIterator<Item = Waker>) {
-        self.wakers.extend(wakers);
+    fn owed(&mut self) -> &mut Owed {
+        self.owed.get_or_insert_with(Box::default)
     }
 
-    pub(crate) fn run(&mut self, callbacks: impl IntoIterator<Item = Callback>) {
-        self.callbacks.extend(callbacks);
+    pub(crate) fn wake(&mut self, waker: Waker) {
+        self.owed().wakers.push(waker);
     }
 
-    pub(crate) fn fire_dependent(&mut self, dependent: Arc<dyn Dependent>, source: CancelRecord) {
-        self.fired.push((dependent, source));
-    }
-
-    pub(crate) fn release_sources(&mut self, links: Vec<SourceLink>) {
-        if self.unlinked.is_empty() {
-            self.unlinked = links;
-        } else {
-            self.unlinked.extend(links);
+    /// Wakes the waiters of a list taken out of a signal.
+    pub(crate) fn wake_waiters(&mut self, waiters: Vec<(u64, Waker)>) {
+        if !waiters.is_empty() {
+            self.owed()
+                .wakers
+                .extend(waiters.into_iter().map(|(_, waker)| waker));
         }
     }
 
-    pub(crate) fn release(&mut self, released: impl Send + 'static) {
-        self.released.push(Box::new(released));
+    pub(crate) fn run(&mut self, callbacks: Vec<(u64, Callback)>) {
+        if !callbacks.is_empty() {
+            self.owed()
+                .callbacks
+                .extend(callbacks.into_iter().map(|(_, callback)| callback));
+        }
+    }
+
+    pub(crate) fn fire_dependent(&mut self, dependent: Arc<dyn Dependent>, source: CancelRecord) {
+        self.owed().fired.push((dependent, source));
+    }
+
+    pub(crate) fn release_sources(&mut self, links: Vec<SourceLink>) {
+        if !links.is_empty() {
+            self.owed().unlinked.extend(links);
+        }
+    }
+
+    /// Keeps `released` (a list taken out of a signal) to drop once no lock is held.
+    pub(crate) fn release<T: Send + 'static>(&mut self, released: Vec<T>) {
+        if !released.is_empty() {
+            self.owed().released.push(Box::new(released));
+        }
     }
 
     /// Fires every dependent reached, and every dependent those reach, in a loop; then removes the released
     /// registrations. Runs no user code. Must be called with no lock held.
     pub(crate) fn settle(&mut self) {
-        loop {
-            if let Some((dependent, source)) = self.fired.pop() {
+        while let Some(owed) = self.owed.as_mut() {
+            if let Some((dependent, source)) = owed.fired.pop() {
                 dependent.source_fired(&source, self);
-            } else if let Some(link) = self.unlinked.pop() {
+            } else if let Some(link) = owed.unlinked.pop() {
                 link.source.remove_dependent(link.registration);
                 // Dropping `link` may drop its source; the source's own links unwind iteratively.
             } else {
@@ -71,20 +95,37 @@ impl Delivery {
     /// Wakers go first, so that a callback that blocks (say, until another task's waiter has run) never holds
     /// up the wake-ups of the cancel that ran it.
     pub(crate) fn deliver(mut self) {
+        if self.owed.is_none() {
+            return;
+        }
         self.settle();
-        for waker in self.wakers.drain(..) {
+        let Some(owed) = self.owed.take() else {
+            return;
+        };
+        let Owed {
+            wakers,
+            callbacks,
+            released,
+            ..
+        } = *owed;
+        for waker in wakers {
             run_contained(|| waker.wake());
         }
-        for callback in self.callbacks.drain(..) {
+        for callback in callbacks {
             run_contained(|| callback.on_cancel());
         }
+        drop(released);
     }
 
     /// Settles in this thread, then wakes and runs callbacks in a thread of their own, so that a thread that
     /// serves everyone (the deadline timer) never runs user code and is never held up by it.
     pub(crate) fn deliver_in_own_thread(mut self) {
         self.settle();
-        if self.wakers.is_empty() && self.callbacks.is_empty() {
+        let owes_user_code = self
+            .owed
+            .as_ref()
+            .is_some_and(|owed| !owed.wakers.is_empty() || !owed.callbacks.is_empty());
+        if !owes_user_code {
             return;
         }
         // Shared with the new thread so that a failed spawn can still deliver here: late is better than lost.

@@ -7,6 +7,7 @@ use crate::SubagentStatus;
 
 /// What happened to a task.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SubagentEventKind {
     /// The task started (possibly already cancelled, when its parent was).
     Started,
@@ -22,6 +23,7 @@ pub enum SubagentEventKind {
 
 impl SubagentEventKind {
     /// The lowercase name: `"started"`, `"progress"`, `"cancelled"`, `"ended"` or `"lagged"`.
+    #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             SubagentEventKind::Started => "started",
@@ -35,6 +37,7 @@ impl SubagentEventKind {
 
 /// One lifecycle event. Events of one task are delivered in the order they happened.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SubagentEvent {
     /// The task concerned; empty for [`SubagentEventKind::Lagged`].
     pub task_id: Arc<str>,

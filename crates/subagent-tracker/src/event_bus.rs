@@ -68,7 +68,7 @@ impl EventBus {
     }
 
     /// Delivers `event` to every subscriber; their wakers go to `delivery`, to be woken once no lock is held.
-    pub(crate) fn publish(&self, event: SubagentEvent, delivery: &mut Delivery) {
+    pub(crate) fn publish(&self, event: &SubagentEvent, delivery: &mut Delivery) {
         let subscribers = self.subscribers.read();
         for subscriber in subscribers.iter() {
             let mut state = subscriber.state.lock();
@@ -77,7 +77,9 @@ impl EventBus {
                 state.missed += 1;
             }
             state.events.push_back(event.clone());
-            delivery.wake(state.waker.take());
+            if let Some(waker) = state.waker.take() {
+                delivery.wake(waker);
+            }
         }
     }
 

@@ -27,27 +27,32 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     }
 
     /// The task's id.
+    #[must_use]
     pub fn task_id(&self) -> &Arc<str> {
         &self.entry.task_id
     }
 
     /// The id of the session that owns the task.
+    #[must_use]
     pub fn session_id(&self) -> &Arc<str> {
-        &self.entry.session_id
+        self.shared.session_id()
     }
 
     /// The token that fires when the task is cancelled.
+    #[must_use]
     pub fn token(&self) -> SubagentTaskToken {
         SubagentTaskToken::new(self.entry.signal.clone(), self.entry.task_id.clone())
     }
 
     /// True once the task is cancelled: one atomic load, cheap enough for every streamed chunk.
     #[inline]
+    #[must_use]
     pub fn is_cancelled(&self) -> bool {
         self.entry.is_cancelled()
     }
 
     /// The task's status now.
+    #[must_use]
     pub fn status(&self) -> SubagentStatus {
         self.entry.status()
     }
@@ -100,8 +105,9 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     }
 
     /// A snapshot of the task.
+    #[must_use]
     pub fn snapshot(&self) -> SubagentTaskSnapshot<V> {
-        self.entry.snapshot()
+        self.entry.snapshot(self.shared.session_id())
     }
 }
 
@@ -124,7 +130,7 @@ impl<V> fmt::Debug for SubagentTaskHandle<V> {
         formatter
             .debug_struct("SubagentTaskHandle")
             .field("task_id", &self.entry.task_id)
-            .field("session_id", &self.entry.session_id)
+            .field("session_id", self.shared.session_id())
             .finish_non_exhaustive()
     }
 }

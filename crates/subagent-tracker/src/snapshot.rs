@@ -9,6 +9,7 @@ use crate::{CancelCause, SubagentStatus};
 ///
 /// `V` is the type of the caller's `metadata` and of the runner's `result`.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SubagentTaskSnapshot<V = String> {
     /// The task's id, unique among the session's retained tasks.
     pub task_id: Arc<str>,
@@ -52,4 +53,34 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub result: Option<V>,
     /// What the runner failed with, kept even when the failure came after a cancel.
     pub error: Option<Arc<str>>,
+}
+
+impl<V> SubagentTaskSnapshot<V> {
+    /// The same snapshot with its metadata and result converted by `convert` (for a binding that keeps its
+    /// own copies of them).
+    pub fn map_values<U>(self, mut convert: impl FnMut(V) -> U) -> SubagentTaskSnapshot<U> {
+        SubagentTaskSnapshot {
+            task_id: self.task_id,
+            session_id: self.session_id,
+            parent_id: self.parent_id,
+            agent: self.agent,
+            description: self.description,
+            metadata: self.metadata.map(&mut convert),
+            status: self.status,
+            finished: self.finished,
+            started_at: self.started_at,
+            cancelled_at: self.cancelled_at,
+            ended_at: self.ended_at,
+            cancel_reason: self.cancel_reason,
+            cancel_origin: self.cancel_origin,
+            cancel_cause: self.cancel_cause,
+            escalated: self.escalated,
+            deadline: self.deadline,
+            detached: self.detached,
+            progress: self.progress,
+            progress_count: self.progress_count,
+            result: self.result.map(convert),
+            error: self.error,
+        }
+    }
 }

@@ -8,6 +8,7 @@ use std::fmt;
 /// the first transition out of `Running` wins, and nothing moves a task out of a terminal status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
+#[non_exhaustive]
 pub enum SubagentStatus {
     /// Started, and neither ended by its runner nor cancelled.
     Running = 0,
@@ -29,6 +30,7 @@ impl SubagentStatus {
     ];
 
     /// The lowercase name used on the wire and in Python: `"running"`, `"completed"`, `"failed"`, `"cancelled"`.
+    #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             SubagentStatus::Running => "running",
@@ -39,6 +41,7 @@ impl SubagentStatus {
     }
 
     /// True for every status but `Running`.
+    #[must_use]
     pub const fn is_terminal(self) -> bool {
         !matches!(self, SubagentStatus::Running)
     }

@@ -38,7 +38,6 @@ pub(crate) struct TaskEntry<V> {
     /// The order of starts within the session; unique, so it also tells apart two runs of one task id.
     pub(crate) sequence: u64,
     pub(crate) task_id: Arc<str>,
-    pub(crate) session_id: Arc<str>,
     pub(crate) parent_id: Option<Arc<str>>,
     pub(crate) agent: Option<Arc<str>>,
     pub(crate) description: Option<Arc<str>>,
@@ -113,7 +112,6 @@ impl<V> TaskEntry<V> {
     pub(crate) fn new(
         sequence: u64,
         task_id: Arc<str>,
-        session_id: Arc<str>,
         parent: Option<Arc<TaskEntry<V>>>,
         agent: Option<Arc<str>>,
         description: Option<Arc<str>>,
@@ -125,7 +123,6 @@ impl<V> TaskEntry<V> {
         TaskEntry {
             sequence,
             task_id,
-            session_id,
             parent_id: parent.as_ref().map(|parent| parent.task_id.clone()),
             agent,
             description,
@@ -171,7 +168,8 @@ impl<V> TaskEntry<V> {
     /// Holding the lock throughout means a cascade that reaches the child through its parent waits until the
     /// start is decided, so it never sees a half-started task and its `cancelled` event never precedes
     /// `started`. A refused start leaves no trace: the parent forgets the child and the entry is marked
-    /// finished.
+    /// finished. A task with no parent cannot be reached before it is visible, so when nobody listens for
+    /// events it starts without the lock (one lock fewer on the hottest path).
     pub(crate) fn open(
         self: &Arc<Self>,
         parent: Option<&Arc<TaskEntry<V>>>,
@@ -179,7 +177,7 @@ impl<V> TaskEntry<V> {
         bus: &EventBus,
         delivery: &mut Delivery,
     ) -> Result<(), OpenRefusal> {
-        let record = self.record.lock();
+        let mut record = (parent.is_some() || bus.has_subscribers()).then(|| self.record.lock());
         let mut inherited = None;
         if let Some(parent) = parent {
             let admission = if self.detached {
@@ -211,13 +209,14 @@ impl<V> TaskEntry<V> {
             return Err(refusal);
         }
         if bus.has_subscribers() {
+            let record = record.get_or_insert_with(|| self.record.lock());
             bus.publish(
-                self.event(SubagentEventKind::Started, self.started_at, &record),
+                &self.event(SubagentEventKind::Started, self.started_at, record),
                 delivery,
             );
             if self.is_cancelled() {
                 bus.publish(
-                    self.event(SubagentEventKind::Cancelled, self.started_at, &record),
+                    &self.event(SubagentEventKind::Cancelled, self.started_at, record),
                     delivery,
                 );
             }
@@ -255,7 +254,7 @@ impl<V> TaskEntry<V> {
         }
         if bus.has_subscribers() {
             let event = self.event(SubagentEventKind::Cancelled, request.at, &record);
-            bus.publish(event, delivery);
+            bus.publish(&event, delivery);
         }
         true
     }
@@ -285,7 +284,10 @@ impl<V> TaskEntry<V> {
         let now = SystemTime::now();
         record.ended_at = Some(now);
         if bus.has_subscribers() {
-            bus.publish(self.event(SubagentEventKind::Ended, now, &record), delivery);
+            bus.publish(
+                &self.event(SubagentEventKind::Ended, now, &record),
+                delivery,
+            );
         }
         let orphans = record
             .children
@@ -318,7 +320,7 @@ impl<V> TaskEntry<V> {
         record.progress_count += 1;
         if bus.has_subscribers() {
             let event = self.event(SubagentEventKind::Progress, SystemTime::now(), &record);
-            bus.publish(event, delivery);
+            bus.publish(&event, delivery);
         }
         true
     }
@@ -421,14 +423,15 @@ impl<V> TaskEntry<V> {
 }
 
 impl<V: Clone> TaskEntry<V> {
-    /// A copy of the task's state, every field from the same instant.
-    pub(crate) fn snapshot(&self) -> SubagentTaskSnapshot<V> {
+    /// A copy of the task's state, every field from the same instant. (The session's id is the caller's: an
+    /// entry does not keep its own reference, which every start would count up and down.)
+    pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {
         let record = self.record.lock();
         let word = self.signal.word();
         let cancel = self.signal.cancel_record();
         SubagentTaskSnapshot {
             task_id: self.task_id.clone(),
-            session_id: self.session_id.clone(),
+            session_id: session_id.clone(),
             parent_id: self.parent_id.clone(),
             agent: self.agent.clone(),
             description: self.description.clone(),

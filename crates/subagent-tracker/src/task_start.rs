@@ -14,7 +14,7 @@ use crate::SubagentTaskToken;
 /// ```
 #[derive(Clone, Debug)]
 pub struct TaskStart<V = String> {
-    pub(crate) task_id: Option<String>,
+    pub(crate) task_id: Option<Arc<str>>,
     pub(crate) parent_id: Option<String>,
     pub(crate) agent: Option<Arc<str>>,
     pub(crate) description: Option<Arc<str>>,
@@ -41,29 +41,34 @@ impl<V> Default for TaskStart<V> {
 
 impl<V> TaskStart<V> {
     /// A task with a generated id, no parent and no descriptive fields.
+    #[must_use]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Sets the task id. Without it the tracker generates a unique one.
-    pub fn task_id(mut self, task_id: impl Into<String>) -> Self {
+    #[must_use]
+    pub fn task_id(mut self, task_id: impl Into<Arc<str>>) -> Self {
         self.task_id = Some(task_id.into());
         self
     }
 
     /// Starts the task under a live task of the same session, so that cancelling the parent cancels it too.
+    #[must_use]
     pub fn parent_id(mut self, parent_id: impl Into<String>) -> Self {
         self.parent_id = Some(parent_id.into());
         self
     }
 
     /// Names the agent that runs the task.
+    #[must_use]
     pub fn agent(mut self, agent: impl Into<Arc<str>>) -> Self {
         self.agent = Some(agent.into());
         self
     }
 
     /// Describes the work.
+    #[must_use]
     pub fn description(mut self, description: impl Into<Arc<str>>) -> Self {
         self.description = Some(description.into());
         self
@@ -72,6 +77,7 @@ impl<V> TaskStart<V> {
     /// Cancels the task with reason [`DEADLINE_REASON`](crate::DEADLINE_REASON) and cause
     /// [`Deadline`](crate::CancelCause::Deadline) when `deadline` passes. A child's effective deadline is the
     /// earlier of its own and its parent's (unless detached).
+    #[must_use]
     pub fn deadline(self, deadline: Instant) -> Self {
         self.with_deadline(Deadline::at_instant(
             deadline,
@@ -83,6 +89,7 @@ impl<V> TaskStart<V> {
     /// A deadline on the wall clock (for one given as seconds since the epoch, see
     /// [`system_time_from_epoch_seconds`](crate::system_time_from_epoch_seconds)). One already past cancels
     /// the task during its start; snapshots show it as given.
+    #[must_use]
     pub fn deadline_at(self, deadline: SystemTime) -> Self {
         self.with_deadline(Deadline::at_wall(
             deadline,
@@ -93,6 +100,7 @@ impl<V> TaskStart<V> {
 
     /// A deadline `timeout` from now. A timeout too long for the platform's clock sets no deadline; one
     /// checked by [`duration_from_seconds`](crate::duration_from_seconds) always fits.
+    #[must_use]
     pub fn timeout(self, timeout: Duration) -> Self {
         let now = Instant::now();
         if now.checked_add(timeout).is_none() {
@@ -111,6 +119,7 @@ impl<V> TaskStart<V> {
 
     /// Starts the task out of its parent's reach: the parent's cancel and deadline do not pass on to it. It is
     /// still cancellable by id and by its session.
+    #[must_use]
     pub fn detached(mut self, detached: bool) -> Self {
         self.detached = detached;
         self
@@ -118,12 +127,14 @@ impl<V> TaskStart<V> {
 
     /// Cancels the task (cause [`Linked`](crate::CancelCause::Linked), with the source's reason) when `token`
     /// fires, even if it belongs to another task or session. The link is dropped when the task finishes.
+    #[must_use]
     pub fn linked(mut self, token: SubagentTaskToken) -> Self {
         self.linked.push(token);
         self
     }
 
     /// Attaches caller data, returned unchanged on every snapshot.
+    #[must_use]
     pub fn metadata(mut self, metadata: V) -> Self {
         self.metadata = Some(metadata);
         self

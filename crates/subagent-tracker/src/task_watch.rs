@@ -11,19 +11,21 @@ use crate::SubagentTaskSnapshot;
 /// Made by [`InMemorySubagentTaskTracker::watch`](crate::InMemorySubagentTaskTracker::watch).
 pub struct TaskWatch<V = String> {
     entry: Arc<TaskEntry<V>>,
+    session_id: Arc<str>,
 }
 
 impl<V> Clone for TaskWatch<V> {
     fn clone(&self) -> Self {
         TaskWatch {
             entry: self.entry.clone(),
+            session_id: self.session_id.clone(),
         }
     }
 }
 
 impl<V: Clone> TaskWatch<V> {
-    pub(crate) fn new(entry: Arc<TaskEntry<V>>) -> Self {
-        TaskWatch { entry }
+    pub(crate) fn new(entry: Arc<TaskEntry<V>>, session_id: Arc<str>) -> Self {
+        TaskWatch { entry, session_id }
     }
 
     /// True once the run has finished.
@@ -40,13 +42,13 @@ impl<V: Clone> TaskWatch<V> {
     /// Waits until the run has finished and returns its final snapshot.
     pub async fn finished(&self) -> SubagentTaskSnapshot<V> {
         self.wait_finished().await;
-        self.entry.snapshot()
+        self.entry.snapshot(&self.session_id)
     }
 
     /// A snapshot of the run now.
     #[must_use]
     pub fn snapshot(&self) -> SubagentTaskSnapshot<V> {
-        self.entry.snapshot()
+        self.entry.snapshot(&self.session_id)
     }
 
     /// Calls `visit` with the run's metadata and result, if any.

@@ -79,6 +79,7 @@ pub fn system_time_from_epoch_seconds(seconds: f64) -> Result<SystemTime, Second
 }
 
 /// Seconds since the Unix epoch (negative before it).
+#[must_use]
 pub fn epoch_seconds(time: SystemTime) -> f64 {
     match time.duration_since(SystemTime::UNIX_EPOCH) {
         Ok(since) => since.as_secs_f64(),

@@ -34,6 +34,7 @@ impl SubagentTaskToken {
     }
 
     /// The id of the task the token belongs to; `None` for a token made by [`any`](Self::any).
+    #[must_use]
     pub fn task_id(&self) -> Option<&Arc<str>> {
         self.task_id.as_ref()
     }

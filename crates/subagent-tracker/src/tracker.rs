@@ -170,7 +170,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         let task_id: Arc<str> = match start.task_id {
             Some(task_id) => {
                 validate_task_id("task_id", &task_id)?;
-                Arc::from(task_id)
+                task_id
             }
             None => Arc::from(generate_id()),
         };
@@ -202,7 +202,6 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         let entry = Arc::new(TaskEntry::new(
             shared.next_sequence.fetch_add(1, Ordering::Relaxed),
             task_id.clone(),
-            shared.session_id.clone(),
             parent.clone(),
             start.agent,
             start.description,
@@ -241,7 +240,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             // `close` may have swept the running tasks before this one became visible; finish its work here.
             shared.cancel_trees(
                 [entry.clone()],
-                reason.clone(),
+                reason,
                 CancelCause::Session,
                 None,
                 &mut delivery,
@@ -265,7 +264,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
 
     /// Cancels every running task of the session and returns how many it moved to `Cancelled`.
     pub fn cancel_all(&self, reason: Option<&str>) -> usize {
-        self.shared.cancel_running(cancel_reason(reason))
+        self.shared.cancel_running(&cancel_reason(reason))
     }
 
     /// Cancels every running task, like [`cancel_all`](Self::cancel_all), and refuses new starts from then on.
@@ -276,7 +275,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .closed
             .get_or_init(|| cancel_reason(reason))
             .clone();
-        self.shared.cancel_running(reason)
+        self.shared.cancel_running(&reason)
     }
 
     /// True once [`close`](Self::close) has been called.
@@ -288,7 +287,9 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A snapshot of the retained task `task_id`, or `None`. Copies that one task only.
     #[must_use]
     pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
-        self.shared.lookup(task_id).map(|entry| entry.snapshot())
+        self.shared
+            .lookup(task_id)
+            .map(|entry| entry.snapshot(&self.shared.session_id))
     }
 
     /// Snapshots of every retained task, in start order.
@@ -297,7 +298,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         self.shared
             .retained_entries()
             .iter()
-            .map(|entry| entry.snapshot())
+            .map(|entry| entry.snapshot(&self.shared.session_id))
             .collect()
     }
 
@@ -314,7 +315,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         entries.sort_unstable_by_key(|entry| entry.sequence);
         entries
             .iter()
-            .map(|entry| entry.snapshot())
+            .map(|entry| entry.snapshot(&self.shared.session_id))
             // A task cancelled a moment ago may still be indexed; the snapshot tells.
             .filter(|snapshot| !snapshot.status.is_terminal())
             .collect()
@@ -343,7 +344,9 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A [`TaskWatch`](crate::TaskWatch) on the current run of `task_id`, or `None` for an unknown id.
     #[must_use]
     pub fn watch(&self, task_id: &str) -> Option<crate::TaskWatch<V>> {
-        self.shared.lookup(task_id).map(crate::TaskWatch::new)
+        self.shared
+            .lookup(task_id)
+            .map(|entry| crate::TaskWatch::new(entry, self.shared.session_id.clone()))
     }
 
     /// A watch on the current run of `task_id`.
@@ -377,6 +380,10 @@ impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V
 }
 
 impl<V> TrackerShared<V> {
+    pub(crate) fn session_id(&self) -> &Arc<str> {
+        &self.session_id
+    }
+
     fn lookup(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
         // The map guard is dropped before the entry is used: no task lock is ever taken under a map lock.
         self.tasks
@@ -431,20 +438,20 @@ impl<V> TrackerShared<V> {
     fn cancel_trees(
         &self,
         roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
-        reason: Arc<str>,
+        reason: &Arc<str>,
         cause: CancelCause,
-        origin: Option<Arc<str>>,
+        origin: Option<&Arc<str>>,
         delivery: &mut Delivery,
     ) -> usize {
         let request = CancelRequest {
-            reason,
+            reason: reason.clone(),
             at: SystemTime::now(),
         };
         let mut stack = Vec::new();
         let mut children = Vec::new();
         let mut moved = 0;
         for root in roots {
-            let root_origin = origin.clone().unwrap_or_else(|| root.task_id.clone());
+            let root_origin = origin.unwrap_or(&root.task_id).clone();
             let root_sequence = root.sequence;
             stack.push(root);
             while let Some(entry) = stack.pop() {
@@ -470,7 +477,7 @@ impl<V> TrackerShared<V> {
         moved
     }
 
-    fn cancel_running(&self, reason: Arc<str>) -> usize {
+    fn cancel_running(&self, reason: &Arc<str>) -> usize {
         let running: Vec<Arc<TaskEntry<V>>> = self
             .running
             .iter()
@@ -486,7 +493,7 @@ impl<V> TrackerShared<V> {
         let mut delivery = Delivery::default();
         let moved = self.cancel_trees(
             [entry.clone()],
-            cancel_reason(reason),
+            &cancel_reason(reason),
             CancelCause::Requested,
             None,
             &mut delivery,
@@ -552,9 +559,9 @@ impl<V> TrackerShared<V> {
                 Admission::Cancelled(cancel) => {
                     self.cancel_trees(
                         orphans,
-                        cancel.reason,
+                        &cancel.reason,
                         CancelCause::Parent,
-                        Some(cancel.origin),
+                        Some(&cancel.origin),
                         delivery,
                     );
                     return;
@@ -587,7 +594,7 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
         if deadline.instant <= Instant::now() {
             self.cancel_trees(
                 [entry.clone()],
-                Arc::from(DEADLINE_REASON),
+                &Arc::from(DEADLINE_REASON),
                 CancelCause::Deadline,
                 None,
                 delivery,
@@ -644,13 +651,7 @@ struct LinkedTask<V> {
 impl<V: Send + Sync + 'static> Dependent for LinkedTask<V> {
     fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
-            tracker.cancel_trees(
-                [entry],
-                source.reason.clone(),
-                CancelCause::Linked,
-                None,
-                delivery,
-            );
+            tracker.cancel_trees([entry], &source.reason, CancelCause::Linked, None, delivery);
         }
     }
 }
@@ -666,7 +667,7 @@ impl<V: Send + Sync + 'static> Expire for DeadlineExpiry<V> {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
             tracker.cancel_trees(
                 [entry],
-                Arc::from(DEADLINE_REASON),
+                &Arc::from(DEADLINE_REASON),
                 CancelCause::Deadline,
                 None,
                 delivery,

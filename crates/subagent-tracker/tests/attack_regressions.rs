@@ -48,7 +48,9 @@ fn a_long_chain_of_linked_tasks_fires_without_recursion() {
             handles.push(tracker.start(start).unwrap());
         }
         assert!(tracker.cancel("t0", Some("stop")));
-        assert!(handles.iter().all(|handle| handle.is_cancelled()));
+        assert!(handles
+            .iter()
+            .all(subagent_tracker::SubagentTaskHandle::is_cancelled));
         let last = tracker.get("t19999").unwrap();
         assert_eq!(last.cancel_cause, Some(CancelCause::Linked));
         assert_eq!(last.cancel_reason.as_deref(), Some("stop"));

@@ -80,7 +80,9 @@ fn a_deep_chain_cascades_without_recursion() {
         handles.push(tracker.start(start).unwrap());
     }
     assert!(tracker.cancel("0", None));
-    assert!(handles.iter().all(|handle| handle.is_cancelled()));
+    assert!(handles
+        .iter()
+        .all(subagent_tracker::SubagentTaskHandle::is_cancelled));
     assert_eq!(
         tracker.get("4999").unwrap().cancel_origin.as_deref(),
         Some("0")
@@ -252,7 +254,9 @@ fn starts_racing_close_end_refused_or_cancelled() {
                 tracker.pending().is_empty(),
                 "a start raced past close and kept running"
             );
-            assert!(handles.iter().all(|handle| handle.is_cancelled()));
+            assert!(handles
+                .iter()
+                .all(subagent_tracker::SubagentTaskHandle::is_cancelled));
         });
     }
 }

@@ -24,7 +24,10 @@ fn tasks_that_finish_first_leave_no_timers_or_callbacks_behind() {
         })
         .collect();
     assert_eq!(pending_deadlines(), 20_000);
-    let tokens: Vec<_> = handles.iter().map(|handle| handle.token()).collect();
+    let tokens: Vec<_> = handles
+        .iter()
+        .map(subagent_tracker::SubagentTaskHandle::token)
+        .collect();
     for handle in &handles {
         handle.complete(None);
     }
