@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import subprocess
 import sys
@@ -209,7 +210,7 @@ def _register_racing_cancel() -> list[int]:
 
     def register() -> None:
         for index in range(100):
-            handle.token.on_cancel(lambda index=index: calls.append(index))
+            handle.token.on_cancel(functools.partial(calls.append, index))
 
     _race_cancel(session, "a", register)
     return sorted(calls)

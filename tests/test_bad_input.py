@@ -60,7 +60,7 @@ def test_the_largest_id_is_accepted(session: Session) -> None:
 @pytest.mark.parametrize("field", ["agent", "description"])
 def test_descriptive_fields_must_be_strings(session: Session, field: str) -> None:
     with pytest.raises(TypeError, match=f"{field} must be a str"):
-        session.start_subagent_task("a", **{field: 5})
+        session.start_subagent_task("a", **{field: 5})  # type: ignore[arg-type]
     assert session.subagent_task("a") is None
 
 

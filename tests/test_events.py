@@ -20,7 +20,7 @@ def test_events_follow_the_lifecycle_in_order() -> None:
         session.cancel_subagent_task("a", reason="stop")
         handle.complete()
         before.complete()
-        seen = []
+        seen: list[tuple[str | None, str, SubagentStatus | None]] = []
         async for event in events:
             seen.append((event.task_id, event.kind, event.status))
             if event.kind == "cancelled":
@@ -54,7 +54,7 @@ def test_a_subscriber_awaiting_is_woken_by_events_from_another_thread() -> None:
 
         thread = threading.Thread(target=produce)
         thread.start()
-        kinds = []
+        kinds: list[str] = []
         async for event in events:
             kinds.append(event.kind)
             if event.kind == "ended":
@@ -106,7 +106,9 @@ def test_a_task_that_starts_cancelled_reports_started_then_cancelled() -> None:
         session.cancel_subagent_task("parent", reason="stop")
         events = session.events()
         child = session.start_subagent_task("child", parent_id="parent")
-        seen = [(event.kind, event.reason) for event in [await events.__anext__(), await events.__anext__()]]
+        seen: list[tuple[str, str | None]] = [
+            (event.kind, event.reason) for event in [await events.__anext__(), await events.__anext__()]
+        ]
         del parent, child
         return seen
 

@@ -176,7 +176,7 @@ def _events_of_a_raced_task() -> list[str]:
             racer.start()
         for racer in racers:
             racer.join()
-        kinds = []
+        kinds: list[str] = []
         while (event := stream._subscription.try_next()) is not None:
             kinds.append(event.kind)
         stream.close()
