@@ -16,6 +16,8 @@ pub const MAX_SECONDS: f64 = 1e9;
 pub enum SecondsProblem {
     /// Not a number.
     NotANumber,
+    /// Infinite.
+    Infinite(f64),
     /// Below zero.
     Negative(f64),
     /// Infinite, or above [`MAX_SECONDS`].
@@ -26,6 +28,7 @@ impl fmt::Display for SecondsProblem {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SecondsProblem::NotANumber => formatter.write_str("got nan"),
+            SecondsProblem::Infinite(seconds) => write!(formatter, "got {seconds}"),
             SecondsProblem::Negative(seconds) => {
                 write!(formatter, "got {seconds}, which is negative")
             }
@@ -44,9 +47,7 @@ impl fmt::Display for SecondsProblem {
 /// # Errors
 /// The [`SecondsProblem`] of any other value.
 pub fn duration_from_seconds(seconds: f64) -> Result<Duration, SecondsProblem> {
-    if seconds.is_nan() {
-        return Err(SecondsProblem::NotANumber);
-    }
+    check_finite(seconds)?;
     if seconds < 0.0 {
         return Err(SecondsProblem::Negative(seconds));
     }
@@ -62,9 +63,7 @@ pub fn duration_from_seconds(seconds: f64) -> Result<Duration, SecondsProblem> {
 /// # Errors
 /// The [`SecondsProblem`] of a value that is not a number or too far ahead.
 pub fn system_time_from_epoch_seconds(seconds: f64) -> Result<SystemTime, SecondsProblem> {
-    if seconds.is_nan() {
-        return Err(SecondsProblem::NotANumber);
-    }
+    check_finite(seconds)?;
     let now = SystemTime::now();
     let now_seconds = epoch_seconds(now);
     if seconds - now_seconds > MAX_SECONDS {
@@ -76,6 +75,16 @@ pub fn system_time_from_epoch_seconds(seconds: f64) -> Result<SystemTime, Second
     } else {
         now.checked_sub(offset).unwrap_or(SystemTime::UNIX_EPOCH)
     })
+}
+
+fn check_finite(seconds: f64) -> Result<(), SecondsProblem> {
+    if seconds.is_nan() {
+        Err(SecondsProblem::NotANumber)
+    } else if seconds.is_infinite() {
+        Err(SecondsProblem::Infinite(seconds))
+    } else {
+        Ok(())
+    }
 }
 
 /// Seconds since the Unix epoch (negative before it).
@@ -160,7 +169,7 @@ mod tests {
         );
         assert_eq!(
             duration_from_seconds(f64::INFINITY),
-            Err(SecondsProblem::TooLarge(f64::INFINITY))
+            Err(SecondsProblem::Infinite(f64::INFINITY))
         );
     }
 
@@ -179,6 +188,10 @@ mod tests {
         let at = system_time_from_epoch_seconds(1_000.5).unwrap();
         assert!((epoch_seconds(at) - 1_000.5).abs() < 1e-6);
         assert!(system_time_from_epoch_seconds(f64::INFINITY).is_err());
-        assert!(system_time_from_epoch_seconds(f64::NEG_INFINITY).is_ok());
+        assert!(system_time_from_epoch_seconds(f64::NEG_INFINITY).is_err());
+        assert!(
+            system_time_from_epoch_seconds(-1e12).is_ok(),
+            "any finite past time is a passed deadline"
+        );
     }
 }
