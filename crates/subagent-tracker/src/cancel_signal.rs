@@ -21,8 +21,9 @@
 //!
 //! # Lock order
 //!
-//! A signal's lock is a leaf: while it is held, the only other lock taken is the event bus's (by the task
-//! record, which publishes under it). The task record's lock is taken before its signal's.
+//! A signal's lock is a leaf: while it is held no other lock is taken and no foreign code runs (the tokio-util
+//! bridge is cancelled by the delivery too, since cancelling it wakes its waiters). The task record's lock is
+//! taken before its signal's.
 
 use std::any::Any;
 use std::sync::{Arc, Weak};
@@ -203,7 +204,7 @@ impl CancelSignal {
             Ordering::Release,
         );
         if let Some(token) = &state.token {
-            token.cancel();
+            delivery.cancel_bridge(token.clone());
         }
         delivery.wake_waiters(std::mem::take(&mut state.cancel_waiters));
         delivery.run(std::mem::take(&mut state.callbacks));

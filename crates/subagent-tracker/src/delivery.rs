@@ -9,6 +9,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::Waker;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::cancel_signal::{Callback, CancelRecord, Dependent, SourceLink};
 
 /// Nothing to deliver costs one null check: the lists are allocated on the first thing owed.
@@ -20,6 +22,8 @@ pub(crate) struct Delivery {
 
 #[derive(Default)]
 struct Owed {
+    /// tokio-util tokens bridged to fired signals: cancelling one wakes its waiters, so it is delivered too.
+    bridges: Vec<CancellationToken>,
     wakers: Vec<Waker>,
     callbacks: Vec<Callback>,
     /// Dependents whose source fired, to fire in turn: a work list, so chains never recurse.
@@ -34,6 +38,10 @@ struct Owed {
 impl Delivery {
     fn owed(&mut self) -> &mut Owed {
         self.owed.get_or_insert_with(Box::default)
+    }
+
+    pub(crate) fn cancel_bridge(&mut self, token: CancellationToken) {
+        self.owed().bridges.push(token);
     }
 
     pub(crate) fn wake(&mut self, waker: Waker) {
@@ -103,11 +111,15 @@ impl Delivery {
             return;
         };
         let Owed {
+            bridges,
             wakers,
             callbacks,
             released,
             ..
         } = *owed;
+        for bridge in bridges {
+            run_contained(|| bridge.cancel());
+        }
         for waker in wakers {
             run_contained(|| waker.wake());
         }
@@ -121,10 +133,9 @@ impl Delivery {
     /// serves everyone (the deadline timer) never runs user code and is never held up by it.
     pub(crate) fn deliver_in_own_thread(mut self) {
         self.settle();
-        let owes_user_code = self
-            .owed
-            .as_ref()
-            .is_some_and(|owed| !owed.wakers.is_empty() || !owed.callbacks.is_empty());
+        let owes_user_code = self.owed.as_ref().is_some_and(|owed| {
+            !owed.bridges.is_empty() || !owed.wakers.is_empty() || !owed.callbacks.is_empty()
+        });
         if !owes_user_code {
             return;
         }
