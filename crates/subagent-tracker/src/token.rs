@@ -61,10 +61,10 @@ impl SubagentTaskToken {
     /// Waits until the token fires. Never completes if the task ends without being cancelled. Dropping the
     /// future takes its registration back, so abandoned waits leave nothing behind.
     pub fn cancelled(&self) -> WaitForCancel {
-        WaitForCancel {
+        WaitForCancel(Waiter {
             signal: self.signal.clone(),
             key: None,
-        }
+        })
     }
 
     /// Blocks the calling thread until the token fires (true) or `timeout` passes (false). `None`, or a
@@ -166,19 +166,31 @@ impl fmt::Debug for SubagentTaskToken {
     }
 }
 
-/// The future of [`SubagentTaskToken::cancelled`]: ready once the token fires.
-///
-/// It registers its waker on the first poll that finds the token pending, and takes it back when dropped.
-#[must_use = "futures do nothing unless polled"]
-pub struct WaitForCancel {
+/// A waiter's registration on a signal, taken back when the waiter is dropped.
+struct Waiter {
     signal: Arc<CancelSignal>,
     key: Option<u64>,
 }
 
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(key) = self.key.take() {
+            self.signal.remove_waiter(key);
+        }
+    }
+}
+
+/// The future of [`SubagentTaskToken::cancelled`]: ready once the token fires.
+///
+/// It registers its waker on the first poll that finds the token pending, and takes it back when dropped.
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitForCancel(Waiter);
+
 impl WaitForCancel {
     /// Polls for the cancel without pinning (the future is `Unpin`).
     pub fn poll_cancelled(&mut self, context: &mut Context<'_>) -> Poll<()> {
-        self.signal.poll_cancelled(context, &mut self.key)
+        let waiter = &mut self.0;
+        waiter.signal.poll_cancelled(context, &mut waiter.key)
     }
 }
 
@@ -190,30 +202,20 @@ impl Future for WaitForCancel {
     }
 }
 
-impl Drop for WaitForCancel {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.signal.remove_waiter(key);
-        }
-    }
-}
-
 /// The future of a task's end ([`TaskWatch`](crate::TaskWatch)): ready once the task has finished. Dropping
 /// it takes its registration back.
 #[must_use = "futures do nothing unless polled"]
-pub struct WaitForFinish {
-    signal: Arc<CancelSignal>,
-    key: Option<u64>,
-}
+pub struct WaitForFinish(Waiter);
 
 impl WaitForFinish {
     pub(crate) fn new(signal: Arc<CancelSignal>) -> WaitForFinish {
-        WaitForFinish { signal, key: None }
+        WaitForFinish(Waiter { signal, key: None })
     }
 
     /// Polls for the end without pinning (the future is `Unpin`).
     pub fn poll_finished(&mut self, context: &mut Context<'_>) -> Poll<()> {
-        self.signal.poll_finished(context, &mut self.key)
+        let waiter = &mut self.0;
+        waiter.signal.poll_finished(context, &mut waiter.key)
     }
 }
 
@@ -222,13 +224,5 @@ impl Future for WaitForFinish {
 
     fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
         self.poll_finished(context)
-    }
-}
-
-impl Drop for WaitForFinish {
-    fn drop(&mut self) {
-        if let Some(key) = self.key.take() {
-            self.signal.remove_waiter(key);
-        }
     }
 }
