@@ -26,7 +26,6 @@ __all__ = [
     "SubagentTask",
     "SubagentTaskHandle",
     "TaskWatch",
-    "WaitRelease",
     "__version__",
     "_after_fork_in_child",
     "_after_fork_in_parent",
@@ -60,11 +59,6 @@ DEFAULT_CANCEL_REASON: Final[str]
 DEADLINE_REASON: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 
-@final
-class WaitRelease:
-    """A future's done-callback that releases the wait behind it."""
-
-    def __call__(self, _future: object) -> None: ...
 
 @final
 class Ready(Generic[_T]):

@@ -10,7 +10,6 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
-use parking_lot::Mutex;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -114,16 +113,16 @@ pub(crate) fn running_loop(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
         .call0()
 }
 
-/// A core wait (`WaitForCancel`, `WaitForFinish`) as an asyncio future of the running loop.
+/// A core wait (`WaitForCancel`, `WaitForFinish`, or `()` for a poll with nothing to release) as an asyncio
+/// future of the running loop.
 ///
-/// Returns `None` when the wait is already over. Otherwise the wait stays registered until the future is
-/// done, however that happens: its done-callback drops the wait, which takes the registration back, so a
-/// future the caller cancels leaves nothing behind.
-pub(crate) fn future_for<W: Send + 'static>(
+/// Returns `None` when the wait is already over. Otherwise returns the future with the wait, which the caller
+/// keeps for as long as the future may still be awaited: dropping the wait takes its registration back.
+pub(crate) fn future_for<W>(
     py: Python<'_>,
     mut wait: W,
     poll: impl FnOnce(&mut W, &mut Context<'_>) -> Poll<()>,
-) -> PyResult<Option<Py<PyAny>>> {
+) -> PyResult<Option<(Py<PyAny>, W)>> {
     let event_loop = running_loop(py)?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
     let waker = Waker::from(Arc::new(AsyncioWaker(PendingFuture {
@@ -133,21 +132,7 @@ pub(crate) fn future_for<W: Send + 'static>(
     if poll(&mut wait, &mut Context::from_waker(&waker)).is_ready() {
         return Ok(None);
     }
-    let release = WaitRelease(Mutex::new(Some(Box::new(wait))));
-    future.call_method1(intern!(py, "add_done_callback"), (Py::new(py, release)?,))?;
-    Ok(Some(future.unbind()))
-}
-
-/// A future's done-callback that releases the core wait behind it.
-#[pyclass(frozen, module = "subagent_tracker._native")]
-pub(crate) struct WaitRelease(Mutex<Option<Box<dyn Send>>>);
-
-#[pymethods]
-impl WaitRelease {
-    fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        let wait = self.0.lock().take();
-        drop(wait);
-    }
+    Ok(Some((future.unbind(), wait)))
 }
 
 fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {

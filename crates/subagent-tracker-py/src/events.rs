@@ -105,9 +105,10 @@ impl EventSubscription {
     /// loop that completes when either happens.
     fn readable(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         // Nothing to release when the future is dropped: the one waker slot is replaced by the next poll.
-        future_for(py, (), |(), context| {
+        let pending = future_for(py, (), |(), context| {
             self.subscription.lock().poll_ready(context)
-        })
+        })?;
+        Ok(pending.map(|(future, ())| future))
     }
 
     /// Unsubscribes, waking a coroutine that waits for the next event; later reads find nothing.

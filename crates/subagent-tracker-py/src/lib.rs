@@ -34,7 +34,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<events::EventSubscription>()?;
     module.add_class::<task_watch::TaskWatch>()?;
     module.add_class::<ready::Ready>()?;
-    module.add_class::<asyncio_waker::WaitRelease>()?;
     module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
     module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_interpreter_exiting, module)?)?;

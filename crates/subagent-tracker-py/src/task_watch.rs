@@ -1,8 +1,11 @@
 //! `TaskWatch`: what `Session.wait_subagent_task` awaits.
 
+use parking_lot::Mutex;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
+
+use subagent_tracker::WaitForFinish;
 
 use crate::asyncio_waker::future_for;
 use crate::python_types::PyValue;
@@ -14,6 +17,8 @@ use crate::snapshot::SubagentTask;
 pub(crate) struct TaskWatch {
     watch: subagent_tracker::TaskWatch<PyValue>,
     session: Py<PyAny>,
+    /// The registration behind the latest `finished_future`, released with the watch.
+    wait: Mutex<Option<WaitForFinish>>,
 }
 
 impl TaskWatch {
@@ -21,7 +26,11 @@ impl TaskWatch {
         watch: subagent_tracker::TaskWatch<PyValue>,
         session: Py<PyAny>,
     ) -> TaskWatch {
-        TaskWatch { watch, session }
+        TaskWatch {
+            watch,
+            session,
+            wait: Mutex::new(None),
+        }
     }
 }
 
@@ -32,9 +41,14 @@ impl TaskWatch {
         if self.watch.is_finished() {
             return Ok(None);
         }
-        future_for(py, self.watch.wait_finished(), |wait, context| {
+        let pending = future_for(py, self.watch.wait_finished(), |wait, context| {
             wait.poll_finished(context)
-        })
+        })?;
+        Ok(pending.map(|(future, wait)| {
+            let replaced = self.wait.lock().replace(wait);
+            drop(replaced);
+            future
+        }))
     }
 
     /// A snapshot of the run now.

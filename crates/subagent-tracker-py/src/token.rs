@@ -2,10 +2,11 @@
 
 use std::time::{Duration, Instant};
 
+use parking_lot::Mutex;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
-use subagent_tracker::SubagentTaskToken;
+use subagent_tracker::{SubagentTaskToken, WaitForCancel};
 
 use pyo3::exceptions::PyTypeError;
 
@@ -26,11 +27,28 @@ const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct CancellationToken {
     token: SubagentTaskToken,
+    /// The `cancelled()` futures that may still be waiting, each with its registration on the signal. Pruned
+    /// of the done ones (resolved by a cancel, or cancelled or resolved by their caller) whenever the list
+    /// has doubled, so abandoned waits cost amortized constant time and no memory, and resolving a future
+    /// costs no extra callback.
+    waits: Mutex<PendingWaits>,
 }
+
+#[derive(Default)]
+struct PendingWaits {
+    futures: Vec<(Py<PyAny>, WaitForCancel)>,
+    prune_at: usize,
+}
+
+/// The fewest pending futures a token keeps before it first looks for done ones.
+const FIRST_PRUNE: usize = 16;
 
 impl CancellationToken {
     pub(crate) fn new(token: SubagentTaskToken) -> CancellationToken {
-        CancellationToken { token }
+        CancellationToken {
+            token,
+            waits: Mutex::new(PendingWaits::default()),
+        }
     }
 
     pub(crate) fn core(&self) -> &SubagentTaskToken {
@@ -81,7 +99,21 @@ impl CancellationToken {
         match future_for(py, self.token.cancelled(), |wait, context| {
             wait.poll_cancelled(context)
         })? {
-            Some(future) => Ok(future),
+            Some((future, wait)) => {
+                let mut waits = self.waits.lock();
+                let released = if waits.futures.len() >= waits.prune_at {
+                    let released = prune_done(py, &mut waits.futures);
+                    waits.prune_at = (waits.futures.len() * 2).max(FIRST_PRUNE);
+                    released
+                } else {
+                    Vec::new()
+                };
+                waits.futures.push((future.clone_ref(py), wait));
+                drop(waits);
+                // Dropping a done wait takes back its registration, with no lock of ours held.
+                drop(released);
+                Ok(future)
+            }
             None => {
                 let future =
                     crate::asyncio_waker::running_loop(py)?.call_method0("create_future")?;
@@ -164,6 +196,13 @@ impl CancellationToken {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        // A collection can start while this thread prunes (holding the lock): skipping the futures then only
+        // delays their collection.
+        if let Some(waits) = self.waits.try_lock() {
+            for (future, _) in &waits.futures {
+                visit.call(future)?;
+            }
+        }
         let mut outcome = Ok(());
         self.token.visit_callbacks(|callback: &PythonCallback| {
             if outcome.is_ok() {
@@ -188,6 +227,24 @@ impl CancellationToken {
 
 /// An iterable of `CancellationToken`s.
 pub(crate) struct Tokens(pub(crate) Vec<SubagentTaskToken>);
+
+/// Takes the done futures (and their waits) out of `futures`, for the caller to drop with no lock held.
+fn prune_done(
+    py: Python<'_>,
+    futures: &mut Vec<(Py<PyAny>, WaitForCancel)>,
+) -> Vec<(Py<PyAny>, WaitForCancel)> {
+    let (done, pending): (Vec<_>, Vec<_>) =
+        std::mem::take(futures)
+            .into_iter()
+            .partition(|(future, _)| {
+                future
+                    .call_method0(py, pyo3::intern!(py, "done"))
+                    .and_then(|done| done.is_truthy(py))
+                    .unwrap_or(true)
+            });
+    *futures = pending;
+    done
+}
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Tokens {
     type Error = PyErr;

@@ -20,8 +20,8 @@
 //! # drop(parent);
 //! ```
 //!
-//! The contract this crate keeps is written out in the repository's `docs/contract.md` (sections 1 to 10 and
-//! 18 to 21), extended for agent loops (cancel causes, deadlines, callbacks, linked tokens, detached children)
+//! The contract this crate keeps is written out in the repository's `docs/contract.md` (sections 1 to 10),
+//! extended for agent loops (cancel causes, deadlines, callbacks, linked tokens, detached children)
 //! in `docs/agent-loops.md`; each type documents the rules it is responsible for.
 
 #![forbid(unsafe_code)]
