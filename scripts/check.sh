@@ -29,9 +29,9 @@ esac
 step "ruff"
 ruff check python tests benches examples
 ruff format --check python tests benches examples
-step "mypy (package, tests, examples) and stubtest"
+step "mypy (package, tests, examples, benchmarks) and stubtest"
 mypy python/subagent_tracker
-mypy --strict tests examples
+mypy --strict tests examples benches
 python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
 
 step "pytest (against the installed wheel)"
