@@ -199,17 +199,22 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
             (own, inherited) => own.or(inherited),
         };
-        let entry = Arc::new(TaskEntry::new(
-            shared.next_sequence.fetch_add(1, Ordering::Relaxed),
-            task_id.clone(),
-            parent.clone(),
-            start.agent,
-            start.description,
-            start.metadata,
-            deadline,
-            start.detached,
-            SystemTime::now(),
-        ));
+        let sequence = shared.next_sequence.fetch_add(1, Ordering::Relaxed);
+        // Built inside the allocation (`new_cyclic` allocates first), not on the stack and then copied: the
+        // copy of this large struct was a measurable share of a lifecycle.
+        let entry = Arc::new_cyclic(|_| {
+            TaskEntry::new(
+                sequence,
+                task_id.clone(),
+                parent.clone(),
+                start.agent,
+                start.description,
+                start.metadata,
+                deadline,
+                start.detached,
+                SystemTime::now(),
+            )
+        });
         let mut delivery = Delivery::default();
         let opened = entry.open(
             parent.as_ref(),
