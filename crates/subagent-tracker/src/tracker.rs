@@ -267,6 +267,24 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         }
     }
 
+    /// Records the end of the task `task_id` without its handle, as its runner would: `Ok(result)` completes
+    /// it, `Err(error)` fails it. For trackers fed by an event stream of starts and ends.
+    ///
+    /// The first transition out of `Running` wins, as for the handle: true exactly when this call moved the
+    /// task to `Completed` or `Failed`. A cancelled task stays `Cancelled` and becomes finished, keeping what
+    /// was reported (false); an unknown or finished id changes nothing (false). The runner's handle, if any,
+    /// then finds the task finished.
+    pub fn end(&self, task_id: &str, outcome: Result<Option<V>, &str>) -> bool {
+        let Some(entry) = self.shared.lookup(task_id) else {
+            return false;
+        };
+        let end = match outcome {
+            Ok(result) => RunnerEnd::Completed(result),
+            Err(error) => RunnerEnd::Failed(Arc::from(error)),
+        };
+        self.shared.end(&entry, end, Delivery::deliver) == Some(true)
+    }
+
     /// Cancels every running task of the session and returns how many it moved to `Cancelled`.
     pub fn cancel_all(&self, reason: Option<&str>) -> usize {
         self.shared.cancel_running(&cancel_reason(reason))

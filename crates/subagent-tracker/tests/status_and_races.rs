@@ -238,3 +238,56 @@ fn of_many_concurrent_cancels_exactly_one_returns_true() {
         assert_eq!(wins.load(Ordering::SeqCst), 1, "round {round}");
     }
 }
+
+#[test]
+fn an_end_recorded_by_id_keeps_the_first_transition_rule() {
+    let tracker = common::tracker_retaining(100);
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    assert!(tracker.end("a", Ok(Some("done".into()))));
+    assert!(!handle.complete(None), "the runner finds the task finished");
+    let snapshot = tracker.get("a").unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Completed);
+    assert_eq!(snapshot.result.as_deref(), Some("done"));
+
+    let _failing = tracker.start(TaskStart::new().task_id("b")).unwrap();
+    assert!(tracker.end("b", Err("boom")));
+    assert_eq!(tracker.get("b").unwrap().status, SubagentStatus::Failed);
+
+    let _cancelled = tracker.start(TaskStart::new().task_id("c")).unwrap();
+    assert!(tracker.cancel("c", None));
+    assert!(
+        !tracker.end("c", Ok(Some("late".into()))),
+        "a late end never downgrades Cancelled"
+    );
+    let snapshot = tracker.get("c").unwrap();
+    assert_eq!(
+        (snapshot.status, snapshot.finished),
+        (SubagentStatus::Cancelled, true)
+    );
+    assert_eq!(snapshot.result.as_deref(), Some("late"));
+
+    assert!(!tracker.end("unknown", Ok(None)));
+    assert!(
+        !tracker.end("a", Err("again")),
+        "a finished task changes nothing"
+    );
+}
+
+#[test]
+fn ends_by_id_race_cancels_with_exactly_one_winner() {
+    for _ in 0..200 {
+        let tracker = common::tracker_retaining(100);
+        let _handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+        let canceller = tracker.clone();
+        let cancel = std::thread::spawn(move || canceller.cancel("a", None));
+        let ended = tracker.end("a", Ok(None));
+        let cancelled = cancel.join().unwrap();
+        assert!(ended ^ cancelled);
+        let expected = if ended {
+            SubagentStatus::Completed
+        } else {
+            SubagentStatus::Cancelled
+        };
+        assert_eq!(tracker.get("a").unwrap().status, expected);
+    }
+}
