@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import threading
+
+import pytest
 
 from subagent_tracker import Session, SubagentStatus
 
@@ -106,3 +109,48 @@ def test_snapshots_are_immutable(session: Session) -> None:
         pass
     else:
         raise AssertionError("snapshots must be immutable")
+
+
+def test_an_end_recorded_by_id_follows_the_first_transition_rule(session: Session) -> None:
+    """§2: ending by id (a tracker fed by start and end events) obeys the same rule as the handle."""
+    completed = session.start_subagent_task("done")
+    assert session.end_subagent_task("done", result={"answer": 42})
+    assert not completed.complete(), "the runner finds its task finished"
+    snapshot = session.subagent_task("done")
+    assert snapshot is not None and (snapshot.status, snapshot.result) == (
+        SubagentStatus.COMPLETED,
+        {"answer": 42},
+    )
+
+    failing = session.start_subagent_task("broken")
+    assert session.end_subagent_task("broken", error=RuntimeError("tool crashed"))
+    assert failing.snapshot().error == "RuntimeError: tool crashed"
+
+    cancelled = session.start_subagent_task("stopped")
+    session.cancel_subagent_task("stopped")
+    assert not session.end_subagent_task("stopped", result="late")
+    late = cancelled.snapshot()
+    assert (late.status, late.finished, late.result) == (SubagentStatus.CANCELLED, True, "late")
+
+    assert not session.end_subagent_task("nobody")
+    with pytest.raises(ValueError, match="not both"):
+        session.end_subagent_task("done", result=1, error="x")
+
+
+def test_ends_by_id_race_cancels_with_exactly_one_winner(session: Session) -> None:
+    """§2: of an end by id and a cancel racing from two threads, exactly one wins."""
+    for index in range(200):
+        task_id = f"race-{index}"
+        handle = session.start_subagent_task(task_id)
+        outcome: list[bool] = []
+
+        def cancel(task_id: str = task_id, outcome: list[bool] = outcome) -> None:
+            outcome.append(session.cancel_subagent_task(task_id))
+
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        ended = session.end_subagent_task(task_id)
+        canceller.join()
+        assert ended ^ outcome[0]
+        expected = SubagentStatus.COMPLETED if ended else SubagentStatus.CANCELLED
+        assert handle.snapshot().status == expected

@@ -150,6 +150,33 @@ impl Session {
         with_wake_batch(py, || self.tracker.cancel(&task_id.0, reason.as_deref()))
     }
 
+    /// Records the end of a task without its handle: `error` fails it, otherwise it completes with `result`.
+    /// True exactly when this call moved the task out of running (the first transition wins).
+    #[pyo3(signature = (task_id, *, result=None, error=None))]
+    fn end_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Id<TaskIdArgument>,
+        result: Option<Py<PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let result = result.filter(|result| !result.is_none(py));
+        let error = match error.filter(|error| !error.is_none()) {
+            Some(_) if result.is_some() => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "end_subagent_task takes a result or an error, not both",
+                ))
+            }
+            Some(error) => Some(arguments::error_text(error)?),
+            None => None,
+        };
+        let outcome = match &error {
+            Some(error) => Err(error.as_str()),
+            None => Ok(result.map(PyValue::new)),
+        };
+        with_wake_batch(py, || self.tracker.end(&task_id.0, outcome))
+    }
+
     /// Cancels every running task; returns how many it moved to cancelled.
     #[pyo3(signature = (reason=None))]
     fn cancel(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
