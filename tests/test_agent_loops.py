@@ -395,6 +395,49 @@ def test_a_tool_batch_gives_every_call_an_outcome_on_cancel(session: Session, co
     asyncio.run(main())
 
 
+def test_plain_function_tools_run_in_a_thread_and_a_cancel_interrupts_them_at_once(session: Session) -> None:
+    """§15: a synchronous tool runs in a worker thread (the loop keeps running); on cancel its outcome is
+    interrupted at once, and the result the thread returns later is dropped."""
+    handle = session.start_subagent_task("sync-tools")
+    release = threading.Event()
+    threads: list[str] = []
+
+    def lookup() -> str:
+        threads.append(threading.current_thread().name)
+        return "found"
+
+    def slow_download() -> str:
+        release.wait(5)
+        return "downloaded"
+
+    calls = [
+        ToolCall("call-lookup", "lookup", lookup),
+        ToolCall("call-download", "download", slow_download),
+        ToolCall("call-coroutine", "coroutine", lambda: asyncio.sleep(0, result="slept")),
+    ]
+
+    async def main() -> None:
+        batch = asyncio.ensure_future(run_tool_calls(handle.token, calls, concurrent=True))
+        await asyncio.sleep(0.1)
+        began = time.monotonic()
+        session.cancel_subagent_task("sync-tools", reason="stop")
+        outcomes = await asyncio.wait_for(batch, 2)
+        assert time.monotonic() - began < 0.5, "the cancel did not wait for the thread"
+        assert [(outcome.status, outcome.result) for outcome in outcomes] == [
+            ("completed", "found"),
+            ("interrupted", None),
+            ("completed", "slept"),
+        ]
+        # Let the abandoned thread finish, or the loop's shutdown would wait for it.
+        release.set()
+
+    try:
+        asyncio.run(main())
+    finally:
+        release.set()
+    assert threads and threads[0] != threading.main_thread().name
+
+
 # --- spawn with escalation
 
 

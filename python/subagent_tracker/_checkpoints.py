@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -124,11 +125,16 @@ async def run_until_cancelled(token: CancellationToken, work: Awaitable[_T]) -> 
 
 @dataclass(frozen=True)
 class ToolCall:
-    """One tool call requested by a model: an id, the tool's name, and a zero-argument coroutine function."""
+    """One tool call requested by a model: an id, the tool's name, and a zero-argument function to run it.
+
+    ``run`` may be a coroutine function (awaited on the loop) or a plain function, which runs in a worker
+    thread so that it never blocks the loop. A thread cannot be stopped: when the token fires, the call's
+    outcome is ``interrupted`` at once and the thread's late result, when it comes, is dropped.
+    """
 
     call_id: str
     name: str
-    run: Callable[[], Awaitable[Any]]
+    run: Callable[[], Awaitable[Any]] | Callable[[], Any]
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,7 @@ async def run_tool_calls(
         if token.is_cancelled:
             return ToolOutcome(call.call_id, call.name, "not_started", error=token.reason)
         try:
-            result = await run_until_cancelled(token, call.run())
+            result = await run_until_cancelled(token, _start(call.run))
         except TaskCancelledError as cancelled:
             return ToolOutcome(call.call_id, call.name, "interrupted", error=cancelled.reason)
         except Exception as failure:
@@ -186,3 +192,14 @@ async def run_tool_calls(
     if concurrent:
         return list(await asyncio.gather(*(one(call) for call in calls)))
     return [await one(call) for call in calls]
+
+
+async def _start(run: Callable[[], Awaitable[Any]] | Callable[[], Any]) -> Any:
+    """Runs a tool: a coroutine function on the loop; anything else in a worker thread, awaiting what it
+    returns if that is awaitable (a lambda that returns a coroutine, say)."""
+    if inspect.iscoroutinefunction(run):
+        return await run()
+    outcome = await asyncio.to_thread(run)
+    if inspect.isawaitable(outcome):
+        return await outcome
+    return outcome
