@@ -27,11 +27,11 @@ case "$(basename target/wheels/*.whl)" in
 esac
 
 step "ruff"
-ruff check python tests benches examples
-ruff format --check python tests benches examples
+ruff check python tests benches examples scripts
+ruff format --check python tests benches examples scripts
 step "mypy (package, tests, examples, benchmarks) and stubtest"
 mypy python/subagent_tracker
-mypy --strict tests examples benches
+mypy --strict tests examples benches scripts
 python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
 
 step "pytest (against the installed wheel)"
@@ -40,6 +40,8 @@ python -m pytest --timeout 120 -p no:cacheprovider
 step "Rust example, and each Rust benchmark once (divan's test mode)"
 cargo run --quiet --example orchestrator -p subagent-tracker
 cargo test --quiet --benches -p subagent-tracker
+step "the README's Python blocks, as written"
+python scripts/run_readme.py
 step "demo, examples and Python benchmarks (smoke sizes; the figures are not judged)"
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null

@@ -68,6 +68,11 @@ pub use time::{
 };
 pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish};
 pub use tokio_util::sync::CancellationToken;
+/// The README's Rust blocks, run as doctests so that they keep running as written.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use tracker::{
     InMemorySubagentTaskTracker, TrackerConfig, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
