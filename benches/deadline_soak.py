@@ -14,7 +14,8 @@ import gc
 import os
 import time
 
-from subagent_tracker import Session, pending_deadlines
+from subagent_tracker import Session
+from subagent_tracker.diagnostics import pending_deadlines
 
 
 def rss_mib() -> float:

@@ -20,9 +20,9 @@ from subagent_tracker import (
     SubagentTaskHandle,
     TaskCancelledError,
     ToolCall,
-    pending_deadlines,
     run_tool_calls,
 )
+from subagent_tracker.diagnostics import pending_deadlines
 
 # --- deadlines and causes
 

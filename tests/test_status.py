@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import threading
+import warnings
 
 import pytest
 
@@ -65,13 +66,33 @@ def test_a_late_failure_is_kept_too(session: Session) -> None:
     assert snapshot.error == "RuntimeError: lost connection"
 
 
-def test_a_dropped_handle_fails_its_running_task(session: Session) -> None:
-    session.start_subagent_task("orphan")  # handle discarded at once
+def test_a_dropped_handle_fails_its_running_task_and_warns(session: Session) -> None:
+    """§2: nothing stays running with no runner; dropping the handle warns as an unclosed file does."""
+    with pytest.warns(ResourceWarning, match="'orphan' of session 'test-session' was never ended"):
+        session.start_subagent_task("orphan")  # handle discarded at once
     snapshot = session.subagent_task("orphan")
     assert snapshot is not None
     assert snapshot.status is SubagentStatus.FAILED
     assert snapshot.finished
     assert snapshot.error is not None and "dropped its handle" in snapshot.error
+    assert "error='the runner dropped its handle" in repr(snapshot)
+
+
+def test_a_handle_dropped_after_its_cancel_finishes_the_task_and_warns(session: Session) -> None:
+    handle = session.start_subagent_task("stopped")
+    session.cancel_subagent_task("stopped")
+    with pytest.warns(ResourceWarning, match="while the task was cancelled"):
+        del handle
+    snapshot = session.subagent_task("stopped")
+    assert snapshot is not None and (snapshot.status, snapshot.finished) == (SubagentStatus.CANCELLED, True)
+
+
+def test_a_handle_that_ended_its_task_drops_silently(session: Session) -> None:
+    handle = session.start_subagent_task("done")
+    handle.complete()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        del handle
 
 
 def test_snapshot_fields_are_what_start_recorded(session: Session) -> None:

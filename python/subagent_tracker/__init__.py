@@ -49,7 +49,6 @@ from subagent_tracker._native import (
     _after_fork_in_parent,
     _before_fork,
     _interpreter_exiting,
-    pending_deadlines,
 )
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
 from subagent_tracker._status import SubagentStatus
@@ -88,7 +87,6 @@ __all__ = [
     "ToolOutcome",
     "UnknownTaskError",
     "__version__",
-    "pending_deadlines",
     "run_tool_calls",
     "run_until_cancelled",
 ]

@@ -59,7 +59,6 @@ DEFAULT_CANCEL_REASON: Final[str]
 DEADLINE_REASON: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 
-
 @final
 class Ready(Generic[_T]):
     """An awaitable that is already done."""

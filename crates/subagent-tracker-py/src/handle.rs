@@ -164,3 +164,30 @@ impl SubagentTaskHandle {
         )
     }
 }
+
+impl Drop for SubagentTaskHandle {
+    /// A handle dropped before its task ended warns, as Python warns for a file that was never closed; the
+    /// core's handle then ends the task (`DROPPED_HANDLE_ERROR`), so nothing stays running with no runner.
+    fn drop(&mut self) {
+        if self.handle.is_finished() {
+            return;
+        }
+        Python::try_attach(|py| {
+            let message = format!(
+                "subagent task {} of session {} was never ended: its handle was dropped while the task was {}, \
+                 so the task is marked finished ({})",
+                python_repr(Some(self.handle.task_id())),
+                python_repr(Some(self.handle.session_id())),
+                self.handle.status(),
+                subagent_tracker::DROPPED_HANDLE_ERROR,
+            );
+            let category = py.get_type::<pyo3::exceptions::PyResourceWarning>();
+            // Ids may hold NUL characters, which a C string cannot.
+            let message = std::ffi::CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+            if let Err(error) = PyErr::warn(py, &category, &message, 1) {
+                // Warnings turned into errors have nowhere to go from a destructor.
+                error.write_unraisable(py, None);
+            }
+        });
+    }
+}
