@@ -2,12 +2,17 @@
 
 Every figure it prints is measured in the run: cancel-to-stopped latency is ``ended_at - cancelled_at`` of
 each cancelled task, stamped by the tracker at the cancel call and at the runner's reported end.
+
+A run is a function of its seed: each subagent draws its work from a generator of its own, seeded by the
+run's seed and its id, and the tasks the scenario cancels are chosen from those plans up front, so the same
+seed gives the same tasks and the same cancels (only the measured latencies vary).
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import shutil
 import statistics
 import sys
 import time
@@ -15,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from subagent_tracker import CancellationToken, Session, SubagentStatus, SubagentTask, TaskCancelledError
+from subagent_tracker import CancellationToken, Session, SubagentStatus, TaskCancelledError
 
 _T = TypeVar("_T")
 
@@ -37,6 +42,33 @@ class DemoOptions:
     seed: int = 7
     speed: float = 1.0
     live: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one subagent will do, drawn from its own seeded generator."""
+
+    agent: str
+    slow: bool
+    chunks: int
+    tool_chunks: frozenset[int]
+    children: int
+    fails: bool
+
+
+def plan_for(seed: int, task_id: str, depth: int) -> tuple[Plan, random.Random]:
+    """The plan of subagent ``task_id``, and the generator it keeps drawing its timings from."""
+    generator = random.Random(f"{seed}:{task_id}")
+    chunks = generator.randint(6, 16)
+    plan = Plan(
+        agent=generator.choice(AGENTS),
+        slow=generator.random() < 0.15,
+        chunks=chunks,
+        tool_chunks=frozenset(generator.sample(range(chunks), generator.randint(1, 3))),
+        children=generator.randint(3, 6) if depth == 0 and generator.random() < 0.25 else 0,
+        fails=generator.random() < 0.03,
+    )
+    return plan, generator
 
 
 @dataclass
@@ -64,7 +96,6 @@ async def interruptible(token: CancellationToken, work: asyncio.Future[_T]) -> _
 class Orchestrator:
     def __init__(self, options: DemoOptions) -> None:
         self.options = options
-        self.random = random.Random(options.seed)
         self.session = Session("demo", max_finished_tasks=10_000)
         self.runners: list[asyncio.Task[None]] = []
         self.log: list[str] = []
@@ -79,35 +110,34 @@ class Orchestrator:
             print(self.log[-1], flush=True)
 
     async def run_subagent(self, task_id: str, parent_id: str, depth: int) -> None:
-        agent = self.random.choice(AGENTS)
-        slow = self.random.random() < 0.12
-        chunks = self.random.randint(4, 12)
-        tool_chunks = set(self.random.sample(range(chunks), self.random.randint(1, 3)))
+        plan, generator = plan_for(self.options.seed, task_id, depth)
         handle = self.session.start_subagent_task(
-            task_id, parent_id=parent_id, agent=agent, description=f"{agent} working on part of the request"
+            task_id,
+            parent_id=parent_id,
+            agent=plan.agent,
+            description=f"{plan.agent} working on part of the request",
         )
         try:
             async with handle:
                 token = handle.token
-                if depth == 0 and self.random.random() < 0.25:
-                    for child in range(self.random.randint(3, 6)):
-                        self.spawn(f"{task_id}.{child}", task_id, depth + 1)
-                for chunk in range(chunks):
-                    # A streamed chunk: the token is checked at every one.
-                    await asyncio.sleep(self.scaled(self.random.uniform(0.02, 0.08)))
-                    token.raise_if_cancelled()
-                    handle.progress(f"streamed chunk {chunk + 1}/{chunks}")
-                    if chunk in tool_chunks:
-                        tool = self.random.choice(TOOLS)
+                for child in range(plan.children):
+                    self.spawn(f"{task_id}.{child}", task_id, depth + 1)
+                for chunk in range(plan.chunks):
+                    # A streamed chunk, raced against the token: a cancel stops a silent stream at once.
+                    pause = asyncio.ensure_future(asyncio.sleep(self.scaled(generator.uniform(0.1, 0.4))))
+                    await interruptible(token, pause)
+                    handle.progress(f"streamed chunk {chunk + 1}/{plan.chunks}")
+                    if chunk in plan.tool_chunks:
+                        tool = generator.choice(TOOLS)
                         handle.progress(f"calling {tool}")
-                        duration = self.random.uniform(2.5, 5.0) if slow else self.random.uniform(0.1, 0.5)
+                        duration = generator.uniform(8.0, 14.0) if plan.slow else generator.uniform(0.2, 1.0)
                         # A tool call is interrupted by the token rather than awaited to its end.
                         await interruptible(
                             token, asyncio.ensure_future(asyncio.sleep(self.scaled(duration)))
                         )
                         token.raise_if_cancelled()
-                if self.random.random() < 0.03:
-                    raise RuntimeError(f"{agent} hit a simulated model error")
+                if plan.fails:
+                    raise RuntimeError(f"{plan.agent} hit a simulated model error")
         except (TaskCancelledError, RuntimeError):
             pass  # The handle already recorded the outcome; a runner just stops.
 
@@ -121,36 +151,37 @@ class Orchestrator:
                 await asyncio.sleep(self.scaled(0.03))
         self.note(f"fanned out {self.options.subagents} subagents (some with children of their own)")
 
-    def pick_running(self, with_children: bool) -> SubagentTask | None:
-        """A running subagent of the orchestrator: the one with most running children, or one with none."""
-        pending = self.session.pending_subagent_tasks()
-        children = Counter(task.parent_id for task in pending)
-        candidates = [task for task in pending if task.parent_id == "orchestrator"]
-        if with_children:
-            candidates = [task for task in candidates if children[task.task_id] > 0]
-            return max(candidates, key=lambda task: children[task.task_id], default=None)
-        return next((task for task in candidates if children[task.task_id] == 0), None)
+    def targets(self) -> tuple[str | None, str | None]:
+        """The subagents the scenario cancels, chosen from the seeded plans: a slow one with no children (by
+        id), and the slow parent with the most slow children (a subtree), so both still run when cancelled."""
+        seed = self.options.seed
+        ids = [f"sub-{index:03d}" for index in range(self.options.subagents)]
+        plans = [(task_id, plan_for(seed, task_id, 0)[0]) for task_id in ids]
+        lone = next((task_id for task_id, plan in plans if plan.slow and plan.children == 0), None)
+        parents = [
+            (sum(plan_for(seed, f"{task_id}.{child}", 1)[0].slow for child in range(plan.children)), task_id)
+            for task_id, plan in plans
+            if plan.slow and plan.children > 0
+        ]
+        return lone, max(parents)[1] if parents else None
 
     async def scenario(self) -> None:
+        by_id, subtree = self.targets()
         orchestrator = self.session.start_subagent_task("orchestrator", agent="orchestrator")
         async with orchestrator:
             try:
                 await self.fan_out()
-                await asyncio.sleep(self.scaled(0.8))
-                target = self.pick_running(with_children=False)
-                if target is not None:
-                    self.session.cancel_subagent_task(target.task_id, reason="user stopped this subagent")
-                    self.note(f"cancelled {target.task_id} ({target.agent}) by id")
-                await asyncio.sleep(self.scaled(0.3))
-                subtree = self.pick_running(with_children=True)
+                await asyncio.sleep(self.scaled(3.0))
+                if by_id is not None:
+                    self.session.cancel_subagent_task(by_id, reason="user stopped this subagent")
+                    self.note(f"cancelled {by_id} by id")
+                await asyncio.sleep(self.scaled(2.0))
                 if subtree is not None:
                     before = self.count(SubagentStatus.CANCELLED)
-                    self.session.cancel_subagent_task(
-                        subtree.task_id, reason="its branch is no longer needed"
-                    )
+                    self.session.cancel_subagent_task(subtree, reason="its branch is no longer needed")
                     moved = self.count(SubagentStatus.CANCELLED) - before
-                    self.note(f"cancelled the subtree under {subtree.task_id}: {moved} tasks in one call")
-                await asyncio.sleep(self.scaled(2.0))
+                    self.note(f"cancelled the subtree under {subtree}: {moved} tasks in one call")
+                await asyncio.sleep(self.scaled(9.0))
                 stragglers = len(self.session.pending_subagent_tasks())
                 moved = self.session.cancel(reason="deadline for the whole request passed")
                 self.note(f"cancelled the session's stragglers: {moved} of {stragglers} still running")
@@ -175,12 +206,15 @@ class Orchestrator:
             bar = "█" * round(width * counts[status] / max(1, len(tasks)))
             lines.append(f"  {STATUS_COLOURS[status]}{status.value:>10} {counts[status]:5d} {bar}{RESET}")
         lines.append(f"  {DIM}{'stopping':>10} {stopping:5d} (cancelled, runner not yet stopped){RESET}")
+        log = ["", f"{BOLD}log{RESET}:"] + [f"  {entry}" for entry in self.log[-5:]]
+        # The frame must fit the terminal, or redrawing it scrolls its header away.
+        room = shutil.get_terminal_size().lines - 1 - len(lines) - len(log) - 3
+        shown = max(0, min(8, room))
         lines += ["", f"{BOLD}pending{RESET} ({len(pending)}):"]
-        for task in pending[:8]:
+        for task in pending[:shown]:
             lines.append(f"  {task.task_id:<14} {task.agent or '':<12} {DIM}{task.progress or ''}{RESET}")
-        lines.append(f"  {DIM}… and {len(pending) - 8} more{RESET}" if len(pending) > 8 else "")
-        lines += ["", f"{BOLD}log{RESET}:"] + [f"  {entry}" for entry in self.log[-5:]]
-        return "\n".join(lines)
+        lines.append(f"  {DIM}… and {len(pending) - shown} more{RESET}" if len(pending) > shown else "")
+        return "\n".join(lines + log)
 
     async def show_live(self, done: asyncio.Event) -> None:
         previous_height = 0

@@ -1,0 +1,27 @@
+"""The demo: a seed reproduces a run (the same tasks, the same cancels), and a short run ends clean."""
+
+from __future__ import annotations
+
+import asyncio
+
+from subagent_tracker import SubagentStatus
+from subagent_tracker._demo import DemoOptions, Orchestrator, plan_for, run_demo
+
+
+def test_a_seed_fixes_every_subagents_plan_and_the_cancel_targets() -> None:
+    options = DemoOptions(subagents=120, seed=3, live=False)
+    plans = [plan_for(3, f"sub-{index:03d}", 0)[0] for index in range(120)]
+    assert plans == [plan_for(3, f"sub-{index:03d}", 0)[0] for index in range(120)]
+    assert Orchestrator(options).targets() == Orchestrator(options).targets()
+    others = [
+        Orchestrator(DemoOptions(subagents=120, seed=seed, live=False)).targets() for seed in range(4, 9)
+    ]
+    assert any(targets != Orchestrator(options).targets() for targets in others)
+
+
+def test_a_fast_demo_run_ends_with_every_task_finished_and_nothing_running() -> None:
+    summary = asyncio.run(run_demo(DemoOptions(subagents=40, seed=5, speed=10, live=False)))
+    assert summary.all_finished
+    assert summary.counts[SubagentStatus.RUNNING] == 0
+    assert summary.counts[SubagentStatus.CANCELLED] > 0
+    assert any("by id" in entry for entry in summary.log)
