@@ -47,5 +47,6 @@ python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
 python examples/streaming_agent.py >/dev/null
 python examples/fanout_deadline.py >/dev/null
+python examples/event_stream_feed.py >/dev/null
 python benches/python_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 2000 --rounds 1 >/dev/null
