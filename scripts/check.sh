@@ -35,7 +35,7 @@ mypy --strict tests examples benches scripts
 python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
 
 step "pytest (against the installed wheel)"
-python -m pytest --timeout 120 -p no:cacheprovider
+python -m pytest --timeout 120 -p no:cacheprovider | tee target/pytest-summary.log
 
 step "Rust example, and each Rust benchmark once (divan's test mode)"
 cargo run --quiet --example orchestrator -p subagent-tracker
@@ -50,3 +50,8 @@ python examples/fanout_deadline.py >/dev/null
 python examples/event_stream_feed.py >/dev/null
 python benches/python_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 2000 --rounds 1 >/dev/null
+
+# The counts again, last, since the smoke runs above print after pytest's own summary.
+summary=$(grep -Eo '[0-9]+ passed' target/pytest-summary.log | tail -1 | grep -Eo '[0-9]+')
+failed=$(grep -Eo '[0-9]+ failed' target/pytest-summary.log | tail -1 | grep -Eo '[0-9]+' || true)
+printf '\npytest: %s passed, %s failed\n' "${summary:-0}" "${failed:-0}"
