@@ -1129,3 +1129,84 @@ def test_the_cancelled_error_of_a_combined_token_names_the_task_that_fired_it(se
     with pytest.raises(TaskCancelledError) as raised:
         combined.raise_if_cancelled()
     assert (raised.value.task_id, raised.value.reason) == ("source", "stop")
+
+
+# --- found by the review of the restructure
+
+
+def test_a_collected_combined_token_leaves_its_linked_tasks_callbacks_whole() -> None:
+    """A combined token's object may be collected while a task linked to it still holds its callbacks: the
+    collector must not have cleared them, or firing would call a broken function."""
+    finished = _run_child(
+        """
+        import gc
+        from subagent_tracker import CancellationToken, Session
+
+        session = Session()
+        parent = session.start_subagent_task("parent")
+        seen = []
+
+        def start_linked():
+            combined = CancellationToken.any(parent.token)
+            combined.on_cancel(lambda: seen.append(combined.reason))
+            return session.start_subagent_task("linked", linked=[combined])
+
+        linked = start_linked()
+        gc.collect()
+        session.cancel_subagent_task("parent", reason="stop")
+        assert seen == ["stop"], seen
+        assert linked.token.is_cancelled
+        print("ok")
+        """
+    )
+    _assert_child_ok(finished, "ok")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_deadlines_fire_in_a_child_forked_while_the_timer_was_idle() -> None:
+    """The parent's timer thread, idle at the fork, must not absorb the child's first wake-up."""
+    finished = _run_child(
+        """
+        import os, signal, time
+        from subagent_tracker import Session
+
+        session = Session()
+        warm = session.start_subagent_task("warm", timeout=0.01)
+        assert warm.token.wait(timeout=2)  # the timer thread exists and is idle now
+        time.sleep(0.05)
+        pid = os.fork()
+        if pid == 0:
+            signal.alarm(10)
+            child = session.start_subagent_task("in-child", timeout=0.05)
+            os._exit(0 if child.token.wait(timeout=2) else 3)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, status
+        print("ok")
+        """
+    )
+    _assert_child_ok(finished, "ok")
+
+
+def test_a_finalizer_run_by_an_eviction_may_use_the_session() -> None:
+    """Evicting a run can free the last reference to its metadata, whose finalizer may start and end tasks:
+    nothing of the session may be locked while that happens."""
+    finished = _run_child(
+        """
+        import weakref
+        from subagent_tracker import Session
+
+        session = Session(max_finished_tasks=1)
+        class Payload:
+            pass
+        payload = Payload()
+        weakref.finalize(payload, lambda: session.start_subagent_task("from-finalizer").complete())
+        session.start_subagent_task("a", metadata={"payload": payload}).complete()
+        del payload
+        session.start_subagent_task("a").complete()  # replaces the first run: its record goes stale
+        session.start_subagent_task("b").complete()  # evicts, dropping the stale record and its metadata
+        assert session.subagent_task("from-finalizer") is not None
+        print("ok")
+        """,
+        timeout=20,
+    )
+    _assert_child_ok(finished, "ok")

@@ -71,12 +71,35 @@ impl Wake for AsyncioWaker {
 /// and then waits for that task's waiters must find them woken.
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
     let outer = CALL.with(|state| state.borrow_mut().replace(Collecting::default()));
+    let scope = CallScope { outer: Some(outer) };
     let result = call();
     flush_wake_batch(py);
-    let collected = CALL.with(|state| std::mem::replace(&mut *state.borrow_mut(), outer));
-    match collected.and_then(|collected| collected.interrupt) {
+    match scope.close().and_then(|collected| collected.interrupt) {
         Some(interrupt) => Err(interrupt),
         None => Ok(result),
+    }
+}
+
+/// Puts back the enclosing call's collection when a call ends, even by a panic (which `PyO3` turns into an
+/// exception), so that a later call on this thread never collects into an abandoned one.
+struct CallScope {
+    outer: Option<Option<Collecting>>,
+}
+
+impl CallScope {
+    /// Ends the call normally: returns what it collected and puts back the enclosing call's.
+    fn close(mut self) -> Option<Collecting> {
+        let outer = self.outer.take().flatten();
+        CALL.with(|state| std::mem::replace(&mut *state.borrow_mut(), outer))
+    }
+}
+
+impl Drop for CallScope {
+    fn drop(&mut self) {
+        if let Some(outer) = self.outer.take() {
+            let abandoned = CALL.with(|state| std::mem::replace(&mut *state.borrow_mut(), outer));
+            drop(abandoned);
+        }
     }
 }
 

@@ -31,10 +31,10 @@ impl PyValue {
         visit.call(self.0.lock().as_ref())
     }
 
-    /// Drops the reference; only for a session that the garbage collector is clearing.
-    pub(crate) fn clear(&self) {
-        let value = self.0.lock().take();
-        drop(value);
+    /// Takes the reference out, for the caller to drop with no lock held (dropping it may run a finalizer);
+    /// only for a session that the garbage collector is clearing.
+    pub(crate) fn take(&self) -> Option<Py<PyAny>> {
+        self.0.lock().take()
     }
 }
 

@@ -235,7 +235,11 @@ impl Session {
     }
 
     fn __clear__(&self) {
-        self.tracker.visit_values(PyValue::clear);
+        // Taken under the tasks' locks, dropped after: dropping a value may run Python code.
+        let mut taken = Vec::new();
+        self.tracker
+            .visit_values(|value| taken.extend(value.take()));
+        drop(taken);
     }
 
     fn __repr__(&self) -> String {

@@ -34,9 +34,12 @@ pub(crate) struct CancellationToken {
     waits: Mutex<PendingWaits>,
 }
 
+/// A `cancelled()` future with its registration on the signal.
+type PendingFuture = (Py<PyAny>, WaitForCancel);
+
 #[derive(Default)]
 struct PendingWaits {
-    futures: Vec<(Py<PyAny>, WaitForCancel)>,
+    futures: Vec<PendingFuture>,
     prune_at: usize,
 }
 
@@ -100,18 +103,25 @@ impl CancellationToken {
             wait.poll_cancelled(context)
         })? {
             Some((future, wait)) => {
-                let mut waits = self.waits.lock();
-                let released = if waits.futures.len() >= waits.prune_at {
-                    let released = prune_done(py, &mut waits.futures);
-                    waits.prune_at = (waits.futures.len() * 2).max(FIRST_PRUNE);
-                    released
-                } else {
-                    Vec::new()
+                let due = {
+                    let mut waits = self.waits.lock();
+                    waits.futures.push((future.clone_ref(py), wait));
+                    if waits.futures.len() >= waits.prune_at {
+                        std::mem::take(&mut waits.futures)
+                    } else {
+                        Vec::new()
+                    }
                 };
-                waits.futures.push((future.clone_ref(py), wait));
-                drop(waits);
-                // Dropping a done wait takes back its registration, with no lock of ours held.
-                drop(released);
+                if !due.is_empty() {
+                    // Asking futures whether they are done runs Python (and maybe the collector), so it happens
+                    // with no lock of ours held; dropping a done wait takes back its registration.
+                    let (done, pending) = split_done(py, due);
+                    let mut waits = self.waits.lock();
+                    waits.futures.extend(pending);
+                    waits.prune_at = (waits.futures.len() * 2).max(FIRST_PRUNE);
+                    drop(waits);
+                    drop(done);
+                }
                 Ok(future)
             }
             None => {
@@ -196,12 +206,18 @@ impl CancellationToken {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        // A collection can start while this thread prunes (holding the lock): skipping the futures then only
-        // delays their collection.
+        // The lock is never held while Python runs, so it is free here; `try_lock` keeps that from being a
+        // deadlock if that ever changed (skipping the futures would only delay their collection).
         if let Some(waits) = self.waits.try_lock() {
             for (future, _) in &waits.futures {
                 visit.call(future)?;
             }
+        }
+        // The callbacks are this object's to show only while it owns them: a task's token object lives exactly
+        // as long as the handle whose task holds them, but a combined token's signal outlives its object when
+        // a task is linked to it, and callbacks shown then could be cleared while that task still runs them.
+        if self.token.task_id().is_none() && !self.token.is_only_holder() {
+            return Ok(());
         }
         let mut outcome = Ok(());
         self.token.visit_callbacks(|callback: &PythonCallback| {
@@ -228,22 +244,17 @@ impl CancellationToken {
 /// An iterable of `CancellationToken`s.
 pub(crate) struct Tokens(pub(crate) Vec<SubagentTaskToken>);
 
-/// Takes the done futures (and their waits) out of `futures`, for the caller to drop with no lock held.
-fn prune_done(
+/// Splits pending futures (with their waits) into the done ones and the rest.
+fn split_done(
     py: Python<'_>,
-    futures: &mut Vec<(Py<PyAny>, WaitForCancel)>,
-) -> Vec<(Py<PyAny>, WaitForCancel)> {
-    let (done, pending): (Vec<_>, Vec<_>) =
-        std::mem::take(futures)
-            .into_iter()
-            .partition(|(future, _)| {
-                future
-                    .call_method0(py, pyo3::intern!(py, "done"))
-                    .and_then(|done| done.is_truthy(py))
-                    .unwrap_or(true)
-            });
-    *futures = pending;
-    done
+    futures: Vec<PendingFuture>,
+) -> (Vec<PendingFuture>, Vec<PendingFuture>) {
+    futures.into_iter().partition(|(future, _)| {
+        future
+            .call_method0(py, pyo3::intern!(py, "done"))
+            .and_then(|done| done.is_truthy(py))
+            .unwrap_or(true)
+    })
 }
 
 impl<'a, 'py> FromPyObject<'a, 'py> for Tokens {

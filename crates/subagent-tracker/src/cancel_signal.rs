@@ -354,19 +354,24 @@ impl CancelSignal {
         if self.is_cancelled() {
             return Poll::Ready(());
         }
-        let mut state = self.state.lock();
-        if self.is_cancelled() {
-            return Poll::Ready(());
-        }
-        if !self.is_finished() {
+        let replaced = {
+            let mut state = self.state.lock();
+            if self.is_cancelled() {
+                return Poll::Ready(());
+            }
+            if self.is_finished() {
+                return Poll::Pending;
+            }
             let state = &mut *state;
             register(
                 &mut state.cancel_waiters,
                 &mut state.next_registration,
                 context.waker(),
                 key,
-            );
-        }
+            )
+        };
+        // Dropped once the lock is released: a waker may own foreign objects.
+        drop(replaced);
         Poll::Pending
     }
 
@@ -379,17 +384,20 @@ impl CancelSignal {
         if self.is_finished() {
             return Poll::Ready(());
         }
-        let mut state = self.state.lock();
-        if self.is_finished() {
-            return Poll::Ready(());
-        }
-        let state = &mut *state;
-        register(
-            &mut state.finish_waiters,
-            &mut state.next_registration,
-            context.waker(),
-            key,
-        );
+        let replaced = {
+            let mut state = self.state.lock();
+            if self.is_finished() {
+                return Poll::Ready(());
+            }
+            let state = &mut *state;
+            register(
+                &mut state.finish_waiters,
+                &mut state.next_registration,
+                context.waker(),
+                key,
+            )
+        };
+        drop(replaced);
         Poll::Pending
     }
 
@@ -456,26 +464,29 @@ impl Drop for CancelSignal {
 }
 
 /// Registers `waker` in `list` under `*key`, reusing the key of an earlier poll of the same waiter.
+/// Registers `waker` in `list` under `*key`, reusing the key of an earlier poll of the same waiter. Returns
+/// the waker it replaced, for the caller to drop once the lock is released (a waker may own foreign objects).
 fn register(
     list: &mut Vec<(u64, Waker)>,
     next_registration: &mut u64,
     waker: &Waker,
     key: &mut Option<u64>,
-) {
+) -> Option<Waker> {
     if let Some(id) = *key {
         if let Some((_, registered)) = list
             .iter_mut()
             .find(|(registered_id, _)| *registered_id == id)
         {
-            if !registered.will_wake(waker) {
-                registered.clone_from(waker);
+            if registered.will_wake(waker) {
+                return None;
             }
-            return;
+            return Some(std::mem::replace(registered, waker.clone()));
         }
     }
     *next_registration += 1;
     list.push((*next_registration, waker.clone()));
     *key = Some(*next_registration);
+    None
 }
 
 fn take_waiter(list: &mut Vec<(u64, Waker)>, key: u64) -> Option<Waker> {

@@ -122,7 +122,9 @@ pub(crate) fn schedule(deadline: Instant, expiry: Box<dyn Expire>) -> DeadlineKe
     scheduled.insert(key, expiry);
     drop(scheduled);
     if becomes_earliest {
-        timer.earliest_changed.notify_one();
+        // All, not one: in a forked child the parent's timer thread is still queued on the condvar (a ghost
+        // that will never run), and waking only it would leave the child's timer asleep.
+        timer.earliest_changed.notify_all();
     }
     key
 }

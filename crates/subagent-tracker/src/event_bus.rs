@@ -150,7 +150,10 @@ impl EventSubscription {
         match Self::pop(&mut state) {
             Some(event) => Poll::Ready(Some(event)),
             None => {
-                state.waker = Some(context.waker().clone());
+                let replaced = state.waker.replace(context.waker().clone());
+                // Dropped once the lock is released: a waker may own foreign objects.
+                drop(state);
+                drop(replaced);
                 Poll::Pending
             }
         }
@@ -163,7 +166,9 @@ impl EventSubscription {
         if state.closed || state.missed > 0 || !state.events.is_empty() {
             Poll::Ready(())
         } else {
-            state.waker = Some(context.waker().clone());
+            let replaced = state.waker.replace(context.waker().clone());
+            drop(state);
+            drop(replaced);
             Poll::Pending
         }
     }

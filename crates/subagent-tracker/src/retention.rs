@@ -48,9 +48,12 @@ impl<V> FinishedTasks<V> {
         }
     }
 
-    /// Records a finished run and returns the run that falls out of the window, if one does (the run itself
-    /// when nothing is retained). A run already replaced is not recorded.
-    pub(crate) fn record(&self, entry: &Arc<TaskEntry<V>>) -> Option<Arc<TaskEntry<V>>> {
+    /// Records a finished run and returns the runs it lets go of: the one that falls out of the window, if one
+    /// does (the run itself when nothing is retained), first, then stale records dropped on the way. The caller
+    /// drops them with no lock held: the last reference to a run may own foreign objects. A run already
+    /// replaced is not recorded.
+    pub(crate) fn record(&self, entry: &Arc<TaskEntry<V>>) -> Released<V> {
+        let mut released = Released::default();
         let mut window = self.queue.lock();
         if entry
             .retention
@@ -62,28 +65,30 @@ impl<V> FinishedTasks<V> {
             )
             .is_err()
         {
-            return None;
+            return released;
         }
         window.order.push_back(entry.clone());
         window.retained += 1;
-        let mut evicted = None;
         if window.retained > self.capacity {
             while let Some(oldest) = window.order.pop_front() {
                 if oldest.retention.swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
                     window.retained -= 1;
-                    evicted = Some(oldest);
+                    released.evicted = Some(oldest);
                     break;
                 }
                 window.stale -= 1;
+                released.stale.push(oldest);
             }
         }
         if window.stale > window.retained.max(64) {
-            window
-                .order
-                .retain(|entry| entry.retention.load(Ordering::Acquire) == state::RETAINED);
+            let (kept, stale): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut window.order)
+                .into_iter()
+                .partition(|entry| entry.retention.load(Ordering::Acquire) == state::RETAINED);
+            window.order = kept;
+            released.stale.extend(stale);
             window.stale = 0;
         }
-        evicted
+        released
     }
 
     /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
@@ -92,6 +97,23 @@ impl<V> FinishedTasks<V> {
         if entry.retention.swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
             window.retained -= 1;
             window.stale += 1;
+        }
+    }
+}
+
+/// What [`FinishedTasks::record`] let go of, for the caller to drop once no lock is held.
+pub(crate) struct Released<V> {
+    /// The run evicted from the window.
+    pub(crate) evicted: Option<Arc<TaskEntry<V>>>,
+    /// Records of runs replaced by a new run of their id, dropped from the window.
+    pub(crate) stale: Vec<Arc<TaskEntry<V>>>,
+}
+
+impl<V> Default for Released<V> {
+    fn default() -> Self {
+        Released {
+            evicted: None,
+            stale: Vec::new(),
         }
     }
 }

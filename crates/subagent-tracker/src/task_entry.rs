@@ -62,7 +62,8 @@ struct TaskRecord<V> {
     error: Option<Arc<str>>,
     /// Running attached children by sequence; a child removes itself when it finishes.
     children: Option<HashMap<u64, Arc<TaskEntry<V>>>>,
-    /// The nearest unfinished ancestor that holds this task among its children; dropped when it finishes.
+    /// The ancestor that holds this task among its children (the nearest unfinished one when adopted). Kept
+    /// after the task finishes, so that adoption can walk up past it; a retained run keeps its ancestors.
     parent: Option<Arc<TaskEntry<V>>>,
     /// The scheduled deadline, removed from the timer when the task finishes first.
     deadline_key: Option<DeadlineKey>,
@@ -296,7 +297,8 @@ impl<V> TaskEntry<V> {
             .unwrap_or_default();
         Some(EndEffects {
             transitioned,
-            parent: record.parent.take(),
+            // Kept, not taken: a later adoption that finds this task finished asks its parent next.
+            parent: record.parent.clone(),
             orphans,
             deadline_key: record.deadline_key.take(),
         })

@@ -132,6 +132,14 @@ impl SubagentTaskToken {
         self.signal.registration_count()
     }
 
+    /// True when nothing else holds this token's signal: no clone, no task linked to it, no combined token
+    /// built on it (a task's own token is always held by its task too). A binding's garbage-collector
+    /// support uses it to tell whether its object alone owns the callbacks registered through it.
+    #[must_use]
+    pub fn is_only_holder(&self) -> bool {
+        Arc::strong_count(&self.signal) == 1
+    }
+
     /// Calls `visit` with each callback of type `T` still registered on this token (for a binding that must
     /// show its garbage collector what its callbacks hold).
     pub fn visit_callbacks<T: Any>(&self, visit: impl FnMut(&T)) {

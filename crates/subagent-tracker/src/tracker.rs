@@ -388,7 +388,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// Calls `visit` with the metadata and result of every retained task (for a binding that must show its
-    /// garbage collector what the tracker holds). Takes no lock while `visit` runs.
+    /// garbage collector what the tracker holds). `visit` runs under the task's record lock, so it must not
+    /// call back into the tracker.
     pub fn visit_values(&self, mut visit: impl FnMut(&V)) {
         for entry in self.shared.retained_entries() {
             entry.visit_values(&mut visit);
@@ -548,7 +549,8 @@ impl<V> TrackerShared<V> {
         if !effects.orphans.is_empty() {
             self.adopt(effects.parent, effects.orphans, &mut delivery);
         }
-        if let Some(evicted) = self.finished.record(entry) {
+        let released = self.finished.record(entry);
+        if let Some(evicted) = &released.evicted {
             self.tasks.remove_if(&evicted.task_id, |_, retained| {
                 retained.sequence == evicted.sequence
             });

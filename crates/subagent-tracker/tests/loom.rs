@@ -156,3 +156,27 @@ fn eviction_races_restart() {
         );
     });
 }
+
+/// Two generations finish at once while the root is cancelled: the great-grandchild is adopted past both
+/// finished ancestors, or reached by the cascade, never left out of the root's reach.
+#[test]
+fn adoption_walks_past_ancestors_that_finish_concurrently() {
+    model(|| {
+        let tracker = tracker(16);
+        let _root = tracker.start(TaskStart::new().task_id("root")).unwrap();
+        let parent = tracker
+            .start(TaskStart::new().task_id("parent").parent_id("root"))
+            .unwrap();
+        let child = tracker
+            .start(TaskStart::new().task_id("child").parent_id("parent"))
+            .unwrap();
+        let leaf = tracker
+            .start(TaskStart::new().task_id("leaf").parent_id("child"))
+            .unwrap();
+        let parent_ends = thread::spawn(move || parent.complete(None));
+        assert!(child.complete(None));
+        parent_ends.join().unwrap();
+        assert!(tracker.cancel("root", None));
+        assert!(leaf.is_cancelled(), "the root's cancel missed a running descendant");
+    });
+}
