@@ -11,7 +11,9 @@
 //!
 //! A forked child has no timer thread. [`fork`] has the three hooks a runtime calls around `fork()`: before
 //! it, they take the timer's locks (so the child gets them unlocked and no due deadline is lost in flight),
-//! and in the child they start a new timer thread over the same deadlines.
+//! and in the child they start a new timer thread over the same deadlines. The timer's mutexes and condvar
+//! are the standard library's, which keep their waiters only in the kernel: a child starts with none, where
+//! a user-space queue would still list the parent's threads and hand a wake-up or the lock to one of them.
 //!
 //! # Lock order
 //!
@@ -19,10 +21,8 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
-
-use parking_lot::{Condvar, Mutex};
 
 use crate::delivery::{run_contained, Delivery};
 
@@ -38,10 +38,16 @@ pub(crate) type DeadlineKey = (Instant, u64);
 type Schedule = BTreeMap<DeadlineKey, Box<dyn Expire>>;
 
 struct DeadlineTimer {
-    scheduled: Arc<Mutex<Schedule>>,
+    scheduled: Mutex<Schedule>,
     earliest_changed: Condvar,
     /// Held while a batch of due deadlines is taken out and fired, so a fork never happens in between.
-    firing: Arc<Mutex<()>>,
+    firing: Mutex<()>,
+}
+
+/// Locks a mutex of the timer. Nothing panics while holding one (expiries run contained), so poisoning
+/// cannot mean a broken schedule.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 static TIMER: OnceLock<Arc<DeadlineTimer>> = OnceLock::new();
@@ -50,9 +56,9 @@ static NEXT_KEY: AtomicU64 = AtomicU64::new(0);
 fn timer() -> &'static Arc<DeadlineTimer> {
     TIMER.get_or_init(|| {
         let timer = Arc::new(DeadlineTimer {
-            scheduled: Arc::new(Mutex::new(BTreeMap::new())),
+            scheduled: Mutex::new(BTreeMap::new()),
             earliest_changed: Condvar::new(),
-            firing: Arc::new(Mutex::new(())),
+            firing: Mutex::new(()),
         });
         timer.start_thread();
         timer
@@ -72,7 +78,7 @@ impl DeadlineTimer {
     fn run(&self) {
         loop {
             self.wait_until_due();
-            let _firing = self.firing.lock();
+            let _firing = lock(&self.firing);
             let due = self.take_due();
             let mut delivery = Delivery::default();
             for expiry in due {
@@ -84,22 +90,29 @@ impl DeadlineTimer {
 
     /// Sleeps until the earliest deadline has passed.
     fn wait_until_due(&self) {
-        let mut scheduled = self.scheduled.lock();
+        let mut scheduled = lock(&self.scheduled);
         loop {
-            match scheduled.first_key_value().map(|(key, _)| key.0) {
-                None => self.earliest_changed.wait(&mut scheduled),
-                Some(earliest) if earliest > Instant::now() => {
-                    self.earliest_changed.wait_until(&mut scheduled, earliest);
+            let now = Instant::now();
+            scheduled = match scheduled.first_key_value().map(|(key, _)| key.0) {
+                None => self
+                    .earliest_changed
+                    .wait(scheduled)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(earliest) if earliest > now => {
+                    self.earliest_changed
+                        .wait_timeout(scheduled, earliest - now)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
                 }
                 Some(_) => return,
-            }
+            };
         }
     }
 
     /// Takes every deadline that has passed.
     fn take_due(&self) -> Vec<Box<dyn Expire>> {
         let now = Instant::now();
-        let mut scheduled = self.scheduled.lock();
+        let mut scheduled = lock(&self.scheduled);
         let mut due = Vec::new();
         while let Some(entry) = scheduled.first_entry() {
             if entry.key().0 > now {
@@ -115,16 +128,14 @@ impl DeadlineTimer {
 pub(crate) fn schedule(deadline: Instant, expiry: Box<dyn Expire>) -> DeadlineKey {
     let timer = timer();
     let key = (deadline, NEXT_KEY.fetch_add(1, Ordering::Relaxed));
-    let mut scheduled = timer.scheduled.lock();
+    let mut scheduled = lock(&timer.scheduled);
     let becomes_earliest = scheduled
         .first_key_value()
         .is_none_or(|(earliest, _)| key < *earliest);
     scheduled.insert(key, expiry);
     drop(scheduled);
     if becomes_earliest {
-        // All, not one: in a forked child the parent's timer thread is still queued on the condvar (a ghost
-        // that will never run), and waking only it would leave the child's timer asleep.
-        timer.earliest_changed.notify_all();
+        timer.earliest_changed.notify_one();
     }
     key
 }
@@ -134,7 +145,7 @@ pub(crate) fn unschedule(key: DeadlineKey) -> bool {
     let Some(timer) = TIMER.get() else {
         return false;
     };
-    let removed = timer.scheduled.lock().remove(&key);
+    let removed = lock(&timer.scheduled).remove(&key);
     // Dropped here, outside the timer's lock.
     removed.is_some()
 }
@@ -143,42 +154,42 @@ pub(crate) fn unschedule(key: DeadlineKey) -> bool {
 /// it returns to its earlier value once the tasks with deadlines have finished.
 #[must_use]
 pub fn pending_deadlines() -> usize {
-    TIMER.get().map_or(0, |timer| timer.scheduled.lock().len())
+    TIMER.get().map_or(0, |timer| lock(&timer.scheduled).len())
 }
 
 /// Hooks to call around `fork()` (Python's `os.register_at_fork` does), so that deadlines keep firing in a
 /// forked child. Without them a child has no timer thread, and may inherit the timer's locks held.
 pub mod fork {
-    use parking_lot::lock_api::ArcMutexGuard;
-    use parking_lot::{Mutex, RawMutex};
+    use std::cell::RefCell;
+    use std::sync::MutexGuard;
 
-    use super::{Schedule, TIMER};
+    use super::{lock, Schedule, TIMER};
 
-    type HeldLocks = (
-        ArcMutexGuard<RawMutex, ()>,
-        ArcMutexGuard<RawMutex, Schedule>,
-    );
+    type HeldLocks = (MutexGuard<'static, ()>, MutexGuard<'static, Schedule>);
 
-    static HELD: Mutex<Option<HeldLocks>> = Mutex::new(None);
+    thread_local! {
+        /// The timer's locks, held across the fork by the thread that forks (the hooks run on it).
+        static HELD: RefCell<Option<HeldLocks>> = const { RefCell::new(None) };
+    }
 
     /// Before `fork()`: waits for a batch being fired to finish and holds the timer's locks across the fork.
     pub fn prepare() {
         if let Some(timer) = TIMER.get() {
-            let firing = timer.firing.lock_arc();
-            let scheduled = timer.scheduled.lock_arc();
-            *HELD.lock() = Some((firing, scheduled));
+            let firing = lock(&timer.firing);
+            let scheduled = lock(&timer.scheduled);
+            HELD.with(|held| *held.borrow_mut() = Some((firing, scheduled)));
         }
     }
 
     /// After `fork()`, in the parent: releases the locks.
     pub fn after_in_parent() {
-        drop(HELD.lock().take());
+        HELD.with(|held| drop(held.borrow_mut().take()));
     }
 
     /// After `fork()`, in the child: releases the locks (the child's copies) and starts a timer thread, since
     /// the parent's did not come along.
     pub fn after_in_child() {
-        drop(HELD.lock().take());
+        HELD.with(|held| drop(held.borrow_mut().take()));
         if let Some(timer) = TIMER.get() {
             timer.start_thread();
         }

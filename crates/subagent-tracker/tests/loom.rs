@@ -177,6 +177,9 @@ fn adoption_walks_past_ancestors_that_finish_concurrently() {
         assert!(child.complete(None));
         parent_ends.join().unwrap();
         assert!(tracker.cancel("root", None));
-        assert!(leaf.is_cancelled(), "the root's cancel missed a running descendant");
+        assert!(
+            leaf.is_cancelled(),
+            "the root's cancel missed a running descendant"
+        );
     });
 }
