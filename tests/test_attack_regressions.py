@@ -897,31 +897,20 @@ def test_a_cycle_through_an_any_tokens_callback_is_collected(session: Session) -
     assert b.token.callback_count == 0
 
 
-def test_a_cycle_through_a_snapshots_result_is_collected() -> None:
-    """Defect 14(e): snapshot -> result (holder) -> snapshot, once the session is gone."""
+@pytest.mark.parametrize("through", ["result", "metadata"])
+def test_a_cycle_through_a_snapshot_is_collected(through: str) -> None:
+    """Defect 14(e): snapshot -> result or metadata -> holder -> snapshot, once the session is gone."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         session = Session()
         holder = Holder()
         holder.marker = Marker()
         dead = weakref.ref(holder.marker)
-        handle = session.start_subagent_task("a")
-        handle.complete(result=holder)
-        holder.snapshot = handle.snapshot()
-        del handle, session, holder
-        _collect()
-    assert dead() is None
-
-
-def test_a_cycle_through_a_snapshots_metadata_is_collected() -> None:
-    """Defect 14(e): snapshot -> metadata -> holder -> snapshot, once the session is gone."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        session = Session()
-        holder = Holder()
-        holder.marker = Marker()
-        dead = weakref.ref(holder.marker)
-        handle = session.start_subagent_task("a", metadata={"holder": holder})
+        handle = session.start_subagent_task(
+            "a", metadata={"holder": holder} if through == "metadata" else None
+        )
+        if through == "result":
+            handle.complete(result=holder)
         holder.snapshot = handle.snapshot()
         handle.complete()
         del handle, session, holder
@@ -1192,3 +1181,28 @@ def test_a_finalizer_run_by_an_eviction_may_use_the_session() -> None:
         timeout=20,
     )
     _assert_child_ok(finished, "ok")
+
+
+def test_a_cycle_through_an_unawaited_ready_awaitable_is_collected(session: Session) -> None:
+    """Defect 14: the awaitable that `__aenter__` returns holds the handle. Holder -> that awaitable ->
+    handle -> token -> the holder's bound method: collected once the holder is dropped, never awaited."""
+
+    class Owner:
+        def __init__(self) -> None:
+            self.marker = Marker()
+            handle = session.start_subagent_task("owned")
+            handle.token.on_cancel(self.stop)
+            self.entered = handle.__aenter__()  # the only reference to the handle
+
+        def stop(self) -> None:
+            pass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        owner = Owner()
+        dead = weakref.ref(owner.marker)
+        del owner
+        _collect()
+    assert dead() is None
+    snapshot = session.subagent_task("owned")
+    assert snapshot is not None and snapshot.status == SubagentStatus.FAILED

@@ -1,7 +1,9 @@
 //! An awaitable that is already done, for async methods whose work is synchronous.
 
 use pyo3::exceptions::PyStopIteration;
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::PyTraverseError;
 
 /// `await Ready(value)` gives `value` at once, without a trip through the event loop.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -27,5 +29,9 @@ impl Ready {
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.value)
     }
 }
