@@ -33,6 +33,7 @@ from subagent_tracker._errors import (
     UnknownTaskError,
 )
 from subagent_tracker._native import (
+    CLAIM_TIMEOUT_ERROR,
     DEADLINE_REASON,
     DEFAULT_CANCEL_REASON,
     DEFAULT_MAX_FINISHED_TASKS,
@@ -41,6 +42,7 @@ from subagent_tracker._native import (
     MAX_TASK_ID_BYTES,
     CancelCallbackRegistration,
     CancellationToken,
+    Registry,
     SubagentEvent,
     SubagentTask,
     SubagentTaskHandle,
@@ -62,6 +64,7 @@ if hasattr(os, "register_at_fork"):
     )
 
 __all__ = [
+    "CLAIM_TIMEOUT_ERROR",
     "DEADLINE_REASON",
     "DEFAULT_CANCEL_REASON",
     "DEFAULT_GRACE_SECONDS",
@@ -74,6 +77,7 @@ __all__ = [
     "DuplicateTaskError",
     "EventStream",
     "GuardedStream",
+    "Registry",
     "Session",
     "SessionClosedError",
     "SpawnedSubagent",

@@ -6,10 +6,12 @@ from typing import Any, Final, Generic, Literal, TypeVar, final
 
 from typing_extensions import disjoint_base
 
+from subagent_tracker import _session
 from subagent_tracker._checkpoints import GuardedStream
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
+    "CLAIM_TIMEOUT_ERROR",
     "DEADLINE_REASON",
     "DEFAULT_CANCEL_REASON",
     "DEFAULT_EVENT_BUFFER",
@@ -21,11 +23,13 @@ __all__ = [
     "CancellationToken",
     "EventSubscription",
     "Ready",
+    "Registry",
     "Session",
     "SubagentEvent",
     "SubagentTask",
     "SubagentTaskHandle",
     "TaskWatch",
+    "_SessionState",
     "__version__",
     "_after_fork_in_child",
     "_after_fork_in_parent",
@@ -57,6 +61,7 @@ DEFAULT_MAX_FINISHED_TASKS: Final[int]
 DEFAULT_EVENT_BUFFER: Final[int]
 DEFAULT_CANCEL_REASON: Final[str]
 DEADLINE_REASON: Final[str]
+CLAIM_TIMEOUT_ERROR: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 
 @final
@@ -89,6 +94,10 @@ class SubagentTask:
     def finished(self) -> bool: ...
     @property
     def started_at(self) -> float: ...
+    @property
+    def queued_at(self) -> float | None: ...
+    @property
+    def claimed_at(self) -> float | None: ...
     @property
     def cancelled_at(self) -> float | None: ...
     @property
@@ -162,7 +171,7 @@ class SubagentEvent:
     @property
     def task_id(self) -> str | None: ...
     @property
-    def kind(self) -> Literal["started", "progress", "cancelled", "ended", "lagged"]: ...
+    def kind(self) -> Literal["started", "claimed", "progress", "cancelled", "ended", "lagged"]: ...
     @property
     def status(self) -> SubagentStatus | None: ...
     @property
@@ -201,6 +210,7 @@ class Session:
         *,
         max_finished_tasks: int | None = None,
         event_buffer: int | None = None,
+        _state: _SessionState | None = None,
     ) -> Session: ...
     @property
     def session_id(self) -> str: ...
@@ -221,6 +231,21 @@ class Session:
         detached: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> SubagentTaskHandle: ...
+    def reserve_subagent_task(
+        self,
+        task_id: str | None = None,
+        *,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+        claim_timeout: float | None = None,
+    ) -> str: ...
+    def claim_subagent_task(self, task_id: str) -> SubagentTaskHandle: ...
     def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool: ...
     def end_subagent_task(
         self, task_id: str, *, result: Any = None, error: str | BaseException | None = None
@@ -232,3 +257,24 @@ class Session:
     def pending_subagent_tasks(self) -> list[SubagentTask]: ...
     def _watch(self, task_id: str) -> TaskWatch: ...
     def _subscribe(self) -> EventSubscription: ...
+    def __eq__(self, value: object, /) -> bool: ...
+    def __hash__(self) -> int: ...
+
+@final
+class _SessionState:
+    """A session's shared state, handed by a registry to the ``Session`` it builds."""
+
+@final
+class Registry:
+    """The live sessions of this process, by id."""
+
+    def __new__(cls) -> Registry: ...
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        max_finished_tasks: int | None = None,
+        event_buffer: int | None = None,
+    ) -> _session.Session: ...
+    def get_session(self, session_id: str) -> _session.Session | None: ...
+    def sessions(self) -> list[str]: ...

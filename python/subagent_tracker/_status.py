@@ -6,11 +6,13 @@ import enum
 
 
 class SubagentStatus(str, enum.Enum):
-    """Where a subagent task stands. ``RUNNING`` until the first transition out of it, which wins for good.
+    """Where a subagent task stands: ``QUEUED`` from a reservation until a runner claims it, ``RUNNING`` from
+    a start or a claim. The first transition out of these pending statuses wins for good.
 
     Members compare equal to their lowercase string values, so ``status == "cancelled"`` also works.
     """
 
+    QUEUED = "queued"
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
@@ -21,5 +23,10 @@ class SubagentStatus(str, enum.Enum):
 
     @property
     def is_terminal(self) -> bool:
-        """True for every status but ``RUNNING``."""
-        return self is not SubagentStatus.RUNNING
+        """True for ``COMPLETED``, ``FAILED`` and ``CANCELLED``."""
+        return not self.is_pending
+
+    @property
+    def is_pending(self) -> bool:
+        """True for ``QUEUED`` and ``RUNNING``, the statuses a cancel moves to ``CANCELLED``."""
+        return self in (SubagentStatus.QUEUED, SubagentStatus.RUNNING)

@@ -38,6 +38,7 @@ argument_names! {
     TimeoutArgument = "timeout",
     DeadlineArgument = "deadline",
     GraceArgument = "grace",
+    ClaimTimeoutArgument = "claim_timeout",
 }
 
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
@@ -92,6 +93,21 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     value.extract::<usize>().map_err(|_| {
         PyValueError::new_err(format!("{name} must be a non-negative int, got {value}"))
     })
+}
+
+/// A session's settings from the keyword arguments of `Session(...)` and `Registry.session(...)`.
+pub(crate) fn tracker_config(
+    max_finished_tasks: Option<&Bound<'_, PyAny>>,
+    event_buffer: Option<&Bound<'_, PyAny>>,
+) -> PyResult<subagent_tracker::TrackerConfig> {
+    let mut config = subagent_tracker::TrackerConfig::default();
+    if let Some(value) = max_finished_tasks {
+        config = config.with_max_finished_tasks(count(value, "max_finished_tasks")?);
+    }
+    if let Some(value) = event_buffer {
+        config = config.with_event_buffer(count(value, "event_buffer")?);
+    }
+    Ok(config)
 }
 
 /// A number (an `int` or a `float`, not a `bool`) as an `f64`; an `int` too large for a float is infinite,

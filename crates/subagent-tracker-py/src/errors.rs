@@ -11,7 +11,9 @@ use crate::package_imports::error_class;
 /// The Python exception for a core error, with the core's message.
 pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
     let class_name = match &error {
-        TrackerError::DuplicateTask { .. } => "DuplicateTaskError",
+        TrackerError::DuplicateTask { .. } | TrackerError::NotClaimable { .. } => {
+            "DuplicateTaskError"
+        }
         TrackerError::UnknownTask { .. } | TrackerError::ParentFinished { .. } => {
             "UnknownTaskError"
         }

@@ -16,6 +16,7 @@ mod interpreter;
 mod package_imports;
 mod python_types;
 mod ready;
+mod registry;
 mod session;
 mod snapshot;
 mod task_watch;
@@ -27,6 +28,8 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<session::Session>()?;
+    module.add_class::<session::SessionState>()?;
+    module.add_class::<registry::Registry>()?;
     module.add_class::<handle::SubagentTaskHandle>()?;
     module.add_class::<token::CancellationToken>()?;
     module.add_class::<snapshot::SubagentTask>()?;
@@ -60,6 +63,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         subagent_tracker::DEFAULT_CANCEL_REASON,
     )?;
     module.add("DEADLINE_REASON", subagent_tracker::DEADLINE_REASON)?;
+    module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
     module.add(
         "DROPPED_HANDLE_ERROR",
         subagent_tracker::DROPPED_HANDLE_ERROR,

@@ -44,5 +44,23 @@ pub(crate) fn status_member(py: Python<'_>, status: SubagentStatus) -> PyResult<
             .map(|status| Ok(enum_type.call1((status.as_str(),))?.unbind()))
             .collect()
     })?;
-    Ok(members[status as usize].clone_ref(py))
+    let index = SubagentStatus::ALL
+        .iter()
+        .position(|member| *member == status)
+        .unwrap_or_default();
+    Ok(members[index].clone_ref(py))
+}
+
+/// `subagent_tracker.Session`, which registries hand out.
+pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(CLASS
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("subagent_tracker._session")?
+                    .getattr("Session")?
+                    .unbind(),
+            )
+        })?
+        .bind(py))
 }

@@ -4,11 +4,11 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::PyTraverseError;
-use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart, TrackerConfig};
+use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart};
 
 use crate::arguments::{
-    self, EpochDeadline, Id, Metadata, ParentIdArgument, Seconds, SessionIdArgument,
-    TaskIdArgument, TimeoutArgument,
+    self, ClaimTimeoutArgument, EpochDeadline, Id, Metadata, ParentIdArgument, Seconds,
+    SessionIdArgument, TaskIdArgument, TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::errors::tracker_error;
@@ -29,6 +29,56 @@ pub(crate) struct Session {
     tracker: InMemorySubagentTaskTracker<PyValue>,
 }
 
+/// A session's shared state, handed by a registry to the `Session` object it builds around it.
+#[pyclass(frozen, module = "subagent_tracker._native", name = "_SessionState")]
+pub(crate) struct SessionState {
+    pub(crate) tracker: InMemorySubagentTaskTracker<PyValue>,
+}
+
+/// The core's description of a task from the keyword arguments shared by `start_subagent_task` and
+/// `reserve_subagent_task`.
+// One parameter per Python keyword argument.
+#[allow(clippy::too_many_arguments)]
+fn task_start(
+    task_id: Option<Id<TaskIdArgument>>,
+    parent_id: Option<Id<ParentIdArgument>>,
+    agent: Option<&Bound<'_, PyAny>>,
+    description: Option<&Bound<'_, PyAny>>,
+    metadata: Option<Metadata>,
+    timeout: Option<Seconds<TimeoutArgument>>,
+    deadline: Option<EpochDeadline>,
+    detached: bool,
+    linked: Option<Tokens>,
+) -> PyResult<TaskStart<PyValue>> {
+    let mut start = TaskStart::new();
+    if let Some(task_id) = task_id {
+        start = start.task_id(task_id.0);
+    }
+    if let Some(parent_id) = parent_id {
+        start = start.parent_id(&*parent_id.0);
+    }
+    if let Some(agent) = arguments::optional_string(agent, "agent")? {
+        start = start.agent(agent);
+    }
+    if let Some(description) = arguments::optional_string(description, "description")? {
+        start = start.description(description);
+    }
+    if let Some(metadata) = metadata {
+        start = start.metadata(PyValue::new(metadata.0));
+    }
+    if let Some(timeout) = timeout {
+        start = start.timeout(timeout.0);
+    }
+    if let Some(deadline) = deadline {
+        start = start.deadline_at(deadline.0);
+    }
+    start = start.detached(detached);
+    for token in linked.map(|tokens| tokens.0).unwrap_or_default() {
+        start = start.linked(token);
+    }
+    Ok(start)
+}
+
 fn snapshots(
     py: Python<'_>,
     snapshots: Vec<subagent_tracker::SubagentTaskSnapshot<PyValue>>,
@@ -44,19 +94,19 @@ fn snapshots(
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, _state=None))]
     fn new(
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
+        _state: Option<PyRef<'_, SessionState>>,
     ) -> PyResult<Session> {
-        let mut config = TrackerConfig::default();
-        if let Some(value) = max_finished_tasks {
-            config = config.with_max_finished_tasks(arguments::count(value, "max_finished_tasks")?);
+        if let Some(state) = _state {
+            return Ok(Session {
+                tracker: state.tracker.clone(),
+            });
         }
-        if let Some(value) = event_buffer {
-            config = config.with_event_buffer(arguments::count(value, "event_buffer")?);
-        }
+        let config = arguments::tracker_config(max_finished_tasks, event_buffer)?;
         Ok(Session {
             tracker: InMemorySubagentTaskTracker::with_config(
                 session_id.as_ref().map(|id| &*id.0),
@@ -103,32 +153,17 @@ impl Session {
         linked: Option<Tokens>,
     ) -> PyResult<SubagentTaskHandle> {
         let py = slf.py();
-        let mut start = TaskStart::new();
-        if let Some(task_id) = task_id {
-            start = start.task_id(task_id.0);
-        }
-        if let Some(parent_id) = parent_id {
-            start = start.parent_id(&*parent_id.0);
-        }
-        if let Some(agent) = arguments::optional_string(agent, "agent")? {
-            start = start.agent(agent);
-        }
-        if let Some(description) = arguments::optional_string(description, "description")? {
-            start = start.description(description);
-        }
-        if let Some(metadata) = metadata {
-            start = start.metadata(PyValue::new(metadata.0));
-        }
-        if let Some(timeout) = timeout {
-            start = start.timeout(timeout.0);
-        }
-        if let Some(deadline) = deadline {
-            start = start.deadline_at(deadline.0);
-        }
-        start = start.detached(detached);
-        for token in linked.map(|tokens| tokens.0).unwrap_or_default() {
-            start = start.linked(token);
-        }
+        let start = task_start(
+            task_id,
+            parent_id,
+            agent,
+            description,
+            metadata,
+            timeout,
+            deadline,
+            detached,
+            linked,
+        )?;
         let tracker = &slf.get().tracker;
         let handle = with_wake_batch(py, || tracker.start(start))?
             .map_err(|error| tracker_error(py, error))?;
@@ -138,7 +173,60 @@ impl Session {
         ))
     }
 
-    /// Cancels a running task and its running descendants; True exactly when this call moved the task.
+    /// Reserves a task for a runner to claim later and returns its id; the task is queued until then.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (
+        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None,
+        timeout=None, deadline=None, detached=false, linked=None, claim_timeout=None
+    ))]
+    fn reserve_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Option<Id<TaskIdArgument>>,
+        parent_id: Option<Id<ParentIdArgument>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        description: Option<&Bound<'_, PyAny>>,
+        metadata: Option<Metadata>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        deadline: Option<EpochDeadline>,
+        detached: bool,
+        linked: Option<Tokens>,
+        claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+    ) -> PyResult<String> {
+        let start = task_start(
+            task_id,
+            parent_id,
+            agent,
+            description,
+            metadata,
+            timeout,
+            deadline,
+            detached,
+            linked,
+        )?;
+        let claim_timeout = claim_timeout.map(|seconds| seconds.0);
+        let reserved = with_wake_batch(py, || self.tracker.reserve(start, claim_timeout))?
+            .map_err(|error| tracker_error(py, error))?;
+        Ok(reserved.to_string())
+    }
+
+    /// Claims a reserved task for its runner and returns the handle; a reservation cancelled before its claim
+    /// gives a handle whose token has fired.
+    fn claim_subagent_task(
+        slf: &Bound<'_, Self>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<SubagentTaskHandle> {
+        let py = slf.py();
+        let tracker = &slf.get().tracker;
+        let handle = with_wake_batch(py, || tracker.claim(&task_id.0))?
+            .map_err(|error| tracker_error(py, error))?;
+        Ok(SubagentTaskHandle::new(
+            handle,
+            slf.clone().into_any().unbind(),
+        ))
+    }
+
+    /// Cancels a pending task and its pending descendants; True exactly when this call moved the task.
     #[pyo3(signature = (task_id, reason=None))]
     fn cancel_subagent_task(
         &self,
@@ -177,14 +265,15 @@ impl Session {
         with_wake_batch(py, || self.tracker.end(&task_id.0, outcome))
     }
 
-    /// Cancels every running task; returns how many it moved to cancelled.
+    /// Cancels every pending task; returns how many it moved to cancelled.
     #[pyo3(signature = (reason=None))]
     fn cancel(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let reason = arguments::optional_string(reason, "reason")?;
         with_wake_batch(py, || self.tracker.cancel_all(reason.as_deref()))
     }
 
-    /// Cancels every running task, then refuses new starts; returns how many it moved to cancelled.
+    /// Cancels every pending task, then refuses new starts; returns how many it moved to cancelled. A session
+    /// of a registry leaves it once all its tasks are finished.
     #[pyo3(signature = (reason=None))]
     fn close(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let reason = arguments::optional_string(reason, "reason")?;
@@ -203,7 +292,7 @@ impl Session {
         snapshots(py, self.tracker.tasks())
     }
 
-    /// Snapshots of the running tasks, in start order.
+    /// Snapshots of the pending (queued and running) tasks, in start order.
     fn pending_subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         snapshots(py, self.tracker.pending())
     }
@@ -240,6 +329,17 @@ impl Session {
         self.tracker
             .visit_values(|value| taken.extend(value.take()));
         drop(taken);
+    }
+
+    /// Two `Session` objects are equal when they are the same session (a registry may hand out several).
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<Session>()
+            .is_ok_and(|other| other.get().tracker.same_session(&self.tracker))
+    }
+
+    fn __hash__(&self) -> usize {
+        self.tracker.session_key()
     }
 
     fn __repr__(&self) -> String {

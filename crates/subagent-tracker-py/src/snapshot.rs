@@ -79,6 +79,16 @@ impl SubagentTask {
     }
 
     #[getter]
+    fn queued_at(&self) -> Option<f64> {
+        self.snapshot.queued_at.map(epoch)
+    }
+
+    #[getter]
+    fn claimed_at(&self) -> Option<f64> {
+        self.snapshot.claimed_at.map(epoch)
+    }
+
+    #[getter]
     fn cancelled_at(&self) -> Option<f64> {
         self.snapshot.cancelled_at.map(epoch)
     }

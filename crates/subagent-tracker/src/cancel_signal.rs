@@ -6,9 +6,11 @@
 //!
 //! # Invariants
 //!
-//! - The status word moves forward only: `Running` to a terminal status, and `finished` is set once. Both live
-//!   in one atomic byte, so a lock-free reader sees them together. Every write happens under the lock.
-//! - A signal fires (`Running` to `Cancelled`) at most once. Firing takes its waiters, callbacks and dependents
+//! - The status word moves forward only: `Queued` to `Running`, a pending status to a terminal one, and
+//!   `finished` is set once. Both live in one atomic byte, so a lock-free reader sees them together. Every
+//!   write happens under the lock.
+//! - A signal fires (a pending status to `Cancelled`) at most once. A `Queued` signal has no runner to wait
+//!   for, so firing it finishes it too. Firing takes its waiters, callbacks and dependents
 //!   out under the lock and hands them to a [`Delivery`]; they run only when the caller calls
 //!   [`Delivery::deliver`], with no lock held. Nothing is delivered from `Drop`.
 //! - A signal that finishes without having fired never fires: its cancel waiters, callbacks and dependents are
@@ -188,25 +190,34 @@ impl CancelSignal {
             .map(|cancel| cancel.reason.clone())
     }
 
-    /// Fires the signal if it is still pending: `Running` becomes `Cancelled`, the tokio-util token is
-    /// cancelled, and waiters, callbacks and dependents go to `delivery`. True if this call fired it.
+    /// Fires the signal if it is still pending: `Queued` or `Running` becomes `Cancelled`, the tokio-util token
+    /// is cancelled, and waiters, callbacks and dependents go to `delivery`. A `Queued` signal becomes finished
+    /// as well, and its finish waiters are woken. True if this call fired it.
     pub(crate) fn fire(&self, cancel: CancelRecord, delivery: &mut Delivery) -> bool {
-        if self.status() != SubagentStatus::Running {
+        if !self.status().is_pending() {
             return false;
         }
         let mut state = self.state.lock();
         let word = self.word();
-        if word.status() != SubagentStatus::Running {
+        if !word.status().is_pending() {
             return false;
         }
+        let finished = if word.status() == SubagentStatus::Queued {
+            FINISHED
+        } else {
+            word.0 & FINISHED
+        };
         self.word.store(
-            SubagentStatus::Cancelled as u8 | (word.0 & FINISHED),
+            SubagentStatus::Cancelled as u8 | finished,
             Ordering::Release,
         );
         if let Some(token) = &state.token {
             delivery.cancel_bridge(token.clone());
         }
         delivery.wake_waiters(std::mem::take(&mut state.cancel_waiters));
+        if finished != 0 {
+            delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
+        }
         delivery.run(std::mem::take(&mut state.callbacks));
         for (_, dependent) in state.dependents.drain(..) {
             if let Some(dependent) = dependent.upgrade() {
@@ -219,16 +230,16 @@ impl CancelSignal {
         true
     }
 
-    /// Records the runner's end: a `Running` signal takes the ending's status, a `Cancelled` one keeps it, and
+    /// Records the runner's end: a pending signal takes the ending's status, a `Cancelled` one keeps it, and
     /// either becomes finished. Returns `None` if it had already finished, otherwise whether this moved it out
-    /// of `Running`.
+    /// of its pending status.
     pub(crate) fn finish(&self, ending: Ending, delivery: &mut Delivery) -> Option<bool> {
         let mut state = self.state.lock();
         let word = self.word();
         if word.is_finished() {
             return None;
         }
-        let running = word.status() == SubagentStatus::Running;
+        let running = word.status().is_pending();
         let status = match ending {
             _ if !running => word.status(),
             Ending::Completed => SubagentStatus::Completed,
@@ -244,7 +255,18 @@ impl CancelSignal {
             delivery.release(std::mem::take(&mut state.dependents));
         }
         delivery.release_sources(std::mem::take(&mut state.sources));
-        Some(running && status != SubagentStatus::Running)
+        Some(running && !status.is_pending())
+    }
+
+    /// A runner takes a reserved task: `Queued` becomes `Running`. False if it was not queued.
+    pub(crate) fn claim(&self) -> bool {
+        let _state = self.state.lock();
+        if self.word().0 != SubagentStatus::Queued as u8 {
+            return false;
+        }
+        self.word
+            .store(SubagentStatus::Running as u8, Ordering::Release);
+        true
     }
 
     /// Registers `callback` to run when the signal fires. Returns it back if the signal has already fired

@@ -39,6 +39,17 @@ pub enum TrackerError {
         /// The closed session.
         session_id: Arc<str>,
     },
+    /// A claim of a task that no runner may take: it was claimed before, started with a runner, or ended
+    /// before any claim.
+    #[error("task {task_id:?} of session {session_id:?} cannot be claimed: {problem}")]
+    NotClaimable {
+        /// The task.
+        task_id: Arc<str>,
+        /// Its session.
+        session_id: Arc<str>,
+        /// Why it cannot be claimed.
+        problem: ClaimProblem,
+    },
     /// An id (of a task, a parent or a session) that is empty or too long.
     #[error("{argument} must be {problem}")]
     InvalidId {
@@ -55,6 +66,28 @@ pub enum TrackerError {
         /// What is wrong with it.
         problem: SecondsProblem,
     },
+}
+
+/// Why a task cannot be claimed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClaimProblem {
+    /// A runner already has it: it was claimed before, or started with its runner.
+    AlreadyClaimed,
+    /// The reservation ended with this status before any claim (its claim timeout passed, or its end was
+    /// recorded by id).
+    Ended(crate::SubagentStatus),
+}
+
+impl fmt::Display for ClaimProblem {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClaimProblem::AlreadyClaimed => formatter.write_str("a runner has already claimed it"),
+            ClaimProblem::Ended(status) => {
+                write!(formatter, "it ended {status} before any runner claimed it")
+            }
+        }
+    }
 }
 
 /// What is wrong with an id.

@@ -9,8 +9,10 @@ use crate::SubagentStatus;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SubagentEventKind {
-    /// The task started (possibly already cancelled, when its parent was).
+    /// The task started (possibly already cancelled, when its parent was), or was reserved (status `Queued`).
     Started,
+    /// A runner claimed the reserved task.
+    Claimed,
     /// The runner recorded a progress message.
     Progress,
     /// The task became cancelled.
@@ -22,11 +24,12 @@ pub enum SubagentEventKind {
 }
 
 impl SubagentEventKind {
-    /// The lowercase name: `"started"`, `"progress"`, `"cancelled"`, `"ended"` or `"lagged"`.
+    /// The lowercase name: `"started"`, `"claimed"`, `"progress"`, `"cancelled"`, `"ended"` or `"lagged"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
             SubagentEventKind::Started => "started",
+            SubagentEventKind::Claimed => "claimed",
             SubagentEventKind::Progress => "progress",
             SubagentEventKind::Cancelled => "cancelled",
             SubagentEventKind::Ended => "ended",

@@ -35,6 +35,7 @@ mod error;
 mod event;
 mod event_bus;
 mod handle;
+mod registry;
 mod retention;
 mod snapshot;
 mod status;
@@ -51,10 +52,11 @@ pub use cancel_callback::CancelCallback;
 pub use cancel_cause::CancelCause;
 pub use cancel_signal::OnCancel;
 pub use deadline_timer::{fork, pending_deadlines};
-pub use error::{IdProblem, TrackerError};
+pub use error::{ClaimProblem, IdProblem, TrackerError};
 pub use event::{SubagentEvent, SubagentEventKind};
 pub use event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
 pub use handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
+pub use registry::InMemoryRegistry;
 pub use retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use snapshot::SubagentTaskSnapshot;
 pub use status::SubagentStatus;
@@ -74,5 +76,6 @@ pub use tokio_util::sync::CancellationToken;
 pub struct ReadmeDoctests;
 
 pub use tracker::{
-    InMemorySubagentTaskTracker, TrackerConfig, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    InMemorySubagentTaskTracker, TrackerConfig, CLAIM_TIMEOUT_ERROR, DEADLINE_REASON,
+    DEFAULT_CANCEL_REASON,
 };

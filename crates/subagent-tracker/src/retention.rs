@@ -91,6 +91,11 @@ impl<V> FinishedTasks<V> {
         released
     }
 
+    /// How many finished runs count against the bound now.
+    pub(crate) fn retained(&self) -> usize {
+        self.queue.lock().retained
+    }
+
     /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
     pub(crate) fn forget(&self, entry: &TaskEntry<V>) {
         let mut window = self.queue.lock();

@@ -27,8 +27,12 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub status: SubagentStatus,
     /// True once the runner has reported its end or its handle was closed.
     pub finished: bool,
-    /// When the task started.
+    /// When the task started, or was reserved.
     pub started_at: SystemTime,
+    /// When the task was reserved (the same instant as `started_at`); `None` for a task started with a runner.
+    pub queued_at: Option<SystemTime>,
+    /// When a runner claimed the reserved task, if one has.
+    pub claimed_at: Option<SystemTime>,
     /// When the task was cancelled, if it was.
     pub cancelled_at: Option<SystemTime>,
     /// When the runner reported its end (or its handle was closed), if it has.
@@ -69,6 +73,8 @@ impl<V> SubagentTaskSnapshot<V> {
             status: self.status,
             finished: self.finished,
             started_at: self.started_at,
+            queued_at: self.queued_at,
+            claimed_at: self.claimed_at,
             cancelled_at: self.cancelled_at,
             ended_at: self.ended_at,
             cancel_reason: self.cancel_reason,

@@ -4,8 +4,9 @@ use std::fmt;
 
 /// Where a subagent task stands in its lifecycle.
 ///
-/// A task is [`Running`](Self::Running) from its start. The three other values are terminal and sticky:
-/// the first transition out of `Running` wins, and nothing moves a task out of a terminal status.
+/// A task is [`Running`](Self::Running) from its start, or [`Queued`](Self::Queued) from its reservation until
+/// a runner claims it. `Queued` and `Running` are pending; the three other values are terminal and sticky: the
+/// first transition out of a pending status wins, and nothing moves a task out of a terminal status.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 #[non_exhaustive]
@@ -18,18 +19,22 @@ pub enum SubagentStatus {
     Failed = 2,
     /// A cancel reached the task while it was running. A later end reported by the runner never replaces it.
     Cancelled = 3,
+    /// Reserved, and not yet claimed by a runner. A cancel finishes it at once, since nothing runs.
+    Queued = 4,
 }
 
 impl SubagentStatus {
-    /// Every status, in declaration order.
-    pub const ALL: [SubagentStatus; 4] = [
+    /// Every status, in lifecycle order.
+    pub const ALL: [SubagentStatus; 5] = [
+        SubagentStatus::Queued,
         SubagentStatus::Running,
         SubagentStatus::Completed,
         SubagentStatus::Failed,
         SubagentStatus::Cancelled,
     ];
 
-    /// The lowercase name used on the wire and in Python: `"running"`, `"completed"`, `"failed"`, `"cancelled"`.
+    /// The lowercase name used on the wire and in Python: `"queued"`, `"running"`, `"completed"`, `"failed"`,
+    /// `"cancelled"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -37,13 +42,20 @@ impl SubagentStatus {
             SubagentStatus::Completed => "completed",
             SubagentStatus::Failed => "failed",
             SubagentStatus::Cancelled => "cancelled",
+            SubagentStatus::Queued => "queued",
         }
     }
 
-    /// True for every status but `Running`.
+    /// True for `Completed`, `Failed` and `Cancelled`.
     #[must_use]
     pub const fn is_terminal(self) -> bool {
-        !matches!(self, SubagentStatus::Running)
+        !self.is_pending()
+    }
+
+    /// True for `Queued` and `Running`: the statuses a cancel moves to `Cancelled`.
+    #[must_use]
+    pub const fn is_pending(self) -> bool {
+        matches!(self, SubagentStatus::Queued | SubagentStatus::Running)
     }
 
     pub(crate) const fn from_repr(value: u8) -> SubagentStatus {
@@ -51,7 +63,8 @@ impl SubagentStatus {
             0 => SubagentStatus::Running,
             1 => SubagentStatus::Completed,
             2 => SubagentStatus::Failed,
-            _ => SubagentStatus::Cancelled,
+            3 => SubagentStatus::Cancelled,
+            _ => SubagentStatus::Queued,
         }
     }
 }

@@ -14,6 +14,12 @@
 //! finishes, its running children are adopted by its nearest unfinished ancestor, so an ancestor's cancel
 //! still reaches them.
 //!
+//! # Reserved tasks
+//!
+//! A reserved task is `Queued` until a runner claims it; it is in the tree and reachable by cancels like a
+//! running one. A cancel finishes it at once (nothing runs to wait for), so its end is recorded with the
+//! cancel, under the same lock. A claim happens under the record lock, so exactly one claim wins.
+//!
 //! # Lock order
 //!
 //! Record locks nest only child before parent (admission and adoption read the parent while holding the
@@ -47,6 +53,8 @@ pub(crate) struct TaskEntry<V> {
     pub(crate) deadline: Option<Deadline>,
     /// Out of its parent's cascade (still cancellable by id and by its session).
     pub(crate) detached: bool,
+    /// Reserved (it started `Queued`), so a runner must claim it.
+    pub(crate) reserved: bool,
     pub(crate) signal: Arc<CancelSignal>,
     /// Where this run stands in the session's retention window (`retention::state`).
     pub(crate) retention: AtomicU8,
@@ -67,6 +75,10 @@ struct TaskRecord<V> {
     parent: Option<Arc<TaskEntry<V>>>,
     /// The scheduled deadline, removed from the timer when the task finishes first.
     deadline_key: Option<DeadlineKey>,
+    /// When a runner claimed the reserved task.
+    claimed_at: Option<SystemTime>,
+    /// The scheduled end of an unclaimed reservation, removed from the timer at the claim or the end.
+    claim_timeout_key: Option<DeadlineKey>,
 }
 
 /// What a cancel carries to every task it reaches.
@@ -81,16 +93,38 @@ pub(crate) enum RunnerEnd<V> {
     Failed(Arc<str>),
     /// The runner stopped because of a cancel (the task is already `Cancelled`).
     Stopped,
+    /// Nobody claimed the reservation in time: it fails with this error if it is still `Queued`.
+    ClaimExpired(Arc<str>),
 }
 
 /// What [`TaskEntry::end`] did, and what it hands to the tracker's bookkeeping.
 pub(crate) struct EndEffects<V> {
-    /// True when this end moved the task out of `Running`.
+    /// True when this end moved the task out of its pending status (a cancel that finished a queued task
+    /// reports false: the cancel was the transition).
     pub(crate) transitioned: bool,
     pub(crate) parent: Option<Arc<TaskEntry<V>>>,
-    /// Running children left without a live parent, for an ancestor to adopt.
+    /// Children left without a live parent, for an ancestor to adopt.
     pub(crate) orphans: Vec<Arc<TaskEntry<V>>>,
     pub(crate) deadline_key: Option<DeadlineKey>,
+    pub(crate) claim_timeout_key: Option<DeadlineKey>,
+}
+
+/// What [`TaskEntry::cancel`] did.
+pub(crate) enum CancelOutcome<V> {
+    /// The task was not pending: nothing changed.
+    NotPending,
+    /// A running task is now `Cancelled`; its runner will report the end.
+    Cancelled,
+    /// A queued task is now `Cancelled` and finished, with these effects for the tracker's bookkeeping.
+    CancelledUnclaimed(EndEffects<V>),
+}
+
+/// Why [`TaskEntry::claim`] refused a claim.
+pub(crate) enum ClaimRefusal {
+    /// The task was claimed before, or was started with a runner.
+    AlreadyClaimed,
+    /// The reservation ended unclaimed other than by a cancel (it expired, or its end was recorded by id).
+    Ended,
 }
 
 /// Why [`TaskEntry::open`] refused a start.
@@ -119,6 +153,7 @@ impl<V> TaskEntry<V> {
         metadata: Option<V>,
         deadline: Option<Deadline>,
         detached: bool,
+        reserved: bool,
         started_at: SystemTime,
     ) -> TaskEntry<V> {
         TaskEntry {
@@ -131,7 +166,12 @@ impl<V> TaskEntry<V> {
             started_at,
             deadline,
             detached,
-            signal: Arc::new(CancelSignal::new(SubagentStatus::Running)),
+            reserved,
+            signal: Arc::new(CancelSignal::new(if reserved {
+                SubagentStatus::Queued
+            } else {
+                SubagentStatus::Running
+            })),
             retention: AtomicU8::new(crate::retention::state::PENDING),
             record: Mutex::new(TaskRecord {
                 ended_at: None,
@@ -144,6 +184,8 @@ impl<V> TaskEntry<V> {
                 // A detached child is not among its parent's children, so no cascade or adoption links them.
                 parent: if detached { None } else { parent },
                 deadline_key: None,
+                claimed_at: None,
+                claim_timeout_key: None,
             }),
         }
     }
@@ -171,13 +213,16 @@ impl<V> TaskEntry<V> {
     /// `started`. A refused start leaves no trace: the parent forgets the child and the entry is marked
     /// finished. A task with no parent cannot be reached before it is visible, so when nobody listens for
     /// events it starts without the lock (one lock fewer on the hottest path).
+    ///
+    /// A reserved task that inherits its parent's cancel is finished at once: its end's effects are returned
+    /// for the tracker's bookkeeping.
     pub(crate) fn open(
         self: &Arc<Self>,
         parent: Option<&Arc<TaskEntry<V>>>,
         make_visible: impl FnOnce(bool) -> Result<(), OpenRefusal>,
         bus: &EventBus,
         delivery: &mut Delivery,
-    ) -> Result<(), OpenRefusal> {
+    ) -> Result<Option<EndEffects<V>>, OpenRefusal> {
         let mut record = (parent.is_some() || bus.has_subscribers()).then(|| self.record.lock());
         let mut inherited = None;
         if let Some(parent) = parent {
@@ -222,12 +267,21 @@ impl<V> TaskEntry<V> {
                 );
             }
         }
-        Ok(())
+        if !self.is_finished() {
+            return Ok(None);
+        }
+        let record = record.get_or_insert_with(|| self.record.lock());
+        Ok(Some(self.record_unclaimed_end(
+            record,
+            self.started_at,
+            bus,
+            delivery,
+        )))
     }
 
-    /// Moves a `Running` task to `Cancelled`; returns false if it was not running.
+    /// Moves a pending task to `Cancelled` (and a queued one to finished as well).
     ///
-    /// On success the running children are appended to `children` for the caller to cascade into.
+    /// On success the pending children are appended to `children` for the caller to cascade into.
     pub(crate) fn cancel(
         &self,
         request: &CancelRequest,
@@ -236,11 +290,11 @@ impl<V> TaskEntry<V> {
         bus: &EventBus,
         delivery: &mut Delivery,
         children: &mut Vec<Arc<TaskEntry<V>>>,
-    ) -> bool {
-        if self.status() != SubagentStatus::Running {
-            return false;
+    ) -> CancelOutcome<V> {
+        if !self.status().is_pending() {
+            return CancelOutcome::NotPending;
         }
-        let record = self.record.lock();
+        let mut record = self.record.lock();
         let cancel = CancelRecord {
             reason: request.reason.clone(),
             origin: origin.clone(),
@@ -248,7 +302,7 @@ impl<V> TaskEntry<V> {
             at: request.at,
         };
         if !self.signal.fire(cancel, delivery) {
-            return false;
+            return CancelOutcome::NotPending;
         }
         if let Some(running_children) = &record.children {
             children.extend(running_children.values().cloned());
@@ -257,7 +311,75 @@ impl<V> TaskEntry<V> {
             let event = self.event(SubagentEventKind::Cancelled, request.at, &record);
             bus.publish(&event, delivery);
         }
-        true
+        if self.is_finished() {
+            CancelOutcome::CancelledUnclaimed(self.record_unclaimed_end(
+                &mut record,
+                request.at,
+                bus,
+                delivery,
+            ))
+        } else {
+            CancelOutcome::Cancelled
+        }
+    }
+
+    /// The end of a reserved task that a cancel finished before any runner claimed it.
+    fn record_unclaimed_end(
+        &self,
+        record: &mut TaskRecord<V>,
+        at: SystemTime,
+        bus: &EventBus,
+        delivery: &mut Delivery,
+    ) -> EndEffects<V> {
+        record.ended_at = Some(at);
+        if bus.has_subscribers() {
+            bus.publish(&self.event(SubagentEventKind::Ended, at, record), delivery);
+        }
+        EndEffects {
+            transitioned: false,
+            ..Self::take_end_effects(record)
+        }
+    }
+
+    fn take_end_effects(record: &mut TaskRecord<V>) -> EndEffects<V> {
+        EndEffects {
+            transitioned: true,
+            // Kept, not taken: a later adoption that finds this task finished asks its parent next.
+            parent: record.parent.clone(),
+            orphans: record
+                .children
+                .take()
+                .map(|children| children.into_values().collect())
+                .unwrap_or_default(),
+            deadline_key: record.deadline_key.take(),
+            claim_timeout_key: record.claim_timeout_key.take(),
+        }
+    }
+
+    /// A runner takes this reserved task: `Queued` becomes `Running`. A reservation cancelled before its claim
+    /// is claimed too, finished and with its token fired, so the runner stops at its first checkpoint. Returns
+    /// the claim timeout to unschedule.
+    pub(crate) fn claim(
+        &self,
+        bus: &EventBus,
+        delivery: &mut Delivery,
+    ) -> Result<Option<DeadlineKey>, ClaimRefusal> {
+        let mut record = self.record.lock();
+        if !self.reserved || record.claimed_at.is_some() {
+            return Err(ClaimRefusal::AlreadyClaimed);
+        }
+        if !self.signal.claim() && !self.is_cancelled() {
+            return Err(ClaimRefusal::Ended);
+        }
+        let now = SystemTime::now();
+        record.claimed_at = Some(now);
+        if bus.has_subscribers() {
+            bus.publish(
+                &self.event(SubagentEventKind::Claimed, now, &record),
+                delivery,
+            );
+        }
+        Ok(record.claim_timeout_key.take())
     }
 
     /// Records the runner's end. Returns `None` when the task had already finished (nothing changes).
@@ -275,11 +397,13 @@ impl<V> TaskEntry<V> {
             RunnerEnd::Completed(_) => Ending::Completed,
             RunnerEnd::Failed(_) => Ending::Failed,
             RunnerEnd::Stopped => Ending::Stopped,
+            RunnerEnd::ClaimExpired(_) if self.status() == SubagentStatus::Queued => Ending::Failed,
+            RunnerEnd::ClaimExpired(_) => return None,
         };
         let transitioned = self.signal.finish(ending, delivery)?;
         match end {
             RunnerEnd::Completed(result) => record.result = result,
-            RunnerEnd::Failed(error) => record.error = Some(error),
+            RunnerEnd::Failed(error) | RunnerEnd::ClaimExpired(error) => record.error = Some(error),
             RunnerEnd::Stopped => {}
         }
         let now = SystemTime::now();
@@ -290,17 +414,9 @@ impl<V> TaskEntry<V> {
                 delivery,
             );
         }
-        let orphans = record
-            .children
-            .take()
-            .map(|children| children.into_values().collect())
-            .unwrap_or_default();
         Some(EndEffects {
             transitioned,
-            // Kept, not taken: a later adoption that finds this task finished asks its parent next.
-            parent: record.parent.clone(),
-            orphans,
-            deadline_key: record.deadline_key.take(),
+            ..Self::take_end_effects(&mut record)
         })
     }
 
@@ -388,6 +504,17 @@ impl<V> TaskEntry<V> {
         true
     }
 
+    /// Remembers the scheduled claim timeout so that the claim or the end removes it; false (nothing kept) if
+    /// the task is no longer queued.
+    pub(crate) fn keep_claim_timeout_key(&self, key: DeadlineKey) -> bool {
+        let mut record = self.record.lock();
+        if self.signal.word().status() != SubagentStatus::Queued || self.is_finished() {
+            return false;
+        }
+        record.claim_timeout_key = Some(key);
+        true
+    }
+
     /// Calls `visit` with the metadata and the result, if any.
     pub(crate) fn visit_values(&self, mut visit: impl FnMut(&V)) {
         if let Some(metadata) = &self.metadata {
@@ -441,6 +568,8 @@ impl<V: Clone> TaskEntry<V> {
             status: word.status(),
             finished: word.is_finished(),
             started_at: self.started_at,
+            queued_at: self.reserved.then_some(self.started_at),
+            claimed_at: record.claimed_at,
             cancelled_at: cancel.as_ref().map(|cancel| cancel.at),
             ended_at: record.ended_at,
             cancel_reason: cancel.as_ref().map(|cancel| cancel.reason.clone()),

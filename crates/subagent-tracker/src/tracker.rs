@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
@@ -14,14 +14,18 @@ use crate::cancel_signal::{CancelRecord, Dependent, Registration, SourceLink};
 use crate::deadline_timer::{self, Expire};
 use crate::delivery::Delivery;
 use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
+use crate::registry::RegistryShared;
 use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
 use crate::sync::AtomicU64;
-use crate::task_entry::{Admission, CancelRequest, OpenRefusal, RunnerEnd, TaskEntry};
+use crate::task_entry::{
+    Admission, CancelOutcome, CancelRequest, ClaimRefusal, EndEffects, OpenRefusal, RunnerEnd,
+    TaskEntry,
+};
 use crate::task_id::{generate_id, validate_task_id};
 use crate::time::Deadline;
 use crate::{
-    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskStart,
-    TrackerError,
+    CancelCause, ClaimProblem, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken,
+    TaskStart, TrackerError,
 };
 
 /// The cancel reason used when a caller gives none.
@@ -29,6 +33,9 @@ pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
 
 /// The cancel reason of a task whose deadline passed.
 pub const DEADLINE_REASON: &str = "deadline exceeded";
+
+/// The start of the error of a reservation that no runner claimed within its claim timeout.
+pub const CLAIM_TIMEOUT_ERROR: &str = "no runner claimed the task within its claim timeout";
 
 /// Settings of a tracker, fixed at construction.
 #[derive(Clone, Debug)]
@@ -72,16 +79,23 @@ impl TrackerConfig {
 /// `&self`; no method holds a lock across tasks, so work on different tasks proceeds in parallel.
 ///
 /// The rules it keeps, for every interleaving of calls:
-/// - the first transition out of [`Running`](crate::SubagentStatus::Running) wins, and a late end never
-///   replaces `Cancelled`;
-/// - cancelling a task cancels its running descendants (in time proportional to the subtree, and through
+/// - the first transition out of [`Queued`](crate::SubagentStatus::Queued) or
+///   [`Running`](crate::SubagentStatus::Running) wins, and a late end never replaces `Cancelled`;
+/// - cancelling a task cancels its pending descendants (in time proportional to the subtree, and through
 ///   descendants that already finished), and a child started under a cancelled parent starts cancelled;
+/// - a cancel before a reserved task is claimed is never lost: the claim hands over a token that has fired;
 /// - at most `max_finished_tasks` finished tasks are retained, so memory stays bounded.
 ///
 /// Waiters are woken and callbacks run in the calling thread once the call's locks are released (wake-ups
 /// first), except for deadlines, whose wake-ups and callbacks run in a thread of their own.
 pub struct InMemorySubagentTaskTracker<V = String> {
     shared: Arc<TrackerShared<V>>,
+}
+
+impl<V> InMemorySubagentTaskTracker<V> {
+    pub(crate) fn shared(&self) -> &Arc<TrackerShared<V>> {
+        &self.shared
+    }
 }
 
 impl<V> Clone for InMemorySubagentTaskTracker<V> {
@@ -103,13 +117,25 @@ pub(crate) struct TrackerShared<V> {
     session_id: Arc<str>,
     config: TrackerConfig,
     tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
-    /// The running tasks, by start sequence, so that listing them costs what is running, not what is retained.
+    /// The pending (queued or running, not cancelled) tasks, by start sequence, so that listing them costs
+    /// what is pending, not what is retained.
     running: DashMap<u64, Arc<TaskEntry<V>>, RandomState>,
     finished: FinishedTasks<V>,
     next_sequence: AtomicU64,
     /// Set once, by `close`, to the reason given.
     closed: OnceLock<Arc<str>>,
     bus: Arc<EventBus>,
+    /// The registry that lists this session, which it leaves once closed with every task finished.
+    pub(crate) registry: OnceLock<Weak<RegistryShared<V>>>,
+}
+
+/// How a task enters the session.
+#[derive(Clone, Copy)]
+enum Opening {
+    /// With its runner, which holds the handle.
+    Start,
+    /// Queued for a runner to claim, failing if none has within `claim_timeout`.
+    Reserve { claim_timeout: Option<Duration> },
 }
 
 impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
@@ -137,6 +163,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
                 next_sequence: AtomicU64::new(0),
                 closed: OnceLock::new(),
                 bus: Arc::new(EventBus::new()),
+                registry: OnceLock::new(),
             }),
         }
     }
@@ -166,99 +193,70 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A task started under a parent that is cancelled but not finished starts `Cancelled`, with the parent's
     /// reason and origin. A start that races `close` either fails or returns a task that is already cancelled.
     pub fn start(&self, start: TaskStart<V>) -> Result<SubagentTaskHandle<V>, TrackerError> {
-        let shared = &self.shared;
-        let task_id: Arc<str> = match start.task_id {
-            Some(task_id) => {
-                validate_task_id("task_id", &task_id)?;
-                task_id
-            }
-            None => Arc::from(generate_id()),
-        };
-        if let Some(parent_id) = &start.parent_id {
-            validate_task_id("parent_id", parent_id)?;
-        }
-        if shared.closed.get().is_some() {
-            return Err(TrackerError::SessionClosed {
-                session_id: shared.session_id.clone(),
-            });
-        }
-        let parent = match &start.parent_id {
-            Some(parent_id) => Some(
-                shared
-                    .lookup(parent_id)
-                    .ok_or_else(|| TrackerError::unknown_task(parent_id, &shared.session_id))?,
-            ),
-            None => None,
-        };
-        // A child never outlives its parent's deadline, unless it was started out of the parent's reach.
-        let inherited_deadline = parent
-            .as_ref()
-            .filter(|_| !start.detached)
-            .and_then(|parent| parent.deadline);
-        let deadline = match (start.deadline, inherited_deadline) {
-            (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
-            (own, inherited) => own.or(inherited),
-        };
-        let sequence = shared.next_sequence.fetch_add(1, Ordering::Relaxed);
-        // Built inside the allocation (`new_cyclic` allocates first), not on the stack and then copied: the
-        // copy of this large struct was a measurable share of a lifecycle.
-        let entry = Arc::new_cyclic(|_| {
-            TaskEntry::new(
-                sequence,
-                task_id.clone(),
-                parent.clone(),
-                start.agent,
-                start.description,
-                start.metadata,
-                deadline,
-                start.detached,
-                SystemTime::now(),
-            )
-        });
-        let mut delivery = Delivery::default();
-        let opened = entry.open(
-            parent.as_ref(),
-            |starts_cancelled| shared.make_visible(&entry, starts_cancelled),
-            &shared.bus,
-            &mut delivery,
-        );
-        if let Err(refusal) = opened {
-            delivery.deliver();
-            return Err(match refusal {
-                OpenRefusal::DuplicateTask => TrackerError::DuplicateTask {
-                    task_id,
-                    session_id: shared.session_id.clone(),
-                },
-                OpenRefusal::ParentFinished => TrackerError::ParentFinished {
-                    parent_id: Arc::from(start.parent_id.unwrap_or_default()),
-                    session_id: shared.session_id.clone(),
-                },
-            });
-        }
-        if let Some(deadline) = deadline {
-            shared.arm_deadline(&entry, deadline, &mut delivery);
-        }
-        if !start.linked.is_empty() {
-            shared.link(&entry, start.linked, &mut delivery);
-        }
-        if let Some(reason) = shared.closed.get() {
-            // `close` may have swept the running tasks before this one became visible; finish its work here.
-            shared.cancel_trees(
-                [entry.clone()],
-                reason,
-                CancelCause::Session,
-                None,
-                &mut delivery,
-            );
-        }
-        delivery.deliver();
-        Ok(SubagentTaskHandle::new(shared.clone(), entry))
+        let entry = self.shared.open(start, Opening::Start)?;
+        Ok(SubagentTaskHandle::new(self.shared.clone(), entry))
     }
 
-    /// Cancels a running task and its running descendants.
+    /// Reserves a task for a runner to claim later, and returns its id. The task is
+    /// [`Queued`](crate::SubagentStatus::Queued): pending, listed, holding its id, able to have children, and reached
+    /// by cancels and deadlines as a running task is. A cancel finishes it at once.
     ///
-    /// Returns true exactly when this call moved the task from `Running` to `Cancelled`: false for an unknown
-    /// id, a finished task, or a task already cancelled. Of many concurrent cancels of one task, exactly one
+    /// A reservation not claimed within `claim_timeout` fails with an error starting with
+    /// [`CLAIM_TIMEOUT_ERROR`].
+    ///
+    /// # Errors
+    /// As [`start`](Self::start).
+    pub fn reserve(
+        &self,
+        start: TaskStart<V>,
+        claim_timeout: Option<Duration>,
+    ) -> Result<Arc<str>, TrackerError> {
+        let entry = self
+            .shared
+            .open(start, Opening::Reserve { claim_timeout })?;
+        Ok(entry.task_id.clone())
+    }
+
+    /// Claims a reserved task for its runner: `Queued` becomes `Running`, and the runner gets the handle. Of
+    /// many concurrent claims of one task, exactly one succeeds.
+    ///
+    /// A reservation cancelled before its claim is claimed all the same: its handle's token has fired (the
+    /// task is already finished), so the runner stops at its first checkpoint.
+    ///
+    /// # Errors
+    /// - [`TrackerError::UnknownTask`] for an id that is not retained;
+    /// - [`TrackerError::NotClaimable`] for a task claimed before, started with a runner, or ended unclaimed
+    ///   (its claim timeout passed, or its end was recorded by id).
+    pub fn claim(&self, task_id: &str) -> Result<SubagentTaskHandle<V>, TrackerError> {
+        let shared = &self.shared;
+        let entry = shared
+            .lookup(task_id)
+            .ok_or_else(|| TrackerError::unknown_task(task_id, &shared.session_id))?;
+        let mut delivery = Delivery::default();
+        let claimed = entry.claim(&shared.bus, &mut delivery);
+        delivery.deliver();
+        match claimed {
+            Ok(claim_timeout_key) => {
+                if let Some(key) = claim_timeout_key {
+                    deadline_timer::unschedule(key);
+                }
+                Ok(SubagentTaskHandle::new(shared.clone(), entry))
+            }
+            Err(refusal) => Err(TrackerError::NotClaimable {
+                task_id: entry.task_id.clone(),
+                session_id: shared.session_id.clone(),
+                problem: match refusal {
+                    ClaimRefusal::AlreadyClaimed => ClaimProblem::AlreadyClaimed,
+                    ClaimRefusal::Ended => ClaimProblem::Ended(entry.status()),
+                },
+            }),
+        }
+    }
+
+    /// Cancels a pending task and its pending descendants.
+    ///
+    /// Returns true exactly when this call moved the task from `Queued` or `Running` to `Cancelled`: false for
+    /// an unknown id, a finished task, or a task already cancelled. A queued task is finished at once. Of many concurrent cancels of one task, exactly one
     /// returns true. `reason` defaults to [`DEFAULT_CANCEL_REASON`].
     pub fn cancel(&self, task_id: &str, reason: Option<&str>) -> bool {
         match self.shared.lookup(task_id) {
@@ -270,8 +268,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// Records the end of the task `task_id` without its handle, as its runner would: `Ok(result)` completes
     /// it, `Err(error)` fails it. For trackers fed by an event stream of starts and ends.
     ///
-    /// The first transition out of `Running` wins, as for the handle: true exactly when this call moved the
-    /// task to `Completed` or `Failed`. A cancelled task stays `Cancelled` and becomes finished, keeping what
+    /// The first transition out of `Queued` or `Running` wins, as for the handle: true exactly when this call
+    /// moved the task to `Completed` or `Failed`. A cancelled task stays `Cancelled` and becomes finished, keeping what
     /// was reported (false); an unknown or finished id changes nothing (false). The runner's handle, if any,
     /// then finds the task finished.
     pub fn end(&self, task_id: &str, outcome: Result<Option<V>, &str>) -> bool {
@@ -285,20 +283,23 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         self.shared.end(&entry, end, Delivery::deliver) == Some(true)
     }
 
-    /// Cancels every running task of the session and returns how many it moved to `Cancelled`.
+    /// Cancels every pending task of the session and returns how many it moved to `Cancelled`.
     pub fn cancel_all(&self, reason: Option<&str>) -> usize {
         self.shared.cancel_running(&cancel_reason(reason))
     }
 
     /// Cancels every running task, like [`cancel_all`](Self::cancel_all), and refuses new starts from then on.
     /// Closing again cancels what may have started since and keeps the first reason.
+    /// A session in a registry leaves it once closed with every task finished.
     pub fn close(&self, reason: Option<&str>) -> usize {
         let reason = self
             .shared
             .closed
             .get_or_init(|| cancel_reason(reason))
             .clone();
-        self.shared.cancel_running(&reason)
+        let moved = self.shared.cancel_running(&reason);
+        self.shared.leave_registry_if_drained();
+        moved
     }
 
     /// True once [`close`](Self::close) has been called.
@@ -325,8 +326,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .collect()
     }
 
-    /// Snapshots of the `Running` tasks, in start order. Costs O(r log r) in the number r of running tasks,
-    /// whatever the number retained.
+    /// Snapshots of the pending (`Queued` and `Running`) tasks, in start order. Costs O(p log p) in the number
+    /// p of pending tasks, whatever the number retained.
     #[must_use]
     pub fn pending(&self) -> Vec<SubagentTaskSnapshot<V>> {
         let mut entries: Vec<Arc<TaskEntry<V>>> = self
@@ -344,7 +345,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .collect()
     }
 
-    /// How many tasks are retained (running, cancelled-but-unfinished and finished).
+    /// How many tasks are retained (pending, cancelled-but-unfinished and finished).
     #[must_use]
     pub fn retained_count(&self) -> usize {
         self.shared.tasks.len()
@@ -385,6 +386,18 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     #[must_use]
     pub fn subscribe(&self) -> EventSubscription {
         self.shared.bus.subscribe(self.shared.config.event_buffer)
+    }
+
+    /// True when this tracker and `other` are handles on the same session.
+    #[must_use]
+    pub fn same_session(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+
+    /// A number that tells this session apart from every other live one (for hashing by identity).
+    #[must_use]
+    pub fn session_key(&self) -> usize {
+        Arc::as_ptr(&self.shared).addr()
     }
 
     /// Calls `visit` with the metadata and result of every retained task (for a binding that must show its
@@ -453,8 +466,9 @@ impl<V> TrackerShared<V> {
         }
     }
 
-    /// Cancels each running root with its running descendants, all at one instant; returns how many tasks
-    /// moved (for a single root: zero exactly when that root was not running).
+    /// Cancels each pending root with its pending descendants, all at one instant; returns how many tasks
+    /// moved (for a single root: zero exactly when that root was not pending). Queued tasks it reaches are
+    /// finished too, once the whole cascade has been cancelled.
     ///
     /// A root records `cause` and names `origin` (itself when `None`); its descendants record `Parent` and
     /// name the root's origin. A session-wide cancel reaches every task in its own right, so each records
@@ -473,6 +487,7 @@ impl<V> TrackerShared<V> {
         };
         let mut stack = Vec::new();
         let mut children = Vec::new();
+        let mut finished_unclaimed = Vec::new();
         let mut moved = 0;
         for root in roots {
             let root_origin = origin.unwrap_or(&root.task_id).clone();
@@ -484,19 +499,28 @@ impl<V> TrackerShared<V> {
                     _ if entry.sequence == root_sequence => (&root_origin, cause),
                     _ => (&root_origin, CancelCause::Parent),
                 };
-                if entry.cancel(
+                let outcome = entry.cancel(
                     &request,
                     entry_origin,
                     entry_cause,
                     &self.bus,
                     delivery,
                     &mut children,
-                ) {
-                    moved += 1;
-                    self.running.remove(&entry.sequence);
-                    stack.append(&mut children);
+                );
+                if let CancelOutcome::NotPending = outcome {
+                    continue;
+                }
+                moved += 1;
+                self.running.remove(&entry.sequence);
+                stack.append(&mut children);
+                if let CancelOutcome::CancelledUnclaimed(effects) = outcome {
+                    finished_unclaimed.push((entry, effects));
                 }
             }
+        }
+        // After the cascade, so that the children these leave behind are all cancelled and none is adopted.
+        for (entry, effects) in finished_unclaimed {
+            self.settle(&entry, effects, delivery);
         }
         moved
     }
@@ -526,9 +550,8 @@ impl<V> TrackerShared<V> {
         moved > 0
     }
 
-    /// Records the runner's end of `entry` and does the session's bookkeeping: the running index, the
-    /// tree (its running children go to its nearest unfinished ancestor), retention, its deadline, and
-    /// wake-ups, which `deliver` delivers. Returns `None` if it had already finished.
+    /// Records the runner's end of `entry` and does the session's bookkeeping (see `settle`); the wake-ups go
+    /// to `deliver`. Returns `None` if it had already finished, otherwise whether this end was the transition.
     pub(crate) fn end(
         &self,
         entry: &Arc<TaskEntry<V>>,
@@ -536,18 +559,40 @@ impl<V> TrackerShared<V> {
         deliver: impl FnOnce(Delivery),
     ) -> Option<bool> {
         let mut delivery = Delivery::default();
-        let Some(effects) = entry.end(end, &self.bus, &mut delivery) else {
-            deliver(delivery);
-            return None;
-        };
+        let ended = self.end_into(entry, end, &mut delivery);
+        deliver(delivery);
+        ended
+    }
+
+    fn end_into(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        end: RunnerEnd<V>,
+        delivery: &mut Delivery,
+    ) -> Option<bool> {
+        let effects = entry.end(end, &self.bus, delivery)?;
+        let transitioned = effects.transitioned;
+        self.settle(entry, effects, delivery);
+        Some(transitioned)
+    }
+
+    /// The session's bookkeeping for a task that has just finished: the pending index, the tree (its pending
+    /// children go to its nearest unfinished ancestor), retention, its timers, and the registry.
+    fn settle(&self, entry: &Arc<TaskEntry<V>>, effects: EndEffects<V>, delivery: &mut Delivery) {
         if effects.transitioned {
             self.running.remove(&entry.sequence);
         }
         if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);
         }
-        if !effects.orphans.is_empty() {
-            self.adopt(effects.parent, effects.orphans, &mut delivery);
+        // A cancelled child needs no adopter: no cancel can reach it again.
+        let orphans: Vec<_> = effects
+            .orphans
+            .into_iter()
+            .filter(|orphan| orphan.status().is_pending())
+            .collect();
+        if !orphans.is_empty() {
+            self.adopt(effects.parent, orphans, delivery);
         }
         let released = self.finished.record(entry);
         if let Some(evicted) = &released.evicted {
@@ -556,14 +601,34 @@ impl<V> TrackerShared<V> {
             });
         }
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
-        if let Some(key) = effects.deadline_key {
+        for key in [effects.deadline_key, effects.claim_timeout_key]
+            .into_iter()
+            .flatten()
+        {
             deadline_timer::unschedule(key);
         }
-        deliver(delivery);
-        Some(effects.transitioned)
+        self.leave_registry_if_drained();
+        // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
+        drop(released);
     }
 
-    /// Hands the running children of a task that finished to its nearest unfinished ancestor, so that the
+    /// A closed session in a registry leaves it once none of its tasks is unfinished.
+    fn leave_registry_if_drained(&self) {
+        if self.closed.get().is_none() {
+            return;
+        }
+        let Some(registry) = self.registry.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        // Every retained run is either counted by the retention window or unfinished; a run being recorded or
+        // evicted right now is counted on the unfinished side, so the last end to finish its bookkeeping is
+        // the one that sees zero.
+        if self.tasks.len() <= self.finished.retained() {
+            registry.leave(&self.session_id, self);
+        }
+    }
+
+    /// Hands the pending children of a task that finished to its nearest unfinished ancestor, so that the
     /// ancestor's cancel still reaches them; a cancelled ancestor cancels them instead.
     fn adopt(
         &self,
@@ -609,6 +674,112 @@ impl<V> TrackerShared<V> {
 }
 
 impl<V: Send + Sync + 'static> TrackerShared<V> {
+    /// Makes a new task live in the session (the common part of `start` and `reserve`).
+    fn open(
+        self: &Arc<Self>,
+        start: TaskStart<V>,
+        opening: Opening,
+    ) -> Result<Arc<TaskEntry<V>>, TrackerError> {
+        let task_id: Arc<str> = match start.task_id {
+            Some(task_id) => {
+                validate_task_id("task_id", &task_id)?;
+                task_id
+            }
+            None => Arc::from(generate_id()),
+        };
+        if let Some(parent_id) = &start.parent_id {
+            validate_task_id("parent_id", parent_id)?;
+        }
+        if self.closed.get().is_some() {
+            return Err(TrackerError::SessionClosed {
+                session_id: self.session_id.clone(),
+            });
+        }
+        let parent = match &start.parent_id {
+            Some(parent_id) => Some(
+                self.lookup(parent_id)
+                    .ok_or_else(|| TrackerError::unknown_task(parent_id, &self.session_id))?,
+            ),
+            None => None,
+        };
+        // A child never outlives its parent's deadline, unless it was started out of the parent's reach.
+        let inherited_deadline = parent
+            .as_ref()
+            .filter(|_| !start.detached)
+            .and_then(|parent| parent.deadline);
+        let deadline = match (start.deadline, inherited_deadline) {
+            (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
+            (own, inherited) => own.or(inherited),
+        };
+        let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
+        // Built inside the allocation (`new_cyclic` allocates first), not on the stack and then copied: the
+        // copy of this large struct was a measurable share of a lifecycle.
+        let entry = Arc::new_cyclic(|_| {
+            TaskEntry::new(
+                sequence,
+                task_id.clone(),
+                parent.clone(),
+                start.agent,
+                start.description,
+                start.metadata,
+                deadline,
+                start.detached,
+                matches!(opening, Opening::Reserve { .. }),
+                SystemTime::now(),
+            )
+        });
+        let mut delivery = Delivery::default();
+        let opened = entry.open(
+            parent.as_ref(),
+            |starts_cancelled| self.make_visible(&entry, starts_cancelled),
+            &self.bus,
+            &mut delivery,
+        );
+        let finished_unclaimed = match opened {
+            Ok(effects) => effects,
+            Err(refusal) => {
+                delivery.deliver();
+                return Err(match refusal {
+                    OpenRefusal::DuplicateTask => TrackerError::DuplicateTask {
+                        task_id,
+                        session_id: self.session_id.clone(),
+                    },
+                    OpenRefusal::ParentFinished => TrackerError::ParentFinished {
+                        parent_id: Arc::from(start.parent_id.unwrap_or_default()),
+                        session_id: self.session_id.clone(),
+                    },
+                });
+            }
+        };
+        if let Some(effects) = finished_unclaimed {
+            self.settle(&entry, effects, &mut delivery);
+        }
+        if let Opening::Reserve {
+            claim_timeout: Some(claim_timeout),
+        } = opening
+        {
+            self.arm_claim_timeout(&entry, claim_timeout);
+        }
+        if let Some(deadline) = deadline {
+            self.arm_deadline(&entry, deadline, &mut delivery);
+        }
+        if !start.linked.is_empty() {
+            self.link(&entry, start.linked, &mut delivery);
+        }
+        if let Some(reason) = self.closed.get() {
+            // `close` may have swept the running tasks before this one became visible; finish its work here.
+            self.cancel_trees(
+                [entry.clone()],
+                reason,
+                CancelCause::Session,
+                None,
+                &mut delivery,
+            );
+        }
+        delivery.deliver();
+        Ok(entry)
+    }
+
     /// Cancels `entry` when `deadline` passes, on the shared timer thread; at once if it already has.
     fn arm_deadline(
         self: &Arc<Self>,
@@ -677,6 +848,43 @@ impl<V: Send + Sync + 'static> Dependent for LinkedTask<V> {
     fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
             tracker.cancel_trees([entry], &source.reason, CancelCause::Linked, None, delivery);
+        }
+    }
+}
+
+impl<V: Send + Sync + 'static> TrackerShared<V> {
+    /// Fails `entry` if it is still queued when `claim_timeout` has passed.
+    fn arm_claim_timeout(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, claim_timeout: Duration) {
+        let Some(at) = Instant::now().checked_add(claim_timeout) else {
+            return;
+        };
+        let expiry = ClaimExpiry {
+            tracker: Arc::downgrade(self),
+            entry: Arc::downgrade(entry),
+            claim_timeout,
+        };
+        let key = deadline_timer::schedule(at, Box::new(expiry));
+        if !entry.keep_claim_timeout_key(key) {
+            deadline_timer::unschedule(key);
+        }
+    }
+}
+
+/// The timer's way back to a reservation whose claim timeout passed.
+struct ClaimExpiry<V> {
+    tracker: Weak<TrackerShared<V>>,
+    entry: Weak<TaskEntry<V>>,
+    claim_timeout: Duration,
+}
+
+impl<V: Send + Sync + 'static> Expire for ClaimExpiry<V> {
+    fn expire(&self, delivery: &mut Delivery) {
+        if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
+            let error = format!(
+                "{CLAIM_TIMEOUT_ERROR} of {} seconds",
+                self.claim_timeout.as_secs_f64()
+            );
+            tracker.end_into(&entry, RunnerEnd::ClaimExpired(Arc::from(error)), delivery);
         }
     }
 }

@@ -34,4 +34,28 @@ fn tasks_that_finish_first_leave_no_timers_or_callbacks_behind() {
     assert_eq!(pending_deadlines(), 0);
     assert!(tokens.iter().all(|token| token.callback_count() == 0));
     assert_eq!(runs.load(Ordering::Relaxed), 0);
+
+    // Reservations hold a claim timeout and a deadline each; claimed, cancelled or ended by id, they leave
+    // neither behind.
+    let hour = Duration::from_secs(3600);
+    for index in 0..300 {
+        let start = TaskStart::new()
+            .task_id(format!("queued-{index}"))
+            .timeout(hour);
+        tracker.reserve(start, Some(hour)).unwrap();
+    }
+    assert_eq!(pending_deadlines(), 600);
+    for index in 0..100 {
+        assert!(tracker
+            .claim(&format!("queued-{index}"))
+            .unwrap()
+            .complete(None));
+    }
+    for index in 100..200 {
+        assert!(tracker.cancel(&format!("queued-{index}"), None));
+    }
+    for index in 200..300 {
+        assert!(tracker.end(&format!("queued-{index}"), Err("gone")));
+    }
+    assert_eq!(pending_deadlines(), 0);
 }

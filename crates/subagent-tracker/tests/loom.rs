@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use loom::thread;
 use subagent_tracker::{
-    CancelCause, InMemorySubagentTaskTracker, SubagentStatus, TaskStart, TrackerConfig,
+    CancelCause, InMemoryRegistry, InMemorySubagentTaskTracker, SubagentStatus, TaskStart,
+    TrackerConfig,
 };
 
 fn model(scenario: impl Fn() + Sync + Send + 'static) {
@@ -181,5 +182,60 @@ fn adoption_walks_past_ancestors_that_finish_concurrently() {
             leaf.is_cancelled(),
             "the root's cancel missed a running descendant"
         );
+    });
+}
+
+/// A claim and a cancel of a reserved task race: the cancel always wins its transition, and the runner always
+/// gets a handle whose token has fired.
+#[test]
+fn claim_races_cancel() {
+    model(|| {
+        let tracker = tracker(16);
+        tracker
+            .reserve(TaskStart::new().task_id("task"), None)
+            .unwrap();
+        let canceller = tracker.clone();
+        let cancel = thread::spawn(move || canceller.cancel("task", None));
+        let handle = tracker.claim("task").unwrap();
+        assert!(cancel.join().unwrap());
+        assert!(handle.is_cancelled());
+        assert!(!handle.complete(None));
+        let snapshot = tracker.get("task").unwrap();
+        assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+        assert!(snapshot.finished);
+    });
+}
+
+/// Two runners claim one reserved task: exactly one gets it.
+#[test]
+fn claims_race() {
+    model(|| {
+        let tracker = tracker(16);
+        tracker
+            .reserve(TaskStart::new().task_id("task"), None)
+            .unwrap();
+        let rival = tracker.clone();
+        let other = thread::spawn(move || rival.claim("task").ok());
+        let mine = tracker.claim("task").ok();
+        let other = other.join().unwrap();
+        assert!(mine.is_some() ^ other.is_some());
+        assert_eq!(tracker.get("task").unwrap().status, SubagentStatus::Running);
+        drop((mine, other));
+    });
+}
+
+/// A session closed through its registry while its last task ends leaves the registry, whichever comes first.
+#[test]
+fn close_races_the_last_end() {
+    model(|| {
+        let registry: InMemoryRegistry = InMemoryRegistry::new();
+        let session = registry
+            .session(Some("session"), TrackerConfig::default())
+            .unwrap();
+        let handle = session.start(TaskStart::new().task_id("task")).unwrap();
+        let ender = thread::spawn(move || handle.complete(None));
+        session.close(None);
+        ender.join().unwrap();
+        assert!(registry.get_session("session").is_none());
     });
 }

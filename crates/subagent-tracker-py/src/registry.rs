@@ -1,0 +1,100 @@
+//! `Registry`: sessions looked up by id, backed by the core's in-memory registry.
+
+use pyo3::gc::PyVisit;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use pyo3::PyTraverseError;
+use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
+
+use crate::arguments::{self, Id, SessionIdArgument};
+use crate::errors::tracker_error;
+use crate::package_imports::session_class;
+use crate::python_types::PyValue;
+use crate::session::SessionState;
+
+/// The live sessions of this process, by id.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct Registry {
+    registry: InMemoryRegistry<PyValue>,
+}
+
+/// The `subagent_tracker.Session` object for a session of the registry.
+fn session_object(
+    py: Python<'_>,
+    tracker: InMemorySubagentTaskTracker<PyValue>,
+) -> PyResult<Py<PyAny>> {
+    let keywords = PyDict::new(py);
+    keywords.set_item("_state", SessionState { tracker })?;
+    Ok(session_class(py)?.call((), Some(&keywords))?.unbind())
+}
+
+#[pymethods]
+impl Registry {
+    #[new]
+    fn new() -> Registry {
+        Registry {
+            registry: InMemoryRegistry::new(),
+        }
+    }
+
+    /// The live session `session_id`, created with these settings if there is none.
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        session_id: Option<Id<SessionIdArgument>>,
+        max_finished_tasks: Option<&Bound<'_, PyAny>>,
+        event_buffer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let config = arguments::tracker_config(max_finished_tasks, event_buffer)?;
+        let tracker = self
+            .registry
+            .session(session_id.as_ref().map(|id| &*id.0), config)
+            .map_err(|error| tracker_error(py, error))?;
+        session_object(py, tracker)
+    }
+
+    /// The live session `session_id`, or None; never creates one.
+    fn get_session(
+        &self,
+        py: Python<'_>,
+        session_id: Id<SessionIdArgument>,
+    ) -> PyResult<Option<Py<PyAny>>> {
+        self.registry
+            .get_session(&session_id.0)
+            .map(|tracker| session_object(py, tracker))
+            .transpose()
+    }
+
+    /// The ids of the live sessions.
+    fn sessions(&self) -> Vec<String> {
+        let mut ids: Vec<String> = self
+            .registry
+            .sessions()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        let mut outcome = Ok(());
+        self.registry.visit_sessions(|session| {
+            session.visit_values(|value| {
+                if outcome.is_ok() {
+                    outcome = value.visit(&visit);
+                }
+            });
+        });
+        outcome
+    }
+
+    fn __clear__(&self) {
+        self.registry.clear();
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Registry(sessions={})", self.registry.sessions().len())
+    }
+}

@@ -1,0 +1,130 @@
+//! Sessions looked up by id, for the code that must stop a run without holding its session.
+//!
+//! # Lock order
+//!
+//! The registry's lock is a leaf: no tracker lock is taken under it, and a tracker calls into the registry
+//! (to leave it) with none of its own locks held. Sessions that leave are dropped after the lock is released.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use foldhash::fast::RandomState;
+
+use crate::sync::Mutex;
+use crate::task_id::validate_task_id;
+use crate::tracker::TrackerShared;
+use crate::{InMemorySubagentTaskTracker, TrackerConfig, TrackerError};
+
+/// The live sessions of one process, by id: the embedded default registry.
+///
+/// [`session`](Self::session) returns the live session with an id, creating it if there is none, so every
+/// part of a program that names a session reaches the same one. A session closed with
+/// [`close`](InMemorySubagentTaskTracker::close) leaves the registry once all its tasks are finished; the id
+/// then names a new session. Cheap to clone: clones share the sessions.
+pub struct InMemoryRegistry<V = String> {
+    shared: Arc<RegistryShared<V>>,
+}
+
+pub(crate) struct RegistryShared<V> {
+    sessions: Mutex<HashMap<Arc<str>, InMemorySubagentTaskTracker<V>, RandomState>>,
+}
+
+impl<V> Clone for InMemoryRegistry<V> {
+    fn clone(&self) -> Self {
+        InMemoryRegistry {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> InMemoryRegistry<V> {
+    /// An empty registry.
+    #[must_use]
+    pub fn new() -> Self {
+        InMemoryRegistry {
+            shared: Arc::new(RegistryShared {
+                sessions: Mutex::new(HashMap::with_hasher(RandomState::default())),
+            }),
+        }
+    }
+
+    /// The live session `session_id`, created with `config` if there is none (`config` is ignored for a
+    /// session that exists). `None` creates a session with a generated id. Of concurrent calls for one id,
+    /// exactly one creates it and all return it.
+    ///
+    /// # Errors
+    /// [`TrackerError::InvalidId`] for an empty or oversized id.
+    pub fn session(
+        &self,
+        session_id: Option<&str>,
+        config: TrackerConfig,
+    ) -> Result<InMemorySubagentTaskTracker<V>, TrackerError> {
+        if let Some(session_id) = session_id {
+            validate_task_id("session_id", session_id)?;
+            if let Some(session) = self.get_session(session_id) {
+                return Ok(session);
+            }
+        }
+        // Made outside the lock (it generates ids and allocates); a racing creator's copy is dropped unused.
+        // It knows its registry before anyone can reach it, so a close always finds the registry to leave.
+        let created = InMemorySubagentTaskTracker::with_config(session_id, config);
+        let _ = created.shared().registry.set(Arc::downgrade(&self.shared));
+        let session = self
+            .shared
+            .sessions
+            .lock()
+            .entry(created.session_id().clone())
+            .or_insert(created)
+            .clone();
+        Ok(session)
+    }
+
+    /// The live session `session_id`, or `None`; never creates one.
+    #[must_use]
+    pub fn get_session(&self, session_id: &str) -> Option<InMemorySubagentTaskTracker<V>> {
+        self.shared.sessions.lock().get(session_id).cloned()
+    }
+
+    /// The ids of the live sessions, in no particular order.
+    #[must_use]
+    pub fn sessions(&self) -> Vec<Arc<str>> {
+        self.shared.sessions.lock().keys().cloned().collect()
+    }
+
+    /// Calls `visit` with every live session (for a binding that must show its garbage collector what the
+    /// registry holds). The registry is not locked while `visit` runs.
+    pub fn visit_sessions(&self, mut visit: impl FnMut(&InMemorySubagentTaskTracker<V>)) {
+        let sessions: Vec<_> = self.shared.sessions.lock().values().cloned().collect();
+        for session in &sessions {
+            visit(session);
+        }
+    }
+
+    /// Forgets every session (they keep working for whoever holds them).
+    pub fn clear(&self) {
+        let sessions = std::mem::take(&mut *self.shared.sessions.lock());
+        drop(sessions);
+    }
+}
+
+impl<V: Clone + Send + Sync + 'static> Default for InMemoryRegistry<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V> RegistryShared<V> {
+    /// Removes `session` from the registry, if the id still names that session.
+    pub(crate) fn leave(&self, session_id: &str, session: &TrackerShared<V>) {
+        let left = {
+            let mut sessions = self.sessions.lock();
+            match sessions.get(session_id) {
+                Some(listed) if std::ptr::eq(Arc::as_ptr(listed.shared()), session) => {
+                    sessions.remove(session_id)
+                }
+                _ => None,
+            }
+        };
+        drop(left);
+    }
+}

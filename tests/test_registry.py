@@ -1,0 +1,140 @@
+"""CONTRACT §19: sessions looked up by id in a registry."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import threading
+import weakref
+
+import pytest
+
+from subagent_tracker import Registry, Session
+
+
+def test_session_gets_or_creates_and_get_session_never_creates() -> None:
+    registry = Registry()
+    assert registry.get_session("run") is None
+    created = registry.session("run", max_finished_tasks=7)
+    assert isinstance(created, Session)
+    assert created.session_id == "run"
+    again = registry.session("run", max_finished_tasks=99)
+    assert again == created and hash(again) == hash(created)
+    assert again.max_finished_tasks == 7, "an existing session keeps its settings"
+    assert registry.get_session("run") == created
+    assert registry.get_session("other") is None
+    assert registry.sessions() == ["run"]
+    assert created != Session("run"), "a session made outside the registry is another session"
+
+
+def test_a_generated_session_id_is_listed() -> None:
+    registry = Registry()
+    session = registry.session()
+    assert registry.sessions() == [session.session_id]
+
+
+@pytest.mark.parametrize(
+    ("session_id", "error"), [("", ValueError), (5, TypeError), ("x" * 10_000, ValueError)]
+)
+def test_bad_session_ids_are_refused(session_id: object, error: type[Exception]) -> None:
+    registry = Registry()
+    with pytest.raises(error, match="session_id"):
+        registry.session(session_id)  # type: ignore[arg-type]
+    with pytest.raises(error, match="session_id"):
+        registry.get_session(session_id)  # type: ignore[arg-type]
+    assert registry.sessions() == []
+
+
+def test_bad_settings_create_nothing() -> None:
+    registry = Registry()
+    with pytest.raises(ValueError, match="max_finished_tasks"):
+        registry.session("run", max_finished_tasks=-1)
+    assert registry.sessions() == []
+
+
+def test_a_stop_reaches_a_task_through_the_registry() -> None:
+    registry = Registry()
+    handle = registry.session("run").start_subagent_task("worker")
+    # The code that receives "stop" holds only the ids.
+    session = registry.get_session("run")
+    assert session is not None
+    assert session.cancel_subagent_task("worker", reason="user pressed stop")
+    assert handle.token.is_cancelled
+    handle.complete()
+
+
+def test_a_session_from_the_registry_awaits_and_spawns() -> None:
+    async def main() -> None:
+        registry = Registry()
+        session = registry.session("run")
+
+        async def work(handle: object) -> str:
+            return "done"
+
+        spawned = session.spawn_subagent_task(work, "job")
+        final = await registry.session("run").wait_subagent_task("job", timeout=5)
+        assert final.result == "done"
+        await spawned
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_a_closed_session_leaves_once_its_tasks_are_finished() -> None:
+    registry = Registry()
+    session = registry.session("run")
+    running = session.start_subagent_task("a")
+    session.reserve_subagent_task("q")
+    assert session.close() == 2
+    assert registry.get_session("run") is not None, "a cancelled runner is still running"
+    running.complete()
+    assert registry.get_session("run") is None
+    assert registry.sessions() == []
+    fresh = registry.session("run")
+    assert fresh != session and not fresh.closed
+    queued = session.subagent_task("q")
+    assert queued is not None and queued.finished, "the old session keeps answering"
+
+
+def test_an_empty_session_leaves_when_closed_and_an_open_one_stays() -> None:
+    registry = Registry()
+    registry.session("open").start_subagent_task().complete()
+    registry.session("empty").close()
+    assert registry.sessions() == ["open"]
+
+
+def test_concurrent_get_or_create_makes_one_session() -> None:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for round_ in range(50):
+            registry = Registry()
+            barrier = threading.Barrier(4)
+            sessions: list[Session] = []
+            threads = [threading.Thread(target=_create, args=(registry, barrier, sessions)) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert len(sessions) == 4 and all(session == sessions[0] for session in sessions), round_
+            assert registry.sessions() == ["run"]
+    finally:
+        sys.setswitchinterval(previous)
+
+
+def _create(registry: Registry, barrier: threading.Barrier, sessions: list[Session]) -> None:
+    barrier.wait()
+    sessions.append(registry.session("run"))
+
+
+def test_a_registry_in_a_cycle_through_task_metadata_is_collected() -> None:
+    class Marker:
+        pass
+
+    registry = Registry()
+    marker = Marker()
+    registry.session("run").reserve_subagent_task("job", metadata={"registry": registry, "marker": marker})
+    collected = weakref.ref(marker)
+    del registry, marker
+    gc.collect()
+    assert collected() is None
