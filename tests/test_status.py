@@ -13,8 +13,20 @@ from subagent_tracker import Session, SubagentStatus
 
 def test_status_is_an_enum_with_lowercase_values() -> None:
     assert issubclass(SubagentStatus, enum.Enum)
-    assert [member.name for member in SubagentStatus] == ["RUNNING", "COMPLETED", "FAILED", "CANCELLED"]
-    assert [member.value for member in SubagentStatus] == ["running", "completed", "failed", "cancelled"]
+    assert [member.name for member in SubagentStatus] == [
+        "QUEUED",
+        "RUNNING",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+    ]
+    assert [member.value for member in SubagentStatus] == [
+        "queued",
+        "running",
+        "completed",
+        "failed",
+        "cancelled",
+    ]
     assert SubagentStatus["CANCELLED"] is SubagentStatus("cancelled") is SubagentStatus.CANCELLED
 
 

@@ -28,6 +28,7 @@ AGENTS = ("researcher", "coder", "reviewer", "summarizer", "tool-runner")
 TOOLS = ("web_search", "read_file", "run_tests", "query_db", "fetch_url")
 COLOUR = sys.stdout.isatty()
 STATUS_COLOURS = {
+    SubagentStatus.QUEUED: "\x1b[2m" if COLOUR else "",
     SubagentStatus.RUNNING: "\x1b[36m" if COLOUR else "",
     SubagentStatus.COMPLETED: "\x1b[32m" if COLOUR else "",
     SubagentStatus.FAILED: "\x1b[31m" if COLOUR else "",
