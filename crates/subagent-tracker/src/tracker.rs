@@ -518,7 +518,9 @@ impl<V> TrackerShared<V> {
                 }
             }
         }
-        // After the cascade, so that the children these leave behind are all cancelled and none is adopted.
+        // After the cascade, so that the children these leave behind are all cancelled and none is adopted; in
+        // start order, so that which of them retention evicts first does not depend on the walk.
+        finished_unclaimed.sort_unstable_by_key(|(entry, _)| entry.sequence);
         for (entry, effects) in finished_unclaimed {
             self.settle(&entry, effects, delivery);
         }

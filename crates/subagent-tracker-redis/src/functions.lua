@@ -1,0 +1,334 @@
+#!lua name=subagent_tracker_v1
+--[[
+The transitions of subagent-tracker sessions stored in Redis: each function runs atomically on the server, so
+the first transition out of a pending status wins across every process.
+
+Keys. Every key of a session shares the session's hash tag, so a session lives in one cluster slot. KEYS[1] is
+the session's hash (`<prefix>{<session>}:session`); the other keys are named from it:
+
+  <base>session        hash: seq (start counter), retained (finished runs counted against the bound),
+                       closed (the first close reason), max (max_finished_tasks)
+  <base>t:<task>       hash: the task's current run (fields below)
+  <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
+                       cascade walks through finished tasks to their pending descendants)
+  <base>pending        sorted set: pending, uncancelled task ids by run
+  <base>all            sorted set: retained task ids by run (start order)
+  <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
+
+Task fields: run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
+(the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
+worker, started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
+progress_count, deadline.
+
+Cancels of tasks that a worker runs are published to "<prefix>worker:<id>" as "<session>\t<task>\t<run>", the
+worker then reads the cancel's details with `st_status`; a lost message is found by the worker's reconcile.
+]]
+
+local PENDING = { queued = true, running = true }
+
+local function now()
+  local time = redis.call('TIME')
+  return string.format('%d.%06d', time[1], time[2])
+end
+
+local function base_of(session_key)
+  return string.sub(session_key, 1, #session_key - #'session')
+end
+
+local function task_key(base, task_id) return base .. 't:' .. task_id end
+local function children_key(base, run) return base .. 'c:' .. run end
+
+-- The prefix of worker channels: everything before the session's hash tag.
+local function channel_of(base, worker)
+  local prefix = string.match(base, '^(.-){')
+  return prefix .. 'worker:' .. worker
+end
+
+local function fields(key, ...)
+  return redis.call('HMGET', key, ...)
+end
+
+-- A run that leaves the retained window: its attached children move to its own parent's set (the nearest
+-- retained ancestor adopts them), and it leaves its parent's set.
+local function release_run(base, task_id, run)
+  local key = task_key(base, task_id)
+  local link = fields(key, 'lp', 'lr')
+  local parent_id, parent_run = link[1], link[2]
+  local parent_alive = false
+  if parent_id then
+    parent_alive = redis.call('HGET', task_key(base, parent_id), 'run') == parent_run
+    redis.call('SREM', children_key(base, parent_run), task_id)
+  end
+  local children = redis.call('SMEMBERS', children_key(base, run))
+  for _, child in ipairs(children) do
+    local child_key = task_key(base, child)
+    if parent_alive then
+      redis.call('SADD', children_key(base, parent_run), child)
+      redis.call('HSET', child_key, 'lp', parent_id, 'lr', parent_run)
+    else
+      redis.call('HDEL', child_key, 'lp', 'lr')
+    end
+  end
+  redis.call('DEL', children_key(base, run))
+end
+
+-- Counts a finished run against the bound and evicts the oldest finished runs beyond it.
+local function retain(base, session_key, task_id, run)
+  redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
+  local retained = redis.call('HINCRBY', session_key, 'retained', 1)
+  local max = tonumber(redis.call('HGET', session_key, 'max'))
+  while retained > max do
+    local entry = redis.call('LPOP', base .. 'finished')
+    if not entry then break end
+    local tab = string.find(entry, '\t', 1, true)
+    local old_id, old_run = string.sub(entry, 1, tab - 1), string.sub(entry, tab + 1)
+    local old_key = task_key(base, old_id)
+    if redis.call('HGET', old_key, 'run') == old_run then
+      release_run(base, old_id, old_run)
+      redis.call('DEL', old_key)
+      redis.call('ZREM', base .. 'all', old_id)
+      retained = redis.call('HINCRBY', session_key, 'retained', -1)
+    end
+  end
+end
+
+local function finish(base, session_key, key, task_id, run, at)
+  redis.call('HSET', key, 'fin', '1', 'ended_at', at)
+  redis.call('ZREM', base .. 'pending', task_id)
+  retain(base, session_key, task_id, run)
+end
+
+-- Cancels pending roots and their pending descendants. Returns how many moved. `cause` is recorded on each
+-- root, "parent" on descendants (naming the root as origin); "session" makes every task its own origin.
+local function cancel_trees(base, session_key, roots, reason, cause, at)
+  local moved = 0
+  for _, root in ipairs(roots) do
+    local stack = { root }
+    while #stack > 0 do
+      local task_id = table.remove(stack)
+      local key = task_key(base, task_id)
+      local state = fields(key, 'status', 'run', 'worker')
+      local status, run, worker = state[1], state[2], state[3]
+      if status and PENDING[status] then
+        local entry_cause, origin = cause, root
+        if cause == 'session' then origin = task_id
+        elseif task_id ~= root then entry_cause = 'parent' end
+        redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,
+          'origin', origin, 'cause', entry_cause)
+        redis.call('ZREM', base .. 'pending', task_id)
+        moved = moved + 1
+        if status == 'queued' then
+          finish(base, session_key, key, task_id, run, at)
+        elseif worker then
+          redis.call('PUBLISH', channel_of(base, worker),
+            string.sub(base, string.find(base, '{', 1, true) + 1, -3) .. '\t' .. task_id .. '\t' .. run)
+        end
+      end
+      if status and cause ~= 'session' then
+        for _, child in ipairs(redis.call('SMEMBERS', children_key(base, run))) do
+          table.insert(stack, child)
+        end
+      end
+    end
+  end
+  return moved
+end
+
+-- st_open(session_key; task_id, parent_id, agent, description, metadata, detached, reserved, worker,
+-- deadline, max_finished): a start or a reservation. Returns {run, status, fin} or an error reply whose
+-- message starts with DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
+local function st_open(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local task_id, parent_id, agent, description, metadata = args[1], args[2], args[3], args[4], args[5]
+  local detached, reserved, worker, deadline = args[6] == '1', args[7] == '1', args[8], args[9]
+  redis.call('HSETNX', session_key, 'max', args[10])
+  if redis.call('HEXISTS', session_key, 'closed') == 1 then
+    return redis.error_reply('CLOSED')
+  end
+  local key = task_key(base, task_id)
+  local old = fields(key, 'run', 'fin')
+  if old[1] and old[2] ~= '1' then
+    return redis.error_reply('DUPLICATE')
+  end
+  local inherited = nil
+  local parent_run = nil
+  if parent_id ~= '' then
+    local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'reason', 'origin')
+    if not parent[1] then return redis.error_reply('UNKNOWN_PARENT') end
+    if parent[2] == '1' then return redis.error_reply('PARENT_FINISHED') end
+    parent_run = parent[1]
+    if parent[3] == 'cancelled' and not detached then
+      inherited = { reason = parent[4], origin = parent[5] }
+    end
+  end
+  if old[1] then
+    -- A finished run of this id is replaced: it stops counting against the bound now.
+    release_run(base, task_id, old[1])
+    redis.call('DEL', key)
+    redis.call('HINCRBY', session_key, 'retained', -1)
+  end
+  local run = redis.call('HINCRBY', session_key, 'seq', 1)
+  local at = now()
+  local status = reserved and 'queued' or 'running'
+  redis.call('HSET', key, 'run', run, 'status', status, 'started_at', at)
+  local optional = { parent = parent_id, agent = agent, description = description, metadata = metadata,
+    worker = worker, deadline = deadline }
+  for name, value in pairs(optional) do
+    if value ~= '' then redis.call('HSET', key, name, value) end
+  end
+  if detached then redis.call('HSET', key, 'detached', '1') end
+  if reserved then redis.call('HSET', key, 'reserved', '1') end
+  if parent_run and not detached then
+    redis.call('SADD', children_key(base, parent_run), task_id)
+    redis.call('HSET', key, 'lp', parent_id, 'lr', parent_run)
+  end
+  redis.call('ZADD', base .. 'all', run, task_id)
+  local fin = '0'
+  if inherited then
+    redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', inherited.reason,
+      'origin', inherited.origin, 'cause', 'parent')
+    if reserved then
+      finish(base, session_key, key, task_id, run, at)
+      fin = '1'
+    end
+    status = 'cancelled'
+  else
+    redis.call('ZADD', base .. 'pending', run, task_id)
+  end
+  return { run, status, fin }
+end
+
+-- st_cancel(session_key; task_id, reason, cause): a cancel of one task and its pending descendants. Returns
+-- 1 when the task itself moved, 0 otherwise.
+local function st_cancel(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local key = task_key(base, args[1])
+  local status = redis.call('HGET', key, 'status')
+  if not status or not PENDING[status] then return 0 end
+  cancel_trees(base, session_key, { args[1] }, args[2], args[3], now())
+  return 1
+end
+
+-- st_cancel_all(session_key; reason, close): cancels every pending task; with close = "1", first records the
+-- session as closed (keeping the first reason). Returns how many moved.
+local function st_cancel_all(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local reason = args[1]
+  if args[2] == '1' then
+    redis.call('HSETNX', session_key, 'closed', reason)
+    reason = redis.call('HGET', session_key, 'closed')
+  end
+  local roots = redis.call('ZRANGE', base .. 'pending', 0, -1)
+  return cancel_trees(base, session_key, roots, reason, 'session', now())
+end
+
+-- st_end(session_key; task_id, run, outcome, value): the runner's end (outcome completed, failed or stopped),
+-- an end recorded by id (run ""), or an expired claim (outcome claim_expired: fails only a queued task).
+-- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one.
+local function st_end(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local task_id, run, outcome, value = args[1], args[2], args[3], args[4]
+  local key = task_key(base, task_id)
+  local state = fields(key, 'run', 'status', 'fin')
+  if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then return { 0, 0 } end
+  local status = state[2]
+  if outcome == 'claim_expired' then
+    if status ~= 'queued' then return { 0, 0 } end
+    outcome = 'failed'
+  end
+  local transitioned = 0
+  if PENDING[status] and outcome ~= 'stopped' then
+    redis.call('HSET', key, 'status', outcome)
+    transitioned = 1
+  end
+  if outcome == 'completed' and value ~= '' then
+    redis.call('HSET', key, 'result', value)
+  elseif outcome == 'failed' then
+    redis.call('HSET', key, 'error', value)
+  end
+  finish(base, session_key, key, task_id, state[1], now())
+  return { transitioned, 1 }
+end
+
+-- st_claim(session_key; task_id, worker): a runner takes a reserved task. Returns {run, status}; errors
+-- UNKNOWN, CLAIMED or ENDED <status>.
+local function st_claim(keys, args)
+  local base = base_of(keys[1])
+  local key = task_key(base, args[1])
+  local state = fields(key, 'run', 'status', 'reserved', 'claimed_at')
+  if not state[1] then return redis.error_reply('UNKNOWN') end
+  if state[3] ~= '1' or state[4] then return redis.error_reply('CLAIMED') end
+  local status = state[2]
+  if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
+  if status == 'queued' then status = 'running' end
+  redis.call('HSET', key, 'status', status, 'claimed_at', now(), 'worker', args[2])
+  return { state[1], status }
+end
+
+-- st_progress(session_key; task_id, run, message): records a progress message on an unfinished run.
+local function st_progress(keys, args)
+  local key = task_key(base_of(keys[1]), args[1])
+  local state = fields(key, 'run', 'fin')
+  if state[1] ~= args[2] or state[2] == '1' then return 0 end
+  redis.call('HSET', key, 'progress', args[3])
+  redis.call('HINCRBY', key, 'progress_count', 1)
+  return 1
+end
+
+local function snapshot(base, task_id)
+  return redis.call('HGETALL', task_key(base, task_id))
+end
+
+-- st_get(session_key; task_id): the task's fields as a flat list, empty when not retained.
+local function st_get(keys, args)
+  return snapshot(base_of(keys[1]), args[1])
+end
+
+-- st_list(session_key; which): the fields of every pending ("pending") or retained ("all") task, in start order.
+local function st_list(keys, args)
+  local base = base_of(keys[1])
+  local listed = {}
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. args[1], 0, -1)) do
+    table.insert(listed, snapshot(base, task_id))
+  end
+  return listed
+end
+
+-- st_status(session_key; task_id, run, ...): for each run a worker runs, {status, reason, origin, cause}, or
+-- {"gone"} when that run is no longer the task's current one.
+local function st_status(keys, args)
+  local base = base_of(keys[1])
+  local statuses = {}
+  for index = 1, #args, 2 do
+    local state = fields(task_key(base, args[index]), 'run', 'status', 'reason', 'origin', 'cause')
+    if state[1] ~= args[index + 1] then
+      table.insert(statuses, { 'gone' })
+    else
+      table.insert(statuses, { state[2], state[3] or '', state[4] or '', state[5] or '' })
+    end
+  end
+  return statuses
+end
+
+-- st_session(session_key): {closed reason or "", pending count, retained count}, or {} for no session.
+local function st_session(keys)
+  local base = base_of(keys[1])
+  if redis.call('EXISTS', keys[1]) == 0 then return {} end
+  return { redis.call('HGET', keys[1], 'closed') or '', redis.call('ZCARD', base .. 'pending'),
+    redis.call('ZCARD', base .. 'all') }
+end
+
+redis.register_function('st_open', st_open)
+redis.register_function('st_cancel', st_cancel)
+redis.register_function('st_cancel_all', st_cancel_all)
+redis.register_function('st_end', st_end)
+redis.register_function('st_claim', st_claim)
+redis.register_function('st_progress', st_progress)
+redis.register_function{ function_name = 'st_get', callback = st_get, flags = { 'no-writes' } }
+redis.register_function{ function_name = 'st_list', callback = st_list, flags = { 'no-writes' } }
+redis.register_function{ function_name = 'st_status', callback = st_status, flags = { 'no-writes' } }
+redis.register_function{ function_name = 'st_session', callback = st_session, flags = { 'no-writes' } }
