@@ -7,6 +7,17 @@ set -euo pipefail
 
 step() { printf '\n== %s\n' "$*"; }
 
+step "the Debian packages the tests start (redis-server), installed when missing"
+missing=()
+command -v redis-server >/dev/null || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+redis-server --version
+
 step "rustfmt"
 cargo fmt --all -- --check
 step "clippy (with the MSRV of clippy.toml)"

@@ -15,7 +15,7 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
   <base>all            sorted set: retained task ids by run (start order)
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
 
-Task fields: run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
+Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
 worker, started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
 progress_count, deadline.
@@ -135,7 +135,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
 end
 
 -- st_open(session_key; task_id, parent_id, agent, description, metadata, detached, reserved, worker,
--- deadline, max_finished): a start or a reservation. Returns {run, status, fin} or an error reply whose
+-- deadline, max_finished): a start or a reservation. Returns {run, status, reason} or an error reply whose
 -- message starts with DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
 local function st_open(keys, args)
   local session_key = keys[1]
@@ -171,7 +171,7 @@ local function st_open(keys, args)
   local run = redis.call('HINCRBY', session_key, 'seq', 1)
   local at = now()
   local status = reserved and 'queued' or 'running'
-  redis.call('HSET', key, 'run', run, 'status', status, 'started_at', at)
+  redis.call('HSET', key, 'id', task_id, 'run', run, 'status', status, 'started_at', at)
   local optional = { parent = parent_id, agent = agent, description = description, metadata = metadata,
     worker = worker, deadline = deadline }
   for name, value in pairs(optional) do
@@ -184,19 +184,19 @@ local function st_open(keys, args)
     redis.call('HSET', key, 'lp', parent_id, 'lr', parent_run)
   end
   redis.call('ZADD', base .. 'all', run, task_id)
-  local fin = '0'
+  local reason = ''
   if inherited then
     redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', inherited.reason,
       'origin', inherited.origin, 'cause', 'parent')
     if reserved then
       finish(base, session_key, key, task_id, run, at)
-      fin = '1'
     end
     status = 'cancelled'
+    reason = inherited.reason
   else
     redis.call('ZADD', base .. 'pending', run, task_id)
   end
-  return { run, status, fin }
+  return { run, status, reason }
 end
 
 -- st_cancel(session_key; task_id, reason, cause): a cancel of one task and its pending descendants. Returns
@@ -254,19 +254,19 @@ local function st_end(keys, args)
   return { transitioned, 1 }
 end
 
--- st_claim(session_key; task_id, worker): a runner takes a reserved task. Returns {run, status}; errors
+-- st_claim(session_key; task_id, worker): a runner takes a reserved task. Returns {run, status, reason}; errors
 -- UNKNOWN, CLAIMED or ENDED <status>.
 local function st_claim(keys, args)
   local base = base_of(keys[1])
   local key = task_key(base, args[1])
-  local state = fields(key, 'run', 'status', 'reserved', 'claimed_at')
+  local state = fields(key, 'run', 'status', 'reserved', 'claimed_at', 'reason')
   if not state[1] then return redis.error_reply('UNKNOWN') end
   if state[3] ~= '1' or state[4] then return redis.error_reply('CLAIMED') end
   local status = state[2]
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
   if status == 'queued' then status = 'running' end
   redis.call('HSET', key, 'status', status, 'claimed_at', now(), 'worker', args[2])
-  return { state[1], status }
+  return { state[1], status, state[5] or '' }
 end
 
 -- st_progress(session_key; task_id, run, message): records a progress message on an unfinished run.
@@ -314,15 +314,23 @@ local function st_status(keys, args)
   return statuses
 end
 
--- st_session(session_key): {closed reason or "", pending count, retained count}, or {} for no session.
+-- st_session(session_key): {closed ("1" or "0"), unfinished task count}, or {} for no session.
 local function st_session(keys)
   local base = base_of(keys[1])
   if redis.call('EXISTS', keys[1]) == 0 then return {} end
-  return { redis.call('HGET', keys[1], 'closed') or '', redis.call('ZCARD', base .. 'pending'),
-    redis.call('ZCARD', base .. 'all') }
+  local retained = tonumber(redis.call('HGET', keys[1], 'retained') or '0')
+  return { redis.call('HEXISTS', keys[1], 'closed'), redis.call('ZCARD', base .. 'all') - retained }
+end
+
+-- st_touch(session_key; max_finished): makes the session exist, with its bound unless it has one. Returns
+-- {closed ("1" or "0"), unfinished task count}.
+local function st_touch(keys, args)
+  redis.call('HSETNX', keys[1], 'max', args[1])
+  return st_session(keys)
 end
 
 redis.register_function('st_open', st_open)
+redis.register_function('st_touch', st_touch)
 redis.register_function('st_cancel', st_cancel)
 redis.register_function('st_cancel_all', st_cancel_all)
 redis.register_function('st_end', st_end)

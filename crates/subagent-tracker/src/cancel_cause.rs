@@ -30,6 +30,20 @@ impl CancelCause {
             CancelCause::Linked => "linked",
         }
     }
+
+    /// The cause named `name` (as [`as_str`](Self::as_str) writes it), for stores that keep it as text.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<CancelCause> {
+        [
+            CancelCause::Requested,
+            CancelCause::Parent,
+            CancelCause::Session,
+            CancelCause::Deadline,
+            CancelCause::Linked,
+        ]
+        .into_iter()
+        .find(|cause| cause.as_str() == name)
+    }
 }
 
 impl fmt::Display for CancelCause {

@@ -60,6 +60,42 @@ pub struct SubagentTaskSnapshot<V = String> {
 }
 
 impl<V> SubagentTaskSnapshot<V> {
+    /// A snapshot of task `task_id` with `status`, started at `started_at`, and every other field empty: for a
+    /// store other than the in-memory tracker to fill in.
+    #[must_use]
+    pub fn new(
+        task_id: Arc<str>,
+        session_id: Arc<str>,
+        status: SubagentStatus,
+        started_at: SystemTime,
+    ) -> Self {
+        SubagentTaskSnapshot {
+            task_id,
+            session_id,
+            parent_id: None,
+            agent: None,
+            description: None,
+            metadata: None,
+            status,
+            finished: false,
+            started_at,
+            queued_at: None,
+            claimed_at: None,
+            cancelled_at: None,
+            ended_at: None,
+            cancel_reason: None,
+            cancel_origin: None,
+            cancel_cause: None,
+            escalated: false,
+            deadline: None,
+            detached: false,
+            progress: None,
+            progress_count: 0,
+            result: None,
+            error: None,
+        }
+    }
+
     /// The same snapshot with its metadata and result converted by `convert` (for a binding that keeps its
     /// own copies of them).
     pub fn map_values<U>(self, mut convert: impl FnMut(V) -> U) -> SubagentTaskSnapshot<U> {

@@ -58,6 +58,14 @@ impl SubagentStatus {
         matches!(self, SubagentStatus::Queued | SubagentStatus::Running)
     }
 
+    /// The status named `name` (as [`as_str`](Self::as_str) writes it), for stores that keep it as text.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<SubagentStatus> {
+        SubagentStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == name)
+    }
+
     pub(crate) const fn from_repr(value: u8) -> SubagentStatus {
         match value {
             0 => SubagentStatus::Running,

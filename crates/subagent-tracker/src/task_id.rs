@@ -22,6 +22,6 @@ pub fn validate_task_id(argument: &'static str, task_id: &str) -> Result<(), Tra
 }
 
 /// A fresh random id (a UUID v4), for tasks and sessions started without one.
-pub(crate) fn generate_id() -> String {
+pub fn generate_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }

@@ -39,7 +39,44 @@ impl<V> Default for TaskStart<V> {
     }
 }
 
+/// What a [`TaskStart`] says, field by field: for a store other than the in-memory tracker.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct TaskStartParts<V> {
+    /// The id given, if any.
+    pub task_id: Option<Arc<str>>,
+    /// The parent named, if any.
+    pub parent_id: Option<String>,
+    /// The agent's name.
+    pub agent: Option<Arc<str>>,
+    /// The description of the work.
+    pub description: Option<Arc<str>>,
+    /// The caller's data.
+    pub metadata: Option<V>,
+    /// The deadline on the wall clock, if one was set.
+    pub deadline: Option<SystemTime>,
+    /// Out of the parent's reach.
+    pub detached: bool,
+    /// The tokens whose firing cancels the task.
+    pub linked: Vec<SubagentTaskToken>,
+}
+
 impl<V> TaskStart<V> {
+    /// Takes the description apart.
+    #[must_use]
+    pub fn into_parts(self) -> TaskStartParts<V> {
+        TaskStartParts {
+            task_id: self.task_id,
+            parent_id: self.parent_id,
+            agent: self.agent,
+            description: self.description,
+            metadata: self.metadata,
+            deadline: self.deadline.map(|deadline| deadline.wall),
+            detached: self.detached,
+            linked: self.linked,
+        }
+    }
+
     /// A task with a generated id, no parent and no descriptive fields.
     #[must_use]
     pub fn new() -> Self {

@@ -1,0 +1,34 @@
+//! Errors of the Redis store.
+
+use std::sync::Arc;
+
+use subagent_tracker::TrackerError;
+
+/// Why a call on a Redis session failed. A call that returns an error has changed nothing in Redis, except
+/// [`Unavailable`](Self::Unavailable), after which the outcome is unknown until the next reconcile.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RedisTrackerError {
+    /// The call broke a rule of the contract, exactly as the in-memory tracker would have refused it.
+    #[error(transparent)]
+    Tracker(#[from] TrackerError),
+    /// Redis could not be reached, or did not answer within the registry's timeout.
+    #[error("the Redis registry is unavailable: {source}")]
+    Unavailable {
+        /// What the client reported.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// A setting the Redis store does not keep yet.
+    #[error("the Redis store does not support {0} yet")]
+    Unsupported(&'static str),
+    /// The server answered something this crate did not send for (a different version of its functions).
+    #[error("unexpected answer from Redis: {0}")]
+    Protocol(Arc<str>),
+}
+
+impl From<redis::RedisError> for RedisTrackerError {
+    fn from(source: redis::RedisError) -> Self {
+        RedisTrackerError::Unavailable { source }
+    }
+}

@@ -1,0 +1,142 @@
+//! The runner's side of a task kept in Redis.
+
+use subagent_tracker::{SubagentTaskHandle, SubagentTaskToken, DROPPED_HANDLE_ERROR};
+
+use crate::registry::RunKey;
+use crate::session::Outcome;
+use crate::{RedisSession, RedisTrackerError};
+
+/// Held by the code that runs a task: its token fires in this process when the task is cancelled in Redis, by
+/// any process; it reports progress and the end.
+///
+/// Dropping the handle before reporting an end fails a running task with
+/// [`DROPPED_HANDLE_ERROR`] (and finishes a cancelled one), from a task on the registry's runtime.
+pub struct RedisTaskHandle {
+    session: RedisSession,
+    run: RunKey,
+    local: Option<SubagentTaskHandle<String>>,
+}
+
+impl RedisTaskHandle {
+    pub(crate) fn new(
+        session: RedisSession,
+        run: RunKey,
+        local: SubagentTaskHandle<String>,
+    ) -> RedisTaskHandle {
+        RedisTaskHandle {
+            session,
+            run,
+            local: Some(local),
+        }
+    }
+
+    /// The task's id.
+    #[must_use]
+    pub fn task_id(&self) -> &str {
+        &self.run.task_id
+    }
+
+    /// The session's id.
+    #[must_use]
+    pub fn session_id(&self) -> &str {
+        &self.run.session_id
+    }
+
+    /// This run's number, unique in the session: it tells apart two runs of one task id.
+    #[must_use]
+    pub fn run(&self) -> &str {
+        &self.run.run
+    }
+
+    /// The token that fires when the task is cancelled. Reading it never touches the network.
+    ///
+    /// # Panics
+    /// Never: the local handle is only taken by `Drop`.
+    #[must_use]
+    pub fn token(&self) -> SubagentTaskToken {
+        self.local
+            .as_ref()
+            .map(SubagentTaskHandle::token)
+            .expect("held until drop")
+    }
+
+    /// True once the cancel has reached this process: one atomic load.
+    #[must_use]
+    pub fn is_cancelled(&self) -> bool {
+        self.local
+            .as_ref()
+            .is_some_and(SubagentTaskHandle::is_cancelled)
+    }
+
+    /// Records a progress message; false once the task has finished.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn progress(&self, message: &str) -> Result<bool, RedisTrackerError> {
+        self.session
+            .record_progress(&self.run.task_id, &self.run.run, message)
+            .await
+    }
+
+    /// Reports success. True exactly when this moved the task to `Completed`.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`]: the end is then unknown, and the handle may be used again.
+    pub async fn complete(mut self, result: Option<&str>) -> Result<bool, RedisTrackerError> {
+        self.end(&Outcome::Completed(result)).await
+    }
+
+    /// Reports failure. True exactly when this moved the task to `Failed`.
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete).
+    pub async fn fail(mut self, error: &str) -> Result<bool, RedisTrackerError> {
+        self.end(&Outcome::Failed(error)).await
+    }
+
+    /// Reports that the runner stopped on a cancel: the task stays `Cancelled` and becomes finished.
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete).
+    pub async fn stopped(mut self) -> Result<bool, RedisTrackerError> {
+        self.end(&Outcome::Stopped).await
+    }
+
+    async fn end(&mut self, outcome: &Outcome<'_>) -> Result<bool, RedisTrackerError> {
+        let ended = self
+            .session
+            .end_run(&self.run.task_id, &self.run.run, outcome)
+            .await?;
+        self.release();
+        Ok(ended)
+    }
+
+    /// Stops mirroring the run: its token will not fire any more.
+    fn release(&mut self) {
+        self.session.worker().release(&self.run);
+        if let Some(local) = self.local.take() {
+            local.complete(None);
+        }
+    }
+}
+
+impl Drop for RedisTaskHandle {
+    fn drop(&mut self) {
+        if self.local.is_none() {
+            return;
+        }
+        self.release();
+        let session = self.session.clone();
+        let run = self.run.clone();
+        // No await in `Drop`: the end is written by a task of the registry's runtime.
+        self.session.worker().runtime.spawn(async move {
+            let _ = session
+                .end_run(
+                    &run.task_id,
+                    &run.run,
+                    &Outcome::Failed(DROPPED_HANDLE_ERROR),
+                )
+                .await;
+        });
+    }
+}

@@ -1,0 +1,26 @@
+//! One subagent-tracker session across processes and machines, kept in Redis.
+//!
+//! [`RedisRegistry`] is a registry of sessions over one Redis server; every process that connects to it sees
+//! the same sessions. The rules of the in-memory tracker hold across processes: each transition (start,
+//! reserve, claim, end, cancel with its cascade, session cancel and close) is a function that runs atomically
+//! on the server (`functions.lua`), so the first transition wins wherever it was made. Each process keeps an
+//! in-memory mirror of the runs it executes, so a runner's token is a local read; cancels reach it by a push
+//! on the worker's channel and, in any case, by a reconcile on a timer.
+//!
+//! Not built yet (the contract's sections 20 and 21 are not met in full): deadlines, linked tokens and claim
+//! timeouts of Redis tasks, waits and events across processes, retention of idle sessions, and worker leases.
+
+#![forbid(unsafe_code)]
+
+mod error;
+mod handle;
+mod options;
+mod registry;
+mod session;
+mod store;
+
+pub use error::RedisTrackerError;
+pub use handle::RedisTaskHandle;
+pub use options::{RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_RECONCILE_INTERVAL, DEFAULT_TIMEOUT};
+pub use registry::RedisRegistry;
+pub use session::RedisSession;

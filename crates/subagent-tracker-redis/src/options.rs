@@ -1,0 +1,69 @@
+//! Settings of a Redis registry.
+
+use std::time::Duration;
+
+/// How often a worker compares the tasks it runs with Redis by default, so that a lost cancel notification
+/// delays a cancel by at most this long.
+pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(2);
+
+/// How long a call may wait for Redis by default before it fails with
+/// [`Unavailable`](crate::RedisTrackerError::Unavailable).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The prefix of every key and channel by default.
+pub const DEFAULT_KEY_PREFIX: &str = "subagent-tracker:";
+
+/// Settings of a [`RedisRegistry`](crate::RedisRegistry), built with chained setters.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RedisOptions {
+    /// This process's worker id; generated when `None`.
+    pub worker_id: Option<String>,
+    /// How often the worker reconciles the tasks it runs with Redis.
+    pub reconcile_interval: Duration,
+    /// The bound on each call's wait for Redis.
+    pub timeout: Duration,
+    /// The prefix of every key and channel, so that several deployments can share one Redis.
+    pub key_prefix: String,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            worker_id: None,
+            reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
+            timeout: DEFAULT_TIMEOUT,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+        }
+    }
+}
+
+impl RedisOptions {
+    /// These settings with the worker id `worker_id`.
+    #[must_use]
+    pub fn with_worker_id(mut self, worker_id: impl Into<String>) -> Self {
+        self.worker_id = Some(worker_id.into());
+        self
+    }
+
+    /// These settings reconciling every `interval`.
+    #[must_use]
+    pub fn with_reconcile_interval(mut self, interval: Duration) -> Self {
+        self.reconcile_interval = interval;
+        self
+    }
+
+    /// These settings with calls bounded by `timeout`.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// These settings with keys and channels under `key_prefix`.
+    #[must_use]
+    pub fn with_key_prefix(mut self, key_prefix: impl Into<String>) -> Self {
+        self.key_prefix = key_prefix.into();
+        self
+    }
+}

@@ -1,0 +1,342 @@
+//! The registry of sessions kept in Redis, and the worker that keeps the tokens of its own runners in step with
+//! Redis.
+//!
+//! Redis holds the truth. Each process mirrors the runs it executes in an in-memory tracker, so that a token's
+//! `is_cancelled` stays a local read. A cancel reaches the mirror two ways, which both end in one local cancel:
+//! a push on the worker's channel (prompt), and a reconcile of every run the worker holds, after each
+//! (re)subscription and on a timer (nothing lost).
+//!
+//! # Lock order
+//!
+//! The worker's `runs` lock is a leaf: no await, no other lock, and no tracker call happens under it.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::AsyncCommands;
+use subagent_tracker::{generate_id, validate_task_id, InMemoryRegistry, TrackerConfig};
+use tokio::task::JoinHandle;
+
+use crate::store::{self, Keys};
+use crate::{RedisOptions, RedisSession, RedisTrackerError};
+
+/// How many notifications for runs this worker does not know (yet) it keeps, for a start whose reply races
+/// the cancel's notification.
+const UNMATCHED_NOTIFICATIONS: usize = 1024;
+
+/// How long the listener waits before it reconnects to a server that dropped it.
+const RECONNECT_DELAY: Duration = Duration::from_millis(100);
+
+/// Sessions kept in Redis, shared by every process that connects to the same server with the same prefix.
+///
+/// Each registry is a worker with an id: the tasks it starts or claims are its runs, and the cancels of those
+/// runs reach its tokens wherever the cancel was made. Cheap to clone; the worker stops when the last clone is
+/// dropped.
+#[derive(Clone)]
+pub struct RedisRegistry {
+    worker: Arc<Worker>,
+}
+
+/// A run this worker executes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RunKey {
+    pub(crate) session_id: Arc<str>,
+    pub(crate) task_id: Arc<str>,
+    pub(crate) run: String,
+}
+
+pub(crate) struct Worker {
+    pub(crate) id: Arc<str>,
+    pub(crate) keys: Keys,
+    pub(crate) connection: ConnectionManager,
+    pub(crate) options: RedisOptions,
+    /// The in-memory mirrors of the sessions this worker runs tasks in.
+    pub(crate) mirrors: InMemoryRegistry<String>,
+    runs: Mutex<Runs>,
+    /// The runtime the worker's background tasks (and the ends of dropped handles) run on.
+    pub(crate) runtime: tokio::runtime::Handle,
+    background: Mutex<Vec<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Runs {
+    held: HashSet<RunKey>,
+    /// Notifications that arrived before their run was registered, oldest first.
+    unmatched: VecDeque<RunKey>,
+}
+
+impl RedisRegistry {
+    /// Connects to the Redis at `url` (`redis://127.0.0.1:6379/0`), loads the server-side functions, and starts
+    /// the worker: its notification listener and its reconcile timer, on the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`] when the server cannot be reached within the timeout.
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, RedisTrackerError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(options.timeout))
+            .set_response_timeout(Some(options.timeout))
+            .set_number_of_retries(1);
+        let mut connection = tokio::time::timeout(
+            options.timeout,
+            client.get_connection_manager_with_config(config),
+        )
+        .await
+        .map_err(|_| timeout_error())??;
+        store::load(&mut connection).await?;
+        let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
+        validate_task_id("worker_id", &id)?;
+        let worker = Arc::new(Worker {
+            keys: Keys::new(&options.key_prefix),
+            id,
+            connection,
+            options,
+            mirrors: InMemoryRegistry::new(),
+            runs: Mutex::new(Runs::default()),
+            runtime: tokio::runtime::Handle::current(),
+            background: Mutex::new(Vec::new()),
+        });
+        let listener = tokio::spawn(listen(Arc::downgrade(&worker), client));
+        let reconciler = tokio::spawn(reconcile_periodically(Arc::downgrade(&worker)));
+        lock(&worker.background).extend([listener, reconciler]);
+        Ok(RedisRegistry { worker })
+    }
+
+    /// This process's worker id.
+    #[must_use]
+    pub fn worker_id(&self) -> &str {
+        &self.worker.id
+    }
+
+    /// The session `session_id`, created with `config` if no process has made it (an existing session keeps
+    /// its own bound). `None` creates one with a generated id.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Tracker`] for an invalid id; [`RedisTrackerError::Unavailable`].
+    pub async fn session(
+        &self,
+        session_id: Option<&str>,
+        config: TrackerConfig,
+    ) -> Result<RedisSession, RedisTrackerError> {
+        let session_id: Arc<str> = match session_id {
+            Some(session_id) => {
+                validate_task_id("session_id", session_id)?;
+                Arc::from(session_id)
+            }
+            None => Arc::from(generate_id()),
+        };
+        let key = self.worker.keys.session(&session_id);
+        let max = config.max_finished_tasks.to_string();
+        let _: Vec<i64> = store::call(
+            &mut self.worker.connection.clone(),
+            "st_touch",
+            &key,
+            &[&max],
+        )
+        .await?;
+        Ok(RedisSession::new(self.worker.clone(), session_id, key))
+    }
+
+    /// The session `session_id` if some process made it and it has not left (a closed session leaves once
+    /// its tasks are finished); never creates one.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Tracker`] for an invalid id; [`RedisTrackerError::Unavailable`].
+    pub async fn get_session(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<RedisSession>, RedisTrackerError> {
+        validate_task_id("session_id", session_id)?;
+        let key = self.worker.keys.session(session_id);
+        let state: Vec<i64> =
+            store::call(&mut self.worker.connection.clone(), "st_session", &key, &[]).await?;
+        Ok(match state.as_slice() {
+            [closed, unfinished] if *closed == 0 || *unfinished > 0 => Some(RedisSession::new(
+                self.worker.clone(),
+                Arc::from(session_id),
+                key,
+            )),
+            _ => None,
+        })
+    }
+
+    /// The ids of the live sessions. Costs a scan of the keys under the registry's prefix.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn sessions(&self) -> Result<Vec<String>, RedisTrackerError> {
+        let mut connection = self.worker.connection.clone();
+        let pattern = self.worker.keys.session_pattern();
+        let mut keys: Vec<String> = Vec::new();
+        {
+            let mut scan = connection.scan_match::<_, String>(&pattern).await?;
+            while let Some(key) = scan.next_item().await {
+                keys.push(key?);
+            }
+        }
+        let mut live = Vec::new();
+        for key in keys {
+            let Some(session_id) = self.worker.keys.session_id_of(&key) else {
+                continue;
+            };
+            let state: Vec<i64> = store::call(&mut connection, "st_session", &key, &[]).await?;
+            if matches!(state.as_slice(), [closed, unfinished] if *closed == 0 || *unfinished > 0) {
+                live.push(session_id.to_owned());
+            }
+        }
+        live.sort_unstable();
+        Ok(live)
+    }
+}
+
+impl Worker {
+    /// Starts mirroring `run`; returns true if its cancel was announced before (the caller then reconciles it).
+    pub(crate) fn hold(&self, run: RunKey) -> bool {
+        let mut runs = lock(&self.runs);
+        let announced = runs.unmatched.contains(&run);
+        runs.unmatched.retain(|unmatched| *unmatched != run);
+        runs.held.insert(run);
+        announced
+    }
+
+    pub(crate) fn release(&self, run: &RunKey) {
+        lock(&self.runs).held.remove(run);
+    }
+
+    /// Compares `runs` with Redis and cancels the mirror of each one cancelled there.
+    pub(crate) async fn reconcile(&self, runs: Vec<RunKey>) -> Result<(), RedisTrackerError> {
+        let mut by_session: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
+        for run in runs {
+            by_session
+                .entry(run.session_id.clone())
+                .or_default()
+                .push(run);
+        }
+        let mut connection = self.connection.clone();
+        for (session_id, runs) in by_session {
+            let args: Vec<&str> = runs
+                .iter()
+                .flat_map(|run| [&*run.task_id, run.run.as_str()])
+                .collect();
+            let key = self.keys.session(&session_id);
+            let statuses: Vec<Vec<String>> =
+                store::call(&mut connection, "st_status", &key, &args).await?;
+            let Some(mirror) = self.mirrors.get_session(&session_id) else {
+                continue;
+            };
+            for (run, status) in runs.iter().zip(statuses) {
+                if let [status, reason, ..] = status.as_slice() {
+                    if status == "cancelled" && lock(&self.runs).held.contains(run) {
+                        mirror.cancel(&run.task_id, Some(reason));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn held_runs(&self) -> Vec<RunKey> {
+        lock(&self.runs).held.iter().cloned().collect()
+    }
+
+    /// A notification that run `run` was cancelled in Redis.
+    async fn notified(&self, run: RunKey) {
+        {
+            let mut runs = lock(&self.runs);
+            if !runs.held.contains(&run) {
+                if runs.unmatched.len() == UNMATCHED_NOTIFICATIONS {
+                    runs.unmatched.pop_front();
+                }
+                runs.unmatched.push_back(run);
+                return;
+            }
+        }
+        // A failure here is repaired by the next reconcile.
+        let _ = self.reconcile(vec![run]).await;
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        for task in lock(&self.background).drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Receives the worker's notifications, resubscribing (and reconciling what it may have missed) whenever the
+/// server drops the subscription.
+async fn listen(worker: Weak<Worker>, client: redis::Client) {
+    loop {
+        let channel = match worker.upgrade() {
+            Some(worker) => worker.keys.worker_channel(&worker.id),
+            None => return,
+        };
+        if let Ok(mut pubsub) = client.get_async_pubsub().await {
+            if pubsub.subscribe(&channel).await.is_ok() {
+                if let Some(worker) = worker.upgrade() {
+                    let _ = worker.reconcile(worker.held_runs()).await;
+                }
+                let mut messages = pubsub.into_on_message();
+                while let Some(message) = messages.next().await {
+                    let Some(worker) = worker.upgrade() else {
+                        return;
+                    };
+                    if let Some(run) = parse_notification(&message) {
+                        worker.notified(run).await;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+/// `<session>\t<task>\t<run>`, as the functions publish it.
+fn parse_notification(message: &redis::Msg) -> Option<RunKey> {
+    let payload: String = message.get_payload().ok()?;
+    let mut parts = payload.splitn(3, '\t');
+    Some(RunKey {
+        session_id: Arc::from(parts.next()?),
+        task_id: Arc::from(parts.next()?),
+        run: parts.next()?.to_owned(),
+    })
+}
+
+async fn reconcile_periodically(worker: Weak<Worker>) {
+    let interval = match worker.upgrade() {
+        Some(worker) => worker.options.reconcile_interval,
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(worker) = worker.upgrade() else {
+            return;
+        };
+        let _ = worker.reconcile(worker.held_runs()).await;
+    }
+}
+
+pub(crate) fn timeout_error() -> RedisTrackerError {
+    RedisTrackerError::Unavailable {
+        source: redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "Redis did not answer within the registry's timeout",
+        )),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // The guarded state stays consistent across a panic (each change is one insert or remove).
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -1,0 +1,416 @@
+//! One session kept in Redis, seen from one process.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use subagent_tracker::{
+    generate_id, validate_task_id, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus,
+    SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError, DEFAULT_CANCEL_REASON,
+};
+
+use crate::registry::{RunKey, Worker};
+use crate::store::{self, TaskFields};
+use crate::{RedisTaskHandle, RedisTrackerError};
+
+/// The reason a local mirror run ends with when Redis says its run is over and a new one takes its id.
+const SUPERSEDED: &str = "superseded by a new run of the task in Redis";
+
+/// A session kept in Redis: every process that opens it sees the same tasks, and the rules of the in-memory
+/// tracker hold across all of them (the transitions are functions that run atomically on the server).
+///
+/// Cheap to clone. Every method is one round trip to Redis, except those that start or claim a run, which also
+/// set up the run's local token.
+#[derive(Clone)]
+pub struct RedisSession {
+    worker: Arc<Worker>,
+    session_id: Arc<str>,
+    key: Arc<str>,
+    /// The in-memory mirror of this worker's runs in the session: their tokens.
+    mirror: InMemorySubagentTaskTracker<String>,
+}
+
+/// How a runner's end is written in Redis.
+pub(crate) enum Outcome<'a> {
+    Completed(Option<&'a str>),
+    Failed(&'a str),
+    Stopped,
+}
+
+impl RedisSession {
+    pub(crate) fn new(worker: Arc<Worker>, session_id: Arc<str>, key: String) -> RedisSession {
+        // The mirror retains nothing: queries go to Redis.
+        let mirror = worker
+            .mirrors
+            .session(
+                Some(&session_id),
+                TrackerConfig::default().with_max_finished_tasks(0),
+            )
+            .unwrap_or_else(|_| {
+                InMemorySubagentTaskTracker::with_config(
+                    Some(&session_id),
+                    TrackerConfig::default(),
+                )
+            });
+        RedisSession {
+            worker,
+            session_id,
+            key: Arc::from(key),
+            mirror,
+        }
+    }
+
+    /// The session's id.
+    #[must_use]
+    pub fn session_id(&self) -> &Arc<str> {
+        &self.session_id
+    }
+
+    /// Starts a task run by this process and returns the runner's handle (section 5 of the contract, across
+    /// processes).
+    ///
+    /// # Errors
+    /// The in-memory tracker's refusals as [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`];
+    /// [`RedisTrackerError::Unsupported`] for a deadline or linked tokens, which the Redis store does not keep
+    /// yet.
+    pub async fn start(
+        &self,
+        start: TaskStart<String>,
+    ) -> Result<RedisTaskHandle, RedisTrackerError> {
+        let (task_id, reply) = self.open(start, false).await?;
+        let [run, status, reason] = reply;
+        self.hold(task_id, run, &status, &reason).await
+    }
+
+    /// Reserves a task for a runner in any process to claim (section 18), and returns its id.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start); a claim timeout is not kept yet ([`RedisTrackerError::Unsupported`]).
+    pub async fn reserve(
+        &self,
+        start: TaskStart<String>,
+        claim_timeout: Option<Duration>,
+    ) -> Result<Arc<str>, RedisTrackerError> {
+        if claim_timeout.is_some() {
+            return Err(RedisTrackerError::Unsupported("claim timeouts"));
+        }
+        Ok(self.open(start, true).await?.0)
+    }
+
+    async fn open(
+        &self,
+        start: TaskStart<String>,
+        reserved: bool,
+    ) -> Result<(Arc<str>, [String; 3]), RedisTrackerError> {
+        let parts = start.into_parts();
+        if parts.deadline.is_some() {
+            return Err(RedisTrackerError::Unsupported("deadlines"));
+        }
+        if !parts.linked.is_empty() {
+            return Err(RedisTrackerError::Unsupported("linked tokens"));
+        }
+        let task_id = match parts.task_id {
+            Some(task_id) => {
+                validate_task_id("task_id", &task_id)?;
+                task_id
+            }
+            None => Arc::from(generate_id()),
+        };
+        if let Some(parent_id) = &parts.parent_id {
+            validate_task_id("parent_id", parent_id)?;
+        }
+        let max = self.max_finished_tasks();
+        let worker = if reserved { "" } else { &self.worker.id };
+        let args = [
+            &*task_id,
+            parts.parent_id.as_deref().unwrap_or_default(),
+            parts.agent.as_deref().unwrap_or_default(),
+            parts.description.as_deref().unwrap_or_default(),
+            parts.metadata.as_deref().unwrap_or_default(),
+            if parts.detached { "1" } else { "0" },
+            if reserved { "1" } else { "0" },
+            worker,
+            "",
+            &max,
+        ];
+        let reply: Vec<String> = store::call(&mut self.connection(), "st_open", &self.key, &args)
+            .await
+            .map_err(|error| {
+                self.refusal(&error, &task_id, parts.parent_id.as_deref())
+                    .unwrap_or_else(|| error.into())
+            })?;
+        let reply: [String; 3] = reply
+            .try_into()
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_open")))?;
+        Ok((task_id, reply))
+    }
+
+    /// Claims a reserved task for a runner in this process (section 18).
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] and [`TrackerError::NotClaimable`] as
+    /// [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`].
+    pub async fn claim(&self, task_id: &str) -> Result<RedisTaskHandle, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        let reply: Vec<String> = store::call(
+            &mut self.connection(),
+            "st_claim",
+            &self.key,
+            &[task_id, &self.worker.id],
+        )
+        .await
+        .map_err(|error| {
+            self.refusal(&error, task_id, None)
+                .unwrap_or_else(|| error.into())
+        })?;
+        let [run, status, reason]: [String; 3] = reply
+            .try_into()
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_claim")))?;
+        self.hold(Arc::from(task_id), run, &status, &reason).await
+    }
+
+    /// Mirrors a run this process now executes, and returns its handle.
+    async fn hold(
+        &self,
+        task_id: Arc<str>,
+        run: String,
+        status: &str,
+        reason: &str,
+    ) -> Result<RedisTaskHandle, RedisTrackerError> {
+        let local = match self.mirror.start(TaskStart::new().task_id(task_id.clone())) {
+            Err(TrackerError::DuplicateTask { .. }) => {
+                // An earlier run of this id ended in Redis while its runner here still runs.
+                self.mirror.end(&task_id, Err(SUPERSEDED));
+                self.mirror
+                    .start(TaskStart::new().task_id(task_id.clone()))?
+            }
+            started => started?,
+        };
+        if status == SubagentStatus::Cancelled.as_str() {
+            self.mirror.cancel(&task_id, Some(reason));
+        }
+        let key = RunKey {
+            session_id: self.session_id.clone(),
+            task_id: task_id.clone(),
+            run,
+        };
+        if self.worker.hold(key.clone()) {
+            self.worker.reconcile(vec![key.clone()]).await?;
+        }
+        Ok(RedisTaskHandle::new(self.clone(), key, local))
+    }
+
+    /// Cancels a pending task and its pending descendants, in whatever processes they run. True exactly when
+    /// this call moved the task; of concurrent cancels from any processes, exactly one is true.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn cancel(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
+        let moved: i64 = store::call(
+            &mut self.connection(),
+            "st_cancel",
+            &self.key,
+            &[task_id, reason, "requested"],
+        )
+        .await?;
+        Ok(moved == 1)
+    }
+
+    /// Records the end of a task without its handle (by id, from any process). The first transition wins.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn end(
+        &self,
+        task_id: &str,
+        outcome: Result<Option<&str>, &str>,
+    ) -> Result<bool, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        let outcome = match outcome {
+            Ok(result) => Outcome::Completed(result),
+            Err(error) => Outcome::Failed(error),
+        };
+        self.end_run(task_id, "", &outcome).await
+    }
+
+    pub(crate) async fn end_run(
+        &self,
+        task_id: &str,
+        run: &str,
+        outcome: &Outcome<'_>,
+    ) -> Result<bool, RedisTrackerError> {
+        let (name, value) = match outcome {
+            Outcome::Completed(result) => ("completed", result.unwrap_or_default()),
+            Outcome::Failed(error) => ("failed", *error),
+            Outcome::Stopped => ("stopped", ""),
+        };
+        let [transitioned, _finished]: [i64; 2] = store::call(
+            &mut self.connection(),
+            "st_end",
+            &self.key,
+            &[task_id, run, name, value],
+        )
+        .await?;
+        Ok(transitioned == 1)
+    }
+
+    pub(crate) async fn record_progress(
+        &self,
+        task_id: &str,
+        run: &str,
+        message: &str,
+    ) -> Result<bool, RedisTrackerError> {
+        let recorded: i64 = store::call(
+            &mut self.connection(),
+            "st_progress",
+            &self.key,
+            &[task_id, run, message],
+        )
+        .await?;
+        Ok(recorded == 1)
+    }
+
+    /// Cancels every pending task of the session; returns how many moved.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn cancel_all(&self, reason: Option<&str>) -> Result<usize, RedisTrackerError> {
+        self.cancel_everything(reason, false).await
+    }
+
+    /// Cancels every pending task and refuses new starts from then on, in every process. Closing again keeps
+    /// the first reason.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn close(&self, reason: Option<&str>) -> Result<usize, RedisTrackerError> {
+        self.cancel_everything(reason, true).await
+    }
+
+    async fn cancel_everything(
+        &self,
+        reason: Option<&str>,
+        close: bool,
+    ) -> Result<usize, RedisTrackerError> {
+        let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
+        let moved: usize = store::call(
+            &mut self.connection(),
+            "st_cancel_all",
+            &self.key,
+            &[reason, if close { "1" } else { "0" }],
+        )
+        .await?;
+        Ok(moved)
+    }
+
+    /// A snapshot of the retained task `task_id`, or `None`. One round trip.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn get(
+        &self,
+        task_id: &str,
+    ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        let fields: Vec<String> =
+            store::call(&mut self.connection(), "st_get", &self.key, &[task_id]).await?;
+        TaskFields::from_flat(fields)
+            .map(|fields| fields.snapshot(&self.session_id))
+            .transpose()
+    }
+
+    /// Snapshots of every retained task, in start order.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn tasks(&self) -> Result<Vec<SubagentTaskSnapshot<String>>, RedisTrackerError> {
+        self.list("all").await
+    }
+
+    /// Snapshots of the pending tasks, in start order; costs what is pending, not what is retained.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn pending(&self) -> Result<Vec<SubagentTaskSnapshot<String>>, RedisTrackerError> {
+        self.list("pending").await
+    }
+
+    async fn list(
+        &self,
+        which: &str,
+    ) -> Result<Vec<SubagentTaskSnapshot<String>>, RedisTrackerError> {
+        let listed: Vec<Vec<String>> =
+            store::call(&mut self.connection(), "st_list", &self.key, &[which]).await?;
+        listed
+            .into_iter()
+            .filter_map(TaskFields::from_flat)
+            .map(|fields| fields.snapshot(&self.session_id))
+            .collect()
+    }
+
+    pub(crate) fn worker(&self) -> &Arc<Worker> {
+        &self.worker
+    }
+
+    fn connection(&self) -> redis::aio::ConnectionManager {
+        self.worker.connection.clone()
+    }
+
+    fn max_finished_tasks(&self) -> String {
+        // The bound is the session's, fixed by whoever made it; this only fills it in for a session that
+        // has none yet.
+        subagent_tracker::DEFAULT_MAX_FINISHED_TASKS.to_string()
+    }
+
+    /// The contract's refusal that a function's error reply stands for, if it is one.
+    fn refusal(
+        &self,
+        error: &redis::RedisError,
+        task_id: &str,
+        parent_id: Option<&str>,
+    ) -> Option<RedisTrackerError> {
+        let session_id = self.session_id.clone();
+        let task_id: Arc<str> = Arc::from(task_id);
+        // The server writes a function's error reply as `ERR <CODE> [detail]`.
+        let reply = error.detail()?;
+        let (code, detail) = reply.split_once(' ').unwrap_or((reply, ""));
+        let refusal = match code {
+            "DUPLICATE" => TrackerError::DuplicateTask {
+                task_id,
+                session_id,
+            },
+            "UNKNOWN_PARENT" => TrackerError::UnknownTask {
+                task_id: Arc::from(parent_id.unwrap_or_default()),
+                session_id,
+            },
+            "UNKNOWN" => TrackerError::UnknownTask {
+                task_id,
+                session_id,
+            },
+            "PARENT_FINISHED" => TrackerError::ParentFinished {
+                parent_id: Arc::from(parent_id.unwrap_or_default()),
+                session_id,
+            },
+            "CLOSED" => TrackerError::SessionClosed { session_id },
+            "CLAIMED" => TrackerError::NotClaimable {
+                task_id,
+                session_id,
+                problem: ClaimProblem::AlreadyClaimed,
+            },
+            "ENDED" => TrackerError::NotClaimable {
+                task_id,
+                session_id,
+                problem: ClaimProblem::Ended(
+                    SubagentStatus::from_name(detail).unwrap_or(SubagentStatus::Failed),
+                ),
+            },
+            _ => return None,
+        };
+        Some(refusal.into())
+    }
+}

@@ -1,0 +1,480 @@
+//! Contract §§2, 3, 18 and 20 across workers: several registries (each a worker, as each process would be) on
+//! one real Redis server.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{eventually, RedisServer};
+use subagent_tracker::{
+    CancelCause, ClaimProblem, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
+};
+use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError};
+
+fn config() -> TrackerConfig {
+    TrackerConfig::default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_from_another_worker_fires_the_runner_s_token_promptly() {
+    let server = RedisServer::start();
+    let runner = server.worker("t1:", "runner").await;
+    let stopper = server.worker("t1:", "stopper").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let handle = session
+        .start(TaskStart::new().task_id("job").agent("coder"))
+        .await
+        .unwrap();
+    assert!(!handle.is_cancelled());
+    let elsewhere = stopper.get_session("s").await.unwrap().unwrap();
+    let sent = Instant::now();
+    assert!(elsewhere
+        .cancel("job", Some("user pressed stop"))
+        .await
+        .unwrap());
+    assert!(!elsewhere.cancel("job", None).await.unwrap());
+    assert!(eventually(|| handle.is_cancelled()).await);
+    let latency = sent.elapsed();
+    assert!(
+        latency < Duration::from_millis(150),
+        "the push, not the 200 ms reconcile, fired it: {latency:?}"
+    );
+    assert_eq!(
+        handle.token().reason().as_deref(),
+        Some("user pressed stop")
+    );
+    let snapshot = elsewhere.get("job").await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+    assert!(!snapshot.finished, "its runner still runs");
+    assert_eq!(snapshot.agent.as_deref(), Some("coder"));
+    assert!(
+        !handle.complete(Some("late")).await.unwrap(),
+        "a late end never downgrades"
+    );
+    let snapshot = elsewhere.get("job").await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+    assert!(snapshot.finished);
+    assert_eq!(snapshot.result.as_deref(), Some("late"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_concurrent_cancels_from_several_workers_exactly_one_is_true() {
+    let server = RedisServer::start();
+    let workers = [
+        server.worker("t2:", "a").await,
+        server.worker("t2:", "b").await,
+        server.worker("t2:", "c").await,
+    ];
+    let mut sessions = Vec::new();
+    for worker in &workers {
+        sessions.push(worker.session(Some("s"), config()).await.unwrap());
+    }
+    for round in 0..30 {
+        let task_id = format!("job-{round}");
+        let handle = sessions[0]
+            .start(TaskStart::new().task_id(task_id.as_str()))
+            .await
+            .unwrap();
+        let (first, second, third) = tokio::join!(
+            sessions[0].cancel(&task_id, None),
+            sessions[1].cancel(&task_id, None),
+            sessions[2].cancel(&task_id, None),
+        );
+        let wins = [first.unwrap(), second.unwrap(), third.unwrap()]
+            .into_iter()
+            .filter(|won| *won)
+            .count();
+        assert_eq!(wins, 1, "round {round}");
+        assert!(eventually(|| handle.is_cancelled()).await);
+        handle.stopped().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_racing_a_cancel_from_another_worker_has_one_winner() {
+    let server = RedisServer::start();
+    let runner = server.worker("t3:", "runner").await;
+    let stopper = server.worker("t3:", "stopper").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let elsewhere = stopper.session(Some("s"), config()).await.unwrap();
+    for round in 0..30 {
+        let task_id = format!("job-{round}");
+        let handle = session
+            .start(TaskStart::new().task_id(task_id.as_str()))
+            .await
+            .unwrap();
+        let (completed, cancelled) =
+            tokio::join!(handle.complete(None), elsewhere.cancel(&task_id, None));
+        let (completed, cancelled) = (completed.unwrap(), cancelled.unwrap());
+        assert!(completed ^ cancelled, "round {round}");
+        let status = elsewhere.get(&task_id).await.unwrap().unwrap().status;
+        let expected = if completed {
+            SubagentStatus::Completed
+        } else {
+            SubagentStatus::Cancelled
+        };
+        assert_eq!(status, expected, "round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_reaches_a_subtree_that_spans_three_workers() {
+    let server = RedisServer::start();
+    let a = server.worker("t4:", "a").await;
+    let b = server.worker("t4:", "b").await;
+    let c = server.worker("t4:", "c").await;
+    let root = a
+        .session(Some("s"), config())
+        .await
+        .unwrap()
+        .start(TaskStart::new().task_id("root"))
+        .await
+        .unwrap();
+    let child = b
+        .session(Some("s"), config())
+        .await
+        .unwrap()
+        .start(TaskStart::new().task_id("child").parent_id("root"))
+        .await
+        .unwrap();
+    let session_c = c.session(Some("s"), config()).await.unwrap();
+    let grandchild = session_c
+        .start(TaskStart::new().task_id("grandchild").parent_id("child"))
+        .await
+        .unwrap();
+    let sibling = session_c
+        .start(TaskStart::new().task_id("sibling"))
+        .await
+        .unwrap();
+    // The child finishes first: the cancel still reaches the grandchild through it.
+    assert!(child.complete(None).await.unwrap());
+    assert!(session_c.cancel("root", Some("stop all")).await.unwrap());
+    assert!(eventually(|| root.is_cancelled() && grandchild.is_cancelled()).await);
+    let snapshot = session_c.get("grandchild").await.unwrap().unwrap();
+    assert_eq!(snapshot.cancel_origin.as_deref(), Some("root"));
+    assert_eq!(snapshot.cancel_cause, Some(CancelCause::Parent));
+    assert_eq!(snapshot.cancel_reason.as_deref(), Some("stop all"));
+    assert!(
+        !sibling.is_cancelled(),
+        "a cancel never touches what is outside its subtree"
+    );
+    assert_eq!(
+        session_c.get("child").await.unwrap().unwrap().status,
+        SubagentStatus::Completed
+    );
+    drop((root, grandchild, sibling));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_started_under_a_parent_cancelled_elsewhere_starts_cancelled() {
+    let server = RedisServer::start();
+    let a = server.worker("t5:", "a").await;
+    let b = server.worker("t5:", "b").await;
+    let session_a = a.session(Some("s"), config()).await.unwrap();
+    let parent = session_a
+        .start(TaskStart::new().task_id("parent"))
+        .await
+        .unwrap();
+    assert!(session_a.cancel("parent", Some("budget")).await.unwrap());
+    let session_b = b.session(Some("s"), config()).await.unwrap();
+    let child = session_b
+        .start(TaskStart::new().task_id("child").parent_id("parent"))
+        .await
+        .unwrap();
+    assert!(child.is_cancelled(), "cancelled before its start returned");
+    assert_eq!(child.token().reason().as_deref(), Some("budget"));
+    assert!(parent.stopped().await.is_ok());
+    assert!(matches!(
+        session_b
+            .start(TaskStart::new().task_id("late").parent_id("parent"))
+            .await,
+        Err(RedisTrackerError::Tracker(
+            TrackerError::ParentFinished { .. }
+        ))
+    ));
+    drop(child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_before_a_claim_in_another_worker_is_never_lost() {
+    let server = RedisServer::start();
+    let api = server.worker("t6:", "api").await;
+    let worker = server.worker("t6:", "worker").await;
+    let queue = api.session(Some("s"), config()).await.unwrap();
+    queue
+        .reserve(TaskStart::new().task_id("kept"), None)
+        .await
+        .unwrap();
+    queue
+        .reserve(TaskStart::new().task_id("stopped"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        queue.get("kept").await.unwrap().unwrap().status,
+        SubagentStatus::Queued
+    );
+    assert!(queue
+        .cancel("stopped", Some("user pressed stop"))
+        .await
+        .unwrap());
+    let stopped = queue.get("stopped").await.unwrap().unwrap();
+    assert!(stopped.finished, "nothing runs, so nothing is waited for");
+    let pickup = worker.get_session("s").await.unwrap().unwrap();
+    let kept = pickup.claim("kept").await.unwrap();
+    assert!(!kept.is_cancelled());
+    assert!(queue
+        .get("kept")
+        .await
+        .unwrap()
+        .unwrap()
+        .claimed_at
+        .is_some());
+    let handle = pickup.claim("stopped").await.unwrap();
+    assert!(handle.is_cancelled());
+    assert_eq!(
+        handle.token().reason().as_deref(),
+        Some("user pressed stop")
+    );
+    assert!(matches!(
+        pickup.claim("stopped").await,
+        Err(RedisTrackerError::Tracker(TrackerError::NotClaimable {
+            problem: ClaimProblem::AlreadyClaimed,
+            ..
+        }))
+    ));
+    assert!(matches!(
+        pickup.claim("nobody").await,
+        Err(RedisTrackerError::Tracker(TrackerError::UnknownTask { .. }))
+    ));
+    // The claimed run is this worker's: a cancel from the API server reaches it.
+    assert!(queue.cancel("kept", None).await.unwrap());
+    assert!(eventually(|| kept.is_cancelled()).await);
+    drop(handle);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_claims_from_several_workers_exactly_one_succeeds() {
+    let server = RedisServer::start();
+    let a = server.worker("t7:", "a").await;
+    let b = server.worker("t7:", "b").await;
+    let session_a = a.session(Some("s"), config()).await.unwrap();
+    let session_b = b.session(Some("s"), config()).await.unwrap();
+    for round in 0..30 {
+        let task_id = format!("job-{round}");
+        session_a
+            .reserve(TaskStart::new().task_id(task_id.as_str()), None)
+            .await
+            .unwrap();
+        let (first, second) = tokio::join!(session_a.claim(&task_id), session_b.claim(&task_id));
+        assert!(first.is_ok() ^ second.is_ok(), "round {round}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_starts_and_ends_keep_the_contract_across_workers() {
+    let server = RedisServer::start();
+    let a = server.worker("t8:", "a").await;
+    let b = server.worker("t8:", "b").await;
+    let session_a = a.session(Some("s"), config()).await.unwrap();
+    let session_b = b.session(Some("s"), config()).await.unwrap();
+    let handle = session_a
+        .start(
+            TaskStart::new()
+                .task_id("job")
+                .metadata("{\"k\": 1}".to_owned()),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        session_b.start(TaskStart::new().task_id("job")).await,
+        Err(RedisTrackerError::Tracker(
+            TrackerError::DuplicateTask { .. }
+        ))
+    ));
+    assert!(matches!(
+        session_b
+            .start(TaskStart::new().task_id("x").parent_id("nobody"))
+            .await,
+        Err(RedisTrackerError::Tracker(TrackerError::UnknownTask { .. }))
+    ));
+    let pending: Vec<_> = session_b
+        .pending()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|task| task.task_id)
+        .collect();
+    assert_eq!(pending, [std::sync::Arc::from("job")]);
+    // An end recorded by id, elsewhere, wins; the runner's own end is then late.
+    assert!(session_b
+        .end("job", Err("the pod was evicted"))
+        .await
+        .unwrap());
+    assert!(!handle.complete(None).await.unwrap());
+    let snapshot = session_a.get("job").await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Failed);
+    assert_eq!(snapshot.error.as_deref(), Some("the pod was evicted"));
+    assert_eq!(snapshot.metadata.as_deref(), Some("{\"k\": 1}"));
+    // A finished id may be started again, by any worker.
+    let again = session_b
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    assert_eq!(
+        session_a.get("job").await.unwrap().unwrap().status,
+        SubagentStatus::Running
+    );
+    assert!(again.complete(Some("done")).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_handle_fails_its_task() {
+    let server = RedisServer::start();
+    let worker = server.worker("t9:", "a").await;
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    drop(
+        session
+            .start(TaskStart::new().task_id("job"))
+            .await
+            .unwrap(),
+    );
+    let mut status = None;
+    for _ in 0..200 {
+        let snapshot = session.get("job").await.unwrap().unwrap();
+        if snapshot.finished {
+            status = Some((snapshot.status, snapshot.error));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        status,
+        Some((
+            SubagentStatus::Failed,
+            Some(subagent_tracker::DROPPED_HANDLE_ERROR.into())
+        ))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_notification_is_repaired_by_the_reconcile() {
+    let server = RedisServer::start();
+    let runner = server.worker("t10:", "runner").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let handle = session
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    // Drop every subscription on the server, then cancel at once: the notification goes nowhere.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("pubsub")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(session.cancel("job", None).await.unwrap());
+    assert!(
+        eventually(|| handle.is_cancelled()).await,
+        "the reconcile (after resubscribing, or on its 200 ms timer) fired it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_is_bounded_and_a_cascade_crosses_evicted_tasks() {
+    let server = RedisServer::start();
+    let worker = server.worker("t11:", "a").await;
+    let session = worker
+        .session(
+            Some("s"),
+            TrackerConfig::default().with_max_finished_tasks(2),
+        )
+        .await
+        .unwrap();
+    let root = session
+        .start(TaskStart::new().task_id("root"))
+        .await
+        .unwrap();
+    let middle = session
+        .start(TaskStart::new().task_id("middle").parent_id("root"))
+        .await
+        .unwrap();
+    let leaf = session
+        .start(TaskStart::new().task_id("leaf").parent_id("middle"))
+        .await
+        .unwrap();
+    assert!(middle.complete(None).await.unwrap());
+    for index in 0..3 {
+        let task_id = format!("filler-{index}");
+        session
+            .start(TaskStart::new().task_id(task_id.as_str()))
+            .await
+            .unwrap()
+            .complete(None)
+            .await
+            .unwrap();
+    }
+    assert!(session.get("middle").await.unwrap().is_none(), "evicted");
+    let retained = session.tasks().await.unwrap();
+    let finished = retained.iter().filter(|task| task.finished).count();
+    assert_eq!(finished, 2);
+    assert!(session.cancel("root", None).await.unwrap());
+    assert!(
+        eventually(|| leaf.is_cancelled()).await,
+        "root adopted the leaf"
+    );
+    drop((root, leaf));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_looked_up_by_id_and_a_closed_one_leaves_once_finished() {
+    let server = RedisServer::start();
+    let a = server.worker("t12:", "a").await;
+    let b = server.worker("t12:", "b").await;
+    assert!(b.get_session("s").await.unwrap().is_none());
+    let session = a.session(Some("s"), config()).await.unwrap();
+    a.session(Some("other"), config()).await.unwrap();
+    assert_eq!(b.sessions().await.unwrap(), ["other", "s"]);
+    let handle = session
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    let elsewhere = b.get_session("s").await.unwrap().unwrap();
+    assert_eq!(elsewhere.close(Some("shutting down")).await.unwrap(), 1);
+    assert!(matches!(
+        session.start(TaskStart::new()).await,
+        Err(RedisTrackerError::Tracker(
+            TrackerError::SessionClosed { .. }
+        ))
+    ));
+    assert!(
+        b.get_session("s").await.unwrap().is_some(),
+        "its runner still runs"
+    );
+    assert!(eventually(|| handle.is_cancelled()).await);
+    handle.stopped().await.unwrap();
+    assert!(b.get_session("s").await.unwrap().is_none());
+    assert_eq!(b.sessions().await.unwrap(), ["other"]);
+}
+
+#[tokio::test]
+async fn an_unreachable_server_fails_within_the_timeout() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = Instant::now();
+    let outcome = RedisRegistry::connect(
+        &format!("redis://127.0.0.1:{port}/0"),
+        RedisOptions::default().with_timeout(Duration::from_millis(300)),
+    )
+    .await;
+    assert!(matches!(
+        outcome,
+        Err(RedisTrackerError::Unavailable { .. })
+    ));
+    assert!(started.elapsed() < Duration::from_secs(2));
+}
