@@ -17,7 +17,9 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::AsyncCommands;
-use subagent_tracker::{generate_id, validate_task_id, InMemoryRegistry, TrackerConfig};
+use subagent_tracker::{
+    generate_id, validate_task_id, CancelCause, InMemoryRegistry, TrackerConfig,
+};
 use tokio::task::JoinHandle;
 
 use crate::store::{self, Keys};
@@ -231,9 +233,10 @@ impl Worker {
                 continue;
             };
             for (run, status) in runs.iter().zip(statuses) {
-                if let [status, reason, ..] = status.as_slice() {
+                if let [status, reason, origin, cause] = status.as_slice() {
                     if status == "cancelled" && lock(&self.runs).held.contains(run) {
-                        mirror.cancel(&run.task_id, Some(reason));
+                        let cause = CancelCause::from_name(cause).unwrap_or(CancelCause::Requested);
+                        mirror.apply_remote_cancel(&run.task_id, reason, cause, origin);
                     }
                 }
             }

@@ -77,8 +77,8 @@ impl RedisSession {
         start: TaskStart<String>,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
         let (task_id, reply) = self.open(start, false).await?;
-        let [run, status, reason] = reply;
-        self.hold(task_id, run, &status, &reason).await
+        let [run, status, _reason] = reply;
+        self.hold(task_id, run, &status).await
     }
 
     /// Reserves a task for a runner in any process to claim (section 18), and returns its id.
@@ -162,10 +162,10 @@ impl RedisSession {
             self.refusal(&error, task_id, None)
                 .unwrap_or_else(|| error.into())
         })?;
-        let [run, status, reason]: [String; 3] = reply
+        let [run, status, _reason]: [String; 3] = reply
             .try_into()
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_claim")))?;
-        self.hold(Arc::from(task_id), run, &status, &reason).await
+        self.hold(Arc::from(task_id), run, &status).await
     }
 
     /// Mirrors a run this process now executes, and returns its handle.
@@ -174,7 +174,6 @@ impl RedisSession {
         task_id: Arc<str>,
         run: String,
         status: &str,
-        reason: &str,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
         let local = match self.mirror.start(TaskStart::new().task_id(task_id.clone())) {
             Err(TrackerError::DuplicateTask { .. }) => {
@@ -185,16 +184,18 @@ impl RedisSession {
             }
             started => started?,
         };
-        if status == SubagentStatus::Cancelled.as_str() {
-            self.mirror.cancel(&task_id, Some(reason));
-        }
         let key = RunKey {
             session_id: self.session_id.clone(),
             task_id: task_id.clone(),
             run,
         };
-        if self.worker.hold(key.clone()) {
-            self.worker.reconcile(vec![key.clone()]).await?;
+        let announced = self.worker.hold(key.clone());
+        if announced || status == SubagentStatus::Cancelled.as_str() {
+            // Cancelled before this run began here (under a cancelled parent, before its claim, or just after
+            // its start with the notification first): the reconcile reads the cancel's reason, origin and
+            // cause, and fires the token before the runner gets it. Should Redis fail now, the periodic
+            // reconcile fires it instead: the run exists, so its handle must reach the runner.
+            let _ = self.worker.reconcile(vec![key.clone()]).await;
         }
         Ok(RedisTaskHandle::new(self.clone(), key, local))
     }

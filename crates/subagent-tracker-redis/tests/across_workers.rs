@@ -183,6 +183,7 @@ async fn a_child_started_under_a_parent_cancelled_elsewhere_starts_cancelled() {
         .unwrap();
     assert!(child.is_cancelled(), "cancelled before its start returned");
     assert_eq!(child.token().reason().as_deref(), Some("budget"));
+    assert_eq!(child.token().origin().as_deref(), Some("parent"));
     assert!(parent.stopped().await.is_ok());
     assert!(matches!(
         session_b

@@ -265,6 +265,32 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         }
     }
 
+    /// Applies to the task `task_id` a cancel that was decided elsewhere (by another process, through a shared
+    /// store), recording the cancel's own `cause` and `origin`, and cascading as any cancel does. For a store
+    /// whose listener serves every task: the wake-ups and callbacks run in a thread of their own, never in the
+    /// caller's. True exactly when this moved the task.
+    pub fn apply_remote_cancel(
+        &self,
+        task_id: &str,
+        reason: &str,
+        cause: CancelCause,
+        origin: &str,
+    ) -> bool {
+        let Some(entry) = self.shared.lookup(task_id) else {
+            return false;
+        };
+        let mut delivery = Delivery::default();
+        let moved = self.shared.cancel_trees(
+            [entry],
+            &Arc::from(reason),
+            cause,
+            Some(&Arc::from(origin)),
+            &mut delivery,
+        );
+        delivery.deliver_in_own_thread();
+        moved > 0
+    }
+
     /// Records the end of the task `task_id` without its handle, as its runner would: `Ok(result)` completes
     /// it, `Err(error)` fails it. For trackers fed by an event stream of starts and ends.
     ///
