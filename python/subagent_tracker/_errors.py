@@ -49,3 +49,8 @@ class UnknownTaskError(SubagentTrackerError, LookupError):
 
 class SessionClosedError(SubagentTrackerError):
     """The session was closed and accepts no new tasks."""
+
+
+class RegistryUnavailableError(SubagentTrackerError, ConnectionError):
+    """Redis could not be reached, or did not answer within the registry's timeout. Runners keep running and
+    their tokens keep working; the registry reconciles with Redis once it is back."""

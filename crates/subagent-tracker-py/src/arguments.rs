@@ -39,6 +39,8 @@ argument_names! {
     DeadlineArgument = "deadline",
     GraceArgument = "grace",
     ClaimTimeoutArgument = "claim_timeout",
+    WorkerIdArgument = "worker_id",
+    ReconcileIntervalArgument = "reconcile_interval",
 }
 
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {

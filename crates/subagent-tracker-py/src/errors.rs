@@ -26,6 +26,26 @@ pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
     }
 }
 
+/// The Python exception for an error of the Redis store.
+pub(crate) fn redis_error(
+    py: Python<'_>,
+    error: subagent_tracker_redis::RedisTrackerError,
+) -> PyErr {
+    use subagent_tracker_redis::RedisTrackerError;
+    let class_name = match error {
+        RedisTrackerError::Tracker(error) => return tracker_error(py, error),
+        RedisTrackerError::Unavailable { .. } => "RegistryUnavailableError",
+        RedisTrackerError::Unsupported(_) => {
+            return pyo3::exceptions::PyNotImplementedError::new_err(error.to_string())
+        }
+        _ => return pyo3::exceptions::PyRuntimeError::new_err(error.to_string()),
+    };
+    match error_class(py, class_name) {
+        Ok(class) => PyErr::from_type(class, error.to_string()),
+        Err(import_error) => import_error,
+    }
+}
+
 /// `TaskCancelledError(task_id, reason)`.
 pub(crate) fn task_cancelled_error(py: Python<'_>, task_id: &str, reason: &str) -> PyErr {
     match error_class(py, "TaskCancelledError") {

@@ -64,3 +64,9 @@ pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         })?
         .bind(py))
 }
+
+/// `json.dumps` or `json.loads`: metadata and results cross processes as JSON.
+pub(crate) fn json_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    module(py, &MODULE, "json")?.getattr(name)
+}

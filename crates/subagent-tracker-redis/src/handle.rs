@@ -81,8 +81,9 @@ impl RedisTaskHandle {
     /// Reports success. True exactly when this moved the task to `Completed`.
     ///
     /// # Errors
-    /// [`RedisTrackerError::Unavailable`]: the end is then unknown, and the handle may be used again.
-    pub async fn complete(mut self, result: Option<&str>) -> Result<bool, RedisTrackerError> {
+    /// [`RedisTrackerError::Unavailable`]: the end may not have been recorded; the handle keeps the run, so
+    /// the runner can report again.
+    pub async fn complete(&mut self, result: Option<&str>) -> Result<bool, RedisTrackerError> {
         self.end(&Outcome::Completed(result)).await
     }
 
@@ -90,7 +91,7 @@ impl RedisTaskHandle {
     ///
     /// # Errors
     /// As [`complete`](Self::complete).
-    pub async fn fail(mut self, error: &str) -> Result<bool, RedisTrackerError> {
+    pub async fn fail(&mut self, error: &str) -> Result<bool, RedisTrackerError> {
         self.end(&Outcome::Failed(error)).await
     }
 
@@ -98,7 +99,7 @@ impl RedisTaskHandle {
     ///
     /// # Errors
     /// As [`complete`](Self::complete).
-    pub async fn stopped(mut self) -> Result<bool, RedisTrackerError> {
+    pub async fn stopped(&mut self) -> Result<bool, RedisTrackerError> {
         self.end(&Outcome::Stopped).await
     }
 

@@ -21,7 +21,7 @@ async fn a_cancel_from_another_worker_fires_the_runner_s_token_promptly() {
     let runner = server.worker("t1:", "runner").await;
     let stopper = server.worker("t1:", "stopper").await;
     let session = runner.session(Some("s"), config()).await.unwrap();
-    let handle = session
+    let mut handle = session
         .start(TaskStart::new().task_id("job").agent("coder"))
         .await
         .unwrap();
@@ -71,7 +71,7 @@ async fn of_concurrent_cancels_from_several_workers_exactly_one_is_true() {
     }
     for round in 0..30 {
         let task_id = format!("job-{round}");
-        let handle = sessions[0]
+        let mut handle = sessions[0]
             .start(TaskStart::new().task_id(task_id.as_str()))
             .await
             .unwrap();
@@ -99,7 +99,7 @@ async fn an_end_racing_a_cancel_from_another_worker_has_one_winner() {
     let elsewhere = stopper.session(Some("s"), config()).await.unwrap();
     for round in 0..30 {
         let task_id = format!("job-{round}");
-        let handle = session
+        let mut handle = session
             .start(TaskStart::new().task_id(task_id.as_str()))
             .await
             .unwrap();
@@ -130,7 +130,7 @@ async fn a_cascade_reaches_a_subtree_that_spans_three_workers() {
         .start(TaskStart::new().task_id("root"))
         .await
         .unwrap();
-    let child = b
+    let mut child = b
         .session(Some("s"), config())
         .await
         .unwrap()
@@ -171,7 +171,7 @@ async fn a_child_started_under_a_parent_cancelled_elsewhere_starts_cancelled() {
     let a = server.worker("t5:", "a").await;
     let b = server.worker("t5:", "b").await;
     let session_a = a.session(Some("s"), config()).await.unwrap();
-    let parent = session_a
+    let mut parent = session_a
         .start(TaskStart::new().task_id("parent"))
         .await
         .unwrap();
@@ -278,7 +278,7 @@ async fn ids_starts_and_ends_keep_the_contract_across_workers() {
     let b = server.worker("t8:", "b").await;
     let session_a = a.session(Some("s"), config()).await.unwrap();
     let session_b = b.session(Some("s"), config()).await.unwrap();
-    let handle = session_a
+    let mut handle = session_a
         .start(
             TaskStart::new()
                 .task_id("job")
@@ -317,7 +317,7 @@ async fn ids_starts_and_ends_keep_the_contract_across_workers() {
     assert_eq!(snapshot.error.as_deref(), Some("the pod was evicted"));
     assert_eq!(snapshot.metadata.as_deref(), Some("{\"k\": 1}"));
     // A finished id may be started again, by any worker.
-    let again = session_b
+    let mut again = session_b
         .start(TaskStart::new().task_id("job"))
         .await
         .unwrap();
@@ -398,7 +398,7 @@ async fn retention_is_bounded_and_a_cascade_crosses_evicted_tasks() {
         .start(TaskStart::new().task_id("root"))
         .await
         .unwrap();
-    let middle = session
+    let mut middle = session
         .start(TaskStart::new().task_id("middle").parent_id("root"))
         .await
         .unwrap();
@@ -438,7 +438,7 @@ async fn sessions_are_looked_up_by_id_and_a_closed_one_leaves_once_finished() {
     let session = a.session(Some("s"), config()).await.unwrap();
     a.session(Some("other"), config()).await.unwrap();
     assert_eq!(b.sessions().await.unwrap(), ["other", "s"]);
-    let handle = session
+    let mut handle = session
         .start(TaskStart::new().task_id("job"))
         .await
         .unwrap();

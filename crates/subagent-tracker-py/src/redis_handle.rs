@@ -1,0 +1,142 @@
+//! `RedisTaskHandle`: the runner's side of a task kept in Redis, as a context manager.
+
+use pyo3::prelude::*;
+use subagent_tracker_redis::{RedisSession, RedisTaskHandle as CoreHandle};
+
+use crate::arguments;
+use crate::errors::{is_cancellation, redis_error};
+use crate::python_types::python_repr;
+use crate::redis_registry::snapshot;
+use crate::runtime::block_on;
+use crate::snapshot::SubagentTask;
+use crate::token::CancellationToken;
+
+/// Held by the code that runs a task kept in Redis. Its token fires in this process when the task is cancelled
+/// from any process.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct RedisTaskHandle {
+    /// Locked while a call to Redis reports through it (with the interpreter released).
+    handle: tokio::sync::Mutex<CoreHandle>,
+    session: RedisSession,
+    task_id: String,
+    session_id: String,
+    token: Py<CancellationToken>,
+}
+
+impl RedisTaskHandle {
+    pub(crate) fn new(handle: CoreHandle, session: RedisSession) -> PyResult<RedisTaskHandle> {
+        Python::attach(|py| {
+            Ok(RedisTaskHandle {
+                task_id: handle.task_id().to_owned(),
+                session_id: handle.session_id().to_owned(),
+                token: Py::new(py, CancellationToken::new(handle.token()))?,
+                handle: tokio::sync::Mutex::new(handle),
+                session,
+            })
+        })
+    }
+
+    fn end(&self, py: Python<'_>, ending: Ending) -> PyResult<bool> {
+        let outcome = block_on(py, async {
+            let mut handle = self.handle.lock().await;
+            match &ending {
+                Ending::Completed(result) => handle.complete(result.as_deref()).await,
+                Ending::Failed(error) => handle.fail(error).await,
+                Ending::Stopped => handle.stopped().await,
+            }
+        })?;
+        outcome.map_err(|error| redis_error(py, error))
+    }
+
+    fn exit(&self, py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ending = if error.is_none() {
+            Ending::Completed(None)
+        } else if is_cancellation(py, error)? {
+            Ending::Stopped
+        } else {
+            Ending::Failed(arguments::error_text(error)?)
+        };
+        self.end(py, ending).map(drop)
+    }
+}
+
+enum Ending {
+    Completed(Option<String>),
+    Failed(String),
+    Stopped,
+}
+
+#[pymethods]
+impl RedisTaskHandle {
+    #[getter]
+    fn task_id(&self) -> &str {
+        &self.task_id
+    }
+
+    #[getter]
+    fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    #[getter]
+    fn token(&self, py: Python<'_>) -> Py<CancellationToken> {
+        self.token.clone_ref(py)
+    }
+
+    fn progress(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let message = arguments::string(message, "message")?.to_str()?.to_owned();
+        block_on(py, async {
+            self.handle.lock().await.progress(&message).await
+        })?
+        .map_err(|error| redis_error(py, error))
+    }
+
+    #[pyo3(signature = (result=None))]
+    fn complete(&self, py: Python<'_>, result: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let result = match result.filter(|result| !result.is_none()) {
+            Some(result) => Some(crate::redis_registry::to_json(py, result)?),
+            None => None,
+        };
+        self.end(py, Ending::Completed(result))
+    }
+
+    fn fail(&self, py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let text = arguments::error_text(error)?;
+        self.end(py, Ending::Failed(text))
+    }
+
+    fn snapshot(&self, py: Python<'_>) -> PyResult<Option<SubagentTask>> {
+        block_on(py, self.session.get(&self.task_id))?
+            .map_err(|error| redis_error(py, error))?
+            .map(|task| snapshot(py, task))
+            .transpose()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (_exception_type, exception, _traceback))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _exception_type: &Bound<'_, PyAny>,
+        exception: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.exit(py, exception)?;
+        Ok(false)
+    }
+
+    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.token)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RedisTaskHandle(task_id={}, session_id={})",
+            python_repr(Some(&self.task_id)),
+            python_repr(Some(&self.session_id)),
+        )
+    }
+}

@@ -1,0 +1,338 @@
+//! `RedisRegistry` and `RedisSession`: sessions kept in Redis, shared by every process that connects to it.
+//!
+//! Each call blocks on the process's runtime with the interpreter released. Metadata and results cross
+//! processes as JSON.
+
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use subagent_tracker::{SubagentTaskSnapshot, TaskStart, TrackerConfig};
+use subagent_tracker_redis::{
+    RedisOptions, RedisRegistry as CoreRegistry, RedisSession as CoreSession,
+};
+
+use crate::arguments::{
+    self, Id, ParentIdArgument, ReconcileIntervalArgument, Seconds, SessionIdArgument,
+    TaskIdArgument, TimeoutArgument, WorkerIdArgument,
+};
+use crate::errors::redis_error;
+use crate::package_imports::json_function;
+use crate::python_types::PyValue;
+use crate::redis_handle::RedisTaskHandle;
+use crate::runtime::block_on;
+use crate::snapshot::SubagentTask;
+
+/// Sessions kept in Redis; this process is one worker among those connected.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct RedisRegistry {
+    registry: CoreRegistry,
+}
+
+/// A session kept in Redis, seen from this process.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct RedisSession {
+    session: CoreSession,
+}
+
+#[pymethods]
+impl RedisRegistry {
+    #[new]
+    #[pyo3(signature = (url, *, worker_id=None, reconcile_interval=None, timeout=None, key_prefix=None))]
+    fn new(
+        py: Python<'_>,
+        url: &Bound<'_, PyAny>,
+        worker_id: Option<Id<WorkerIdArgument>>,
+        reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<RedisRegistry> {
+        let url = arguments::string(url, "url")?.to_str()?.to_owned();
+        let mut options = RedisOptions::default();
+        if let Some(worker_id) = worker_id {
+            options = options.with_worker_id(&*worker_id.0);
+        }
+        if let Some(interval) = reconcile_interval {
+            options = options.with_reconcile_interval(interval.0.max(Duration::from_millis(1)));
+        }
+        if let Some(timeout) = timeout {
+            options = options.with_timeout(timeout.0.max(Duration::from_millis(1)));
+        }
+        if let Some(prefix) = arguments::optional_string(key_prefix, "key_prefix")? {
+            options = options.with_key_prefix(prefix);
+        }
+        let registry = block_on(py, CoreRegistry::connect(&url, options))?
+            .map_err(|error| redis_error(py, error))?;
+        Ok(RedisRegistry { registry })
+    }
+
+    /// This process's worker id.
+    #[getter]
+    fn worker_id(&self) -> &str {
+        self.registry.worker_id()
+    }
+
+    /// The session `session_id`, created if no process has made it.
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
+    fn session(
+        &self,
+        py: Python<'_>,
+        session_id: Option<Id<SessionIdArgument>>,
+        max_finished_tasks: Option<&Bound<'_, PyAny>>,
+        event_buffer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<RedisSession> {
+        let config: TrackerConfig = arguments::tracker_config(max_finished_tasks, event_buffer)?;
+        let session_id = session_id.map(|id| id.0);
+        let session = block_on(py, self.registry.session(session_id.as_deref(), config))?
+            .map_err(|error| redis_error(py, error))?;
+        Ok(RedisSession { session })
+    }
+
+    /// The live session `session_id`, or None; never creates one.
+    fn get_session(
+        &self,
+        py: Python<'_>,
+        session_id: Id<SessionIdArgument>,
+    ) -> PyResult<Option<RedisSession>> {
+        let session = block_on(py, self.registry.get_session(&session_id.0))?
+            .map_err(|error| redis_error(py, error))?;
+        Ok(session.map(|session| RedisSession { session }))
+    }
+
+    /// The ids of the live sessions.
+    fn sessions(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        block_on(py, self.registry.sessions())?.map_err(|error| redis_error(py, error))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("RedisRegistry(worker_id={:?})", self.registry.worker_id())
+    }
+}
+
+/// The description of a task to start or reserve, with its metadata as JSON.
+#[allow(clippy::too_many_arguments)]
+fn task_start(
+    py: Python<'_>,
+    task_id: Option<Id<TaskIdArgument>>,
+    parent_id: Option<Id<ParentIdArgument>>,
+    agent: Option<&Bound<'_, PyAny>>,
+    description: Option<&Bound<'_, PyAny>>,
+    metadata: Option<&Bound<'_, PyAny>>,
+    detached: bool,
+) -> PyResult<TaskStart<String>> {
+    let mut start = TaskStart::new().detached(detached);
+    if let Some(task_id) = task_id {
+        start = start.task_id(task_id.0);
+    }
+    if let Some(parent_id) = parent_id {
+        start = start.parent_id(&*parent_id.0);
+    }
+    if let Some(agent) = arguments::optional_string(agent, "agent")? {
+        start = start.agent(agent);
+    }
+    if let Some(description) = arguments::optional_string(description, "description")? {
+        start = start.description(description);
+    }
+    if let Some(metadata) = metadata.filter(|metadata| !metadata.is_none()) {
+        start = start.metadata(to_json(py, metadata)?);
+    }
+    Ok(start)
+}
+
+pub(crate) fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    json_function(py, "dumps")?.call1((value,))?.extract()
+}
+
+fn from_json(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
+    Ok(json_function(py, "loads")?.call1((text,))?.unbind())
+}
+
+/// A snapshot of the store's task, with its metadata and result decoded from JSON.
+pub(crate) fn snapshot(
+    py: Python<'_>,
+    snapshot: SubagentTaskSnapshot<String>,
+) -> PyResult<SubagentTask> {
+    let mut failure = None;
+    let decoded = snapshot.map_values(|text| match from_json(py, &text) {
+        Ok(value) => PyValue::new(value),
+        Err(error) => {
+            failure.get_or_insert(error);
+            PyValue::new(py.None())
+        }
+    });
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(SubagentTask::new(py, decoded)),
+    }
+}
+
+fn snapshots<'py>(
+    py: Python<'py>,
+    listed: Vec<SubagentTaskSnapshot<String>>,
+) -> PyResult<Bound<'py, PyList>> {
+    let converted = listed
+        .into_iter()
+        .map(|task| snapshot(py, task))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyList::new(py, converted)
+}
+
+#[pymethods]
+impl RedisSession {
+    #[getter]
+    fn session_id(&self) -> &str {
+        self.session.session_id()
+    }
+
+    /// Starts a task that this process runs, and returns the runner's handle.
+    #[pyo3(signature = (task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, detached=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn start_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Option<Id<TaskIdArgument>>,
+        parent_id: Option<Id<ParentIdArgument>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        description: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        detached: bool,
+    ) -> PyResult<RedisTaskHandle> {
+        let start = task_start(
+            py,
+            task_id,
+            parent_id,
+            agent,
+            description,
+            metadata,
+            detached,
+        )?;
+        let handle =
+            block_on(py, self.session.start(start))?.map_err(|error| redis_error(py, error))?;
+        RedisTaskHandle::new(handle, self.session.clone())
+    }
+
+    /// Reserves a task for a runner in any process to claim, and returns its id.
+    #[pyo3(signature = (task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, detached=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Option<Id<TaskIdArgument>>,
+        parent_id: Option<Id<ParentIdArgument>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        description: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        detached: bool,
+    ) -> PyResult<String> {
+        let start = task_start(
+            py,
+            task_id,
+            parent_id,
+            agent,
+            description,
+            metadata,
+            detached,
+        )?;
+        let task_id = block_on(py, self.session.reserve(start, None))?
+            .map_err(|error| redis_error(py, error))?;
+        Ok(task_id.to_string())
+    }
+
+    /// Claims a reserved task for a runner in this process.
+    fn claim_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<RedisTaskHandle> {
+        let handle = block_on(py, self.session.claim(&task_id.0))?
+            .map_err(|error| redis_error(py, error))?;
+        RedisTaskHandle::new(handle, self.session.clone())
+    }
+
+    /// Cancels a pending task and its pending descendants, wherever they run.
+    #[pyo3(signature = (task_id, reason=None))]
+    fn cancel_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        block_on(py, self.session.cancel(&task_id.0, reason.as_deref()))?
+            .map_err(|error| redis_error(py, error))
+    }
+
+    /// Records the end of a task without its handle: `error` fails it, otherwise it completes with `result`.
+    #[pyo3(signature = (task_id, *, result=None, error=None))]
+    fn end_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Id<TaskIdArgument>,
+        result: Option<&Bound<'_, PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let result = result.filter(|result| !result.is_none());
+        let error = match error.filter(|error| !error.is_none()) {
+            Some(_) if result.is_some() => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "end_subagent_task takes a result or an error, not both",
+                ))
+            }
+            Some(error) => Some(arguments::error_text(error)?),
+            None => None,
+        };
+        let result = result.map(|result| to_json(py, result)).transpose()?;
+        let outcome = match &error {
+            Some(error) => Err(error.as_str()),
+            None => Ok(result.as_deref()),
+        };
+        block_on(py, self.session.end(&task_id.0, outcome))?.map_err(|error| redis_error(py, error))
+    }
+
+    /// Cancels every pending task of the session; returns how many moved.
+    #[pyo3(signature = (reason=None))]
+    fn cancel(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        block_on(py, self.session.cancel_all(reason.as_deref()))?
+            .map_err(|error| redis_error(py, error))
+    }
+
+    /// Cancels every pending task and refuses new starts, in every process.
+    #[pyo3(signature = (reason=None))]
+    fn close(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        block_on(py, self.session.close(reason.as_deref()))?.map_err(|error| redis_error(py, error))
+    }
+
+    /// A snapshot of one retained task, or None.
+    fn subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Option<SubagentTask>> {
+        block_on(py, self.session.get(&task_id.0))?
+            .map_err(|error| redis_error(py, error))?
+            .map(|task| snapshot(py, task))
+            .transpose()
+    }
+
+    /// Snapshots of every retained task, in start order.
+    fn subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let listed = block_on(py, self.session.tasks())?.map_err(|error| redis_error(py, error))?;
+        snapshots(py, listed)
+    }
+
+    /// Snapshots of the pending tasks, in start order.
+    fn pending_subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let listed =
+            block_on(py, self.session.pending())?.map_err(|error| redis_error(py, error))?;
+        snapshots(py, listed)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "RedisSession(session_id={:?})",
+            &**self.session.session_id()
+        )
+    }
+}

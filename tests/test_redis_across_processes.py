@@ -1,0 +1,300 @@
+"""CONTRACT §§2, 3, 18 and 20 across real OS processes that share one real Redis server (``redis-server``,
+started by the fixture on 127.0.0.1 on a free port, without persistence, and stopped after)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from subagent_tracker import (
+    DuplicateTaskError,
+    RedisRegistry,
+    RegistryUnavailableError,
+    SubagentStatus,
+    SubagentTrackerError,
+)
+
+WORKER = Path(__file__).with_name("redis_worker.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A ``redis-server`` on 127.0.0.1, on a free port, with no persistence."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        try:
+            self.process = subprocess.Popen(
+                [
+                    "redis-server",
+                    "--bind",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+        except FileNotFoundError:
+            pytest.fail(
+                "redis-server is missing: ./scripts/check.sh installs it (Debian's redis-server package)"
+            )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.01)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+class Worker:
+    """Another OS process, a worker of the registry, driven by JSON commands."""
+
+    def __init__(self, url: str, worker_id: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, str(WORKER), url, worker_id],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self._read() == {"ready": worker_id}
+
+    def _read(self) -> Any:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        assert line, "the worker process died"
+        return json.loads(line)
+
+    def send(self, **command: object) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+
+    def answer(self) -> Any:
+        return self._read()["answer"]
+
+    def ask(self, **command: object) -> Any:
+        self.send(**command)
+        return self.answer()
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def workers(redis_server: RedisServer) -> Iterator[list[Worker]]:
+    # Started together: each pays the interpreter's start-up, and they are independent.
+    slots: list[Worker | None] = [None] * 3
+
+    def start(index: int) -> None:
+        slots[index] = Worker(redis_server.url, f"w{index}")
+
+    threads = [threading.Thread(target=start, args=(index,)) for index in range(len(slots))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    started = [worker for worker in slots if worker is not None]
+    assert len(started) == len(slots), "a worker process did not start"
+    yield started
+    for worker in started:
+        worker.stop()
+
+
+_sessions = iter(range(1_000_000))
+
+
+@pytest.fixture
+def session_id() -> str:
+    return f"session-{next(_sessions)}"
+
+
+def test_a_cancel_from_this_process_fires_the_token_in_the_runner_s_process(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    runner = workers[0]
+    assert runner.ask(op="start", session=session_id, task="job") == {"cancelled": False, "reason": None}
+    session = RedisRegistry(redis_server.url).session(session_id)
+    snapshot = session.subagent_task("job")
+    assert snapshot is not None and snapshot.status is SubagentStatus.RUNNING
+    assert session.cancel_subagent_task("job", reason="user pressed stop")
+    assert not session.cancel_subagent_task("job")
+    assert runner.ask(op="wait_cancelled", session=session_id, task="job", timeout=5) == {
+        "cancelled": True,
+        "reason": "user pressed stop",
+    }
+    assert runner.ask(op="complete", session=session_id, task="job", result="late") is False
+    final = session.subagent_task("job")
+    assert final is not None
+    assert (final.status, final.finished, final.result) == (SubagentStatus.CANCELLED, True, "late")
+
+
+def test_of_concurrent_cancels_from_several_processes_exactly_one_is_true(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+    for round_ in range(10):
+        task_id = f"job-{round_}"
+        handle = session.start_subagent_task(task_id)
+        for worker in workers:
+            worker.send(op="cancel", session=session_id, task=task_id)
+        outcomes = [worker.answer() for worker in workers]
+        assert outcomes.count(True) == 1, (round_, outcomes)
+        assert handle.token.wait(5)
+        handle.complete()
+
+
+def test_an_end_racing_a_cancel_from_another_process_has_one_winner(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+    for round_ in range(10):
+        task_id = f"job-{round_}"
+        workers[0].ask(op="start", session=session_id, task=task_id)
+        workers[0].send(op="complete", session=session_id, task=task_id)
+        workers[1].send(op="cancel", session=session_id, task=task_id)
+        completed, cancelled = workers[0].answer(), workers[1].answer()
+        assert completed != cancelled, round_
+        snapshot = session.subagent_task(task_id)
+        assert snapshot is not None
+        assert snapshot.status is (SubagentStatus.COMPLETED if completed else SubagentStatus.CANCELLED)
+
+
+def test_a_cascade_reaches_a_subtree_spanning_three_processes(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    first, second, third = workers
+    first.ask(op="start", session=session_id, task="root")
+    second.ask(op="start", session=session_id, task="child", parent="root")
+    third.ask(op="start", session=session_id, task="grandchild", parent="child")
+    third.ask(op="start", session=session_id, task="bystander")
+    assert RedisRegistry(redis_server.url).session(session_id).cancel_subagent_task("root", reason="stop all")
+    for worker, task_id in ((first, "root"), (second, "child"), (third, "grandchild")):
+        assert worker.ask(op="wait_cancelled", session=session_id, task=task_id, timeout=5) == {
+            "cancelled": True,
+            "reason": "stop all",
+        }, task_id
+    assert (
+        third.ask(op="wait_cancelled", session=session_id, task="bystander", timeout=0.3)["cancelled"]
+        is False
+    )
+    snapshot = RedisRegistry(redis_server.url).session(session_id).subagent_task("grandchild")
+    assert snapshot is not None and snapshot.cancel_origin == "root" and snapshot.cancel_cause == "parent"
+
+
+def test_a_child_started_under_a_parent_cancelled_in_another_process_starts_cancelled(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    workers[0].ask(op="start", session=session_id, task="parent")
+    assert workers[1].ask(op="cancel", session=session_id, task="parent", reason="budget") is True
+    assert workers[2].ask(op="start", session=session_id, task="child", parent="parent") == {
+        "cancelled": True,
+        "reason": "budget",
+    }
+
+
+def test_a_cancel_before_a_claim_in_another_process_is_never_lost(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    queue = RedisRegistry(redis_server.url).session(session_id)
+    queue.reserve_subagent_task("kept")
+    queue.reserve_subagent_task("stopped")
+    assert queue.cancel_subagent_task("stopped", reason="user pressed stop")
+    stopped = queue.subagent_task("stopped")
+    assert stopped is not None and stopped.finished and stopped.status is SubagentStatus.CANCELLED
+    assert workers[0].ask(op="claim", session=session_id, task="stopped") == {
+        "cancelled": True,
+        "reason": "user pressed stop",
+    }
+    assert workers[1].ask(op="claim", session=session_id, task="stopped")["raised"] == "DuplicateTaskError"
+    assert workers[1].ask(op="claim", session=session_id, task="kept") == {"cancelled": False, "reason": None}
+    assert queue.cancel_subagent_task("kept")
+    assert (
+        workers[1].ask(op="wait_cancelled", session=session_id, task="kept", timeout=5)["cancelled"] is True
+    )
+
+
+def test_of_claims_from_several_processes_exactly_one_succeeds(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    queue = RedisRegistry(redis_server.url).session(session_id)
+    for round_ in range(10):
+        task_id = f"job-{round_}"
+        queue.reserve_subagent_task(task_id)
+        for worker in workers:
+            worker.send(op="claim", session=session_id, task=task_id)
+        outcomes = [worker.answer() for worker in workers]
+        claimed = [outcome for outcome in outcomes if "cancelled" in outcome]
+        refused = [outcome for outcome in outcomes if outcome.get("raised") == "DuplicateTaskError"]
+        assert (len(claimed), len(refused)) == (1, 2), (round_, outcomes)
+
+
+def test_registries_look_sessions_up_by_id_and_refuse_what_the_contract_refuses(
+    redis_server: RedisServer, session_id: str
+) -> None:
+    registry = RedisRegistry(redis_server.url)
+    assert registry.get_session(session_id) is None
+    session = registry.session(session_id)
+    assert session_id in RedisRegistry(redis_server.url).sessions()
+    handle = session.start_subagent_task("job", metadata={"prompt": "fix it"})
+    with pytest.raises(DuplicateTaskError):
+        session.start_subagent_task("job")
+    snapshot = session.subagent_task("job")
+    assert snapshot is not None and snapshot.metadata == {"prompt": "fix it"}
+    with pytest.raises(TypeError, match="JSON"):
+        session.start_subagent_task("other", metadata={"handle": object()})
+    assert session.subagent_task("other") is None
+    assert session.close() == 1
+    with pytest.raises(SubagentTrackerError):
+        session.start_subagent_task("late")
+    with handle:
+        pass
+    assert registry.get_session(session_id) is None, "a closed session leaves once its tasks are finished"
+
+
+def test_an_unreachable_redis_raises_registry_unavailable_within_the_timeout() -> None:
+    server = RedisServer()
+    registry = RedisRegistry(server.url, timeout=0.5)
+    session = registry.session("s")
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(RegistryUnavailableError) as raised:
+        session.cancel_subagent_task("job")
+    assert isinstance(raised.value, ConnectionError)
+    assert time.monotonic() - started < 3
+    with pytest.raises(RegistryUnavailableError):
+        RedisRegistry(f"redis://127.0.0.1:{_free_port()}/0", timeout=0.5)
