@@ -110,7 +110,6 @@ impl RedisRegistry {
 }
 
 /// The description of a task to start or reserve, with its metadata as JSON.
-#[allow(clippy::too_many_arguments)]
 fn task_start(
     py: Python<'_>,
     task_id: Option<Id<TaskIdArgument>>,
@@ -120,23 +119,21 @@ fn task_start(
     metadata: Option<&Bound<'_, PyAny>>,
     detached: bool,
 ) -> PyResult<TaskStart<String>> {
-    let mut start = TaskStart::new().detached(detached);
-    if let Some(task_id) = task_id {
-        start = start.task_id(task_id.0);
-    }
-    if let Some(parent_id) = parent_id {
-        start = start.parent_id(&*parent_id.0);
-    }
-    if let Some(agent) = arguments::optional_string(agent, "agent")? {
-        start = start.agent(agent);
-    }
-    if let Some(description) = arguments::optional_string(description, "description")? {
-        start = start.description(description);
-    }
-    if let Some(metadata) = metadata.filter(|metadata| !metadata.is_none()) {
-        start = start.metadata(to_json(py, metadata)?);
-    }
-    Ok(start)
+    let metadata = metadata
+        .filter(|metadata| !metadata.is_none())
+        .map(|metadata| to_json(py, metadata))
+        .transpose()?;
+    crate::session::task_start(
+        task_id,
+        parent_id,
+        agent,
+        description,
+        metadata,
+        None,
+        None,
+        detached,
+        None,
+    )
 }
 
 pub(crate) fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<String> {

@@ -36,20 +36,20 @@ pub(crate) struct SessionState {
 }
 
 /// The core's description of a task from the keyword arguments shared by `start_subagent_task` and
-/// `reserve_subagent_task`.
+/// `reserve_subagent_task`, with the metadata as the caller's store keeps it.
 // One parameter per Python keyword argument.
 #[allow(clippy::too_many_arguments)]
-fn task_start(
+pub(crate) fn task_start<V>(
     task_id: Option<Id<TaskIdArgument>>,
     parent_id: Option<Id<ParentIdArgument>>,
     agent: Option<&Bound<'_, PyAny>>,
     description: Option<&Bound<'_, PyAny>>,
-    metadata: Option<Metadata>,
+    metadata: Option<V>,
     timeout: Option<Seconds<TimeoutArgument>>,
     deadline: Option<EpochDeadline>,
     detached: bool,
     linked: Option<Tokens>,
-) -> PyResult<TaskStart<PyValue>> {
+) -> PyResult<TaskStart<V>> {
     let mut start = TaskStart::new();
     if let Some(task_id) = task_id {
         start = start.task_id(task_id.0);
@@ -64,7 +64,7 @@ fn task_start(
         start = start.description(description);
     }
     if let Some(metadata) = metadata {
-        start = start.metadata(PyValue::new(metadata.0));
+        start = start.metadata(metadata);
     }
     if let Some(timeout) = timeout {
         start = start.timeout(timeout.0);
@@ -158,7 +158,7 @@ impl Session {
             parent_id,
             agent,
             description,
-            metadata,
+            metadata.map(|metadata| PyValue::new(metadata.0)),
             timeout,
             deadline,
             detached,
@@ -198,7 +198,7 @@ impl Session {
             parent_id,
             agent,
             description,
-            metadata,
+            metadata.map(|metadata| PyValue::new(metadata.0)),
             timeout,
             deadline,
             detached,
