@@ -14,6 +14,9 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
   <base>pending        sorted set: pending, uncancelled task ids by run
   <base>all            sorted set: retained task ids by run (start order)
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
+  <base>events         stream: the session's lifecycle events in the order they took effect, each numbered (n)
+                       from the session's counter `events`, so a reader that was trimmed past knows how many
+                       it missed; trimmed to about EVENT_LIMIT entries
 
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
@@ -25,6 +28,7 @@ worker then reads the cancel's details with `st_status`; a lost message is found
 ]]
 
 local PENDING = { queued = true, running = true }
+local EVENT_LIMIT = 10000
 
 local function now()
   local time = redis.call('TIME')
@@ -46,6 +50,18 @@ end
 
 local function fields(key, ...)
   return redis.call('HMGET', key, ...)
+end
+
+-- Appends one lifecycle event to the session's stream; `extra` is the reason or the progress message.
+local function emit(base, session_key, task_id, kind, status, at, extra_name, extra)
+  local number = redis.call('HINCRBY', session_key, 'events', 1)
+  if extra_name then
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '*', 'n', number, 'task', task_id,
+      'kind', kind, 'status', status, 'at', at, extra_name, extra)
+  else
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '*', 'n', number, 'task', task_id,
+      'kind', kind, 'status', status, 'at', at)
+  end
 end
 
 -- A run that leaves the retained window: its attached children move to its own parent's set (the nearest
@@ -95,6 +111,7 @@ end
 local function finish(base, session_key, key, task_id, run, at)
   redis.call('HSET', key, 'fin', '1', 'ended_at', at)
   redis.call('ZREM', base .. 'pending', task_id)
+  emit(base, session_key, task_id, 'ended', redis.call('HGET', key, 'status'), at)
   retain(base, session_key, task_id, run)
 end
 
@@ -117,6 +134,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
           'origin', origin, 'cause', entry_cause)
         redis.call('ZREM', base .. 'pending', task_id)
         moved = moved + 1
+        emit(base, session_key, task_id, 'cancelled', 'cancelled', at, 'reason', reason)
         if status == 'queued' then
           finish(base, session_key, key, task_id, run, at)
         elseif worker then
@@ -188,6 +206,8 @@ local function st_open(keys, args)
   if inherited then
     redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', inherited.reason,
       'origin', inherited.origin, 'cause', 'parent')
+    emit(base, session_key, task_id, 'started', 'cancelled', at, 'reason', inherited.reason)
+    emit(base, session_key, task_id, 'cancelled', 'cancelled', at, 'reason', inherited.reason)
     if reserved then
       finish(base, session_key, key, task_id, run, at)
     end
@@ -195,6 +215,7 @@ local function st_open(keys, args)
     reason = inherited.reason
   else
     redis.call('ZADD', base .. 'pending', run, task_id)
+    emit(base, session_key, task_id, 'started', status, at)
   end
   return { run, status, reason }
 end
@@ -265,17 +286,21 @@ local function st_claim(keys, args)
   local status = state[2]
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
   if status == 'queued' then status = 'running' end
-  redis.call('HSET', key, 'status', status, 'claimed_at', now(), 'worker', args[2])
+  local at = now()
+  redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', args[2])
+  emit(base, keys[1], args[1], 'claimed', status, at)
   return { state[1], status, state[5] or '' }
 end
 
 -- st_progress(session_key; task_id, run, message): records a progress message on an unfinished run.
 local function st_progress(keys, args)
-  local key = task_key(base_of(keys[1]), args[1])
-  local state = fields(key, 'run', 'fin')
+  local base = base_of(keys[1])
+  local key = task_key(base, args[1])
+  local state = fields(key, 'run', 'fin', 'status')
   if state[1] ~= args[2] or state[2] == '1' then return 0 end
   redis.call('HSET', key, 'progress', args[3])
   redis.call('HINCRBY', key, 'progress_count', 1)
+  emit(base, keys[1], args[1], 'progress', state[3], now(), 'message', args[3])
   return 1
 end
 

@@ -8,11 +8,12 @@
 //! on the worker's channel and, in any case, by a reconcile on a timer.
 //!
 //! Not built yet (the contract's sections 20 and 21 are not met in full): deadlines, linked tokens and claim
-//! timeouts of Redis tasks, waits and events across processes, retention of idle sessions, and worker leases.
+//! timeouts of Redis tasks, retention of idle sessions, and worker leases.
 
 #![forbid(unsafe_code)]
 
 mod error;
+mod events;
 mod handle;
 mod options;
 mod registry;
@@ -20,6 +21,7 @@ mod session;
 mod store;
 
 pub use error::RedisTrackerError;
+pub use events::RedisEventSubscription;
 pub use handle::RedisTaskHandle;
 pub use options::{RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_RECONCILE_INTERVAL, DEFAULT_TIMEOUT};
 pub use registry::RedisRegistry;

@@ -52,6 +52,8 @@ pub(crate) struct RunKey {
 
 pub(crate) struct Worker {
     pub(crate) id: Arc<str>,
+    /// For the connections of their own that event subscriptions need (a blocking read holds its connection).
+    pub(crate) client: redis::Client,
     pub(crate) keys: Keys,
     pub(crate) connection: ConnectionManager,
     pub(crate) options: RedisOptions,
@@ -95,6 +97,7 @@ impl RedisRegistry {
         let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
         validate_task_id("worker_id", &id)?;
         let worker = Arc::new(Worker {
+            client: client.clone(),
             keys: Keys::new(&options.key_prefix),
             id,
             connection,

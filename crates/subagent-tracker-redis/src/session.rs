@@ -4,13 +4,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    generate_id, validate_task_id, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus,
-    SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError, DEFAULT_CANCEL_REASON,
+    generate_id, validate_task_id, ClaimProblem, InMemorySubagentTaskTracker, SubagentEventKind,
+    SubagentStatus, SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError,
+    DEFAULT_CANCEL_REASON,
 };
 
 use crate::registry::{RunKey, Worker};
 use crate::store::{self, TaskFields};
-use crate::{RedisTaskHandle, RedisTrackerError};
+use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
 
 /// The reason a local mirror run ends with when Redis says its run is over and a new one takes its id.
 const SUPERSEDED: &str = "superseded by a new run of the task in Redis";
@@ -352,6 +353,61 @@ impl RedisSession {
             .filter_map(TaskFields::from_flat)
             .map(|fields| fields.snapshot(&self.session_id))
             .collect()
+    }
+
+    /// Subscribes to the session's lifecycle events from this moment on, whichever process makes them.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn subscribe(&self) -> Result<RedisEventSubscription, RedisTrackerError> {
+        let timeout = self.worker.options.timeout;
+        // A blocking read holds its answer back for up to `READ_BLOCK`, on top of the usual bound.
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(crate::events::READ_BLOCK + timeout));
+        let connection = tokio::time::timeout(
+            timeout,
+            self.worker
+                .client
+                .get_multiplexed_async_connection_with_config(&config),
+        )
+        .await
+        .map_err(|_| crate::registry::timeout_error())??;
+        RedisEventSubscription::new(connection, self.worker.keys.events(&self.session_id)).await
+    }
+
+    /// Waits until the task `task_id` has finished, in whatever process it runs, and returns its final
+    /// snapshot. Bound it with `tokio::time::timeout`.
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] (as [`RedisTrackerError::Tracker`]) for a task that is not retained;
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn wait_finished(
+        &self,
+        task_id: &str,
+    ) -> Result<SubagentTaskSnapshot<String>, RedisTrackerError> {
+        // Subscribed before the first look, so an end between the two is not missed.
+        let mut events = self.subscribe().await?;
+        loop {
+            match self.get(task_id).await? {
+                None => {
+                    return Err(TrackerError::UnknownTask {
+                        task_id: Arc::from(task_id),
+                        session_id: self.session_id.clone(),
+                    }
+                    .into())
+                }
+                Some(snapshot) if snapshot.finished => return Ok(snapshot),
+                Some(_) => {}
+            }
+            loop {
+                let event = events.next().await?;
+                let ended = event.kind == SubagentEventKind::Ended && &*event.task_id == task_id;
+                if ended || event.kind == SubagentEventKind::Lagged {
+                    break;
+                }
+            }
+        }
     }
 
     pub(crate) fn worker(&self) -> &Arc<Worker> {

@@ -34,6 +34,11 @@ impl Keys {
         format!("{}{{{session_id}}}:session", self.prefix)
     }
 
+    /// The stream of session `session_id`'s lifecycle events.
+    pub(crate) fn events(&self, session_id: &str) -> String {
+        format!("{}{{{session_id}}}:events", self.prefix)
+    }
+
     /// The channel on which the functions publish the cancels of tasks that `worker_id` runs.
     pub(crate) fn worker_channel(&self, worker_id: &str) -> String {
         format!("{}worker:{worker_id}", self.prefix)

@@ -479,3 +479,120 @@ async fn an_unreachable_server_fails_within_the_timeout() {
     ));
     assert!(started.elapsed() < Duration::from_secs(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_in_one_worker_returns_once_the_runner_in_another_has_stopped() {
+    let server = RedisServer::start();
+    let runner = server.worker("t13:", "runner").await;
+    let watcher = server.worker("t13:", "watcher").await;
+    let mut handle = runner
+        .session(Some("s"), config())
+        .await
+        .unwrap()
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    let session = watcher.session(Some("s"), config()).await.unwrap();
+    let waiting = {
+        let session = session.clone();
+        tokio::spawn(async move { session.wait_finished("job").await })
+    };
+    assert!(session.cancel("job", None).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        !waiting.is_finished(),
+        "cancelled is not finished: the runner still runs"
+    );
+    assert!(eventually(|| handle.is_cancelled()).await);
+    handle.stopped().await.unwrap();
+    let finished = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("the wait returned")
+        .unwrap()
+        .unwrap();
+    assert_eq!(finished.status, SubagentStatus::Cancelled);
+    assert!(finished.finished);
+    assert!(matches!(
+        session.wait_finished("nobody").await,
+        Err(RedisTrackerError::Tracker(TrackerError::UnknownTask { .. }))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_from_every_worker_arrive_in_the_order_they_took_effect() {
+    use subagent_tracker::SubagentEventKind::{Cancelled, Claimed, Ended, Progress, Started};
+    let server = RedisServer::start();
+    let a = server.worker("t14:", "a").await;
+    let b = server.worker("t14:", "b").await;
+    let session_a = a.session(Some("s"), config()).await.unwrap();
+    let session_b = b.session(Some("s"), config()).await.unwrap();
+    let mut events = session_b.subscribe().await.unwrap();
+    let mut handle = session_a
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    assert!(handle.progress("half way").await.unwrap());
+    session_a
+        .reserve(TaskStart::new().task_id("queued"), None)
+        .await
+        .unwrap();
+    let claimed = session_b.claim("queued").await.unwrap();
+    assert!(session_b.cancel("job", Some("stop")).await.unwrap());
+    handle.stopped().await.unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..6 {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .unwrap()
+            .unwrap();
+        seen.push((event.task_id.to_string(), event.kind, event.status));
+    }
+    let expected = [
+        ("job", Started, SubagentStatus::Running),
+        ("job", Progress, SubagentStatus::Running),
+        ("queued", Started, SubagentStatus::Queued),
+        ("queued", Claimed, SubagentStatus::Running),
+        ("job", Cancelled, SubagentStatus::Cancelled),
+        ("job", Ended, SubagentStatus::Cancelled),
+    ];
+    let expected: Vec<_> = expected
+        .iter()
+        .map(|(task, kind, status)| (task.to_string(), *kind, *status))
+        .collect();
+    assert_eq!(seen[..6], expected[..]);
+    drop(claimed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_overtaken_by_trimming_learns_exactly_how_many_events_it_missed() {
+    let server = RedisServer::start();
+    let worker = server.worker("t15:", "a").await;
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    let mut events = session.subscribe().await.unwrap();
+    let handle = session
+        .start(TaskStart::new().task_id("chatty"))
+        .await
+        .unwrap();
+    let progress_events = 12_000u64;
+    for index in 0..progress_events {
+        handle.progress(&index.to_string()).await.unwrap();
+    }
+    let (mut missed, mut received) = (0, 0);
+    while missed + received < progress_events + 1 {
+        let event = tokio::time::timeout(Duration::from_secs(5), events.next())
+            .await
+            .expect("every event is accounted for")
+            .unwrap();
+        if event.kind == subagent_tracker::SubagentEventKind::Lagged {
+            missed += event.missed;
+        } else {
+            received += 1;
+        }
+    }
+    assert!(
+        missed > 0,
+        "the stream is trimmed to about ten thousand events"
+    );
+    assert_eq!(missed + received, progress_events + 1);
+    drop(handle);
+}

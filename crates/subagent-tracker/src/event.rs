@@ -36,6 +36,21 @@ impl SubagentEventKind {
             SubagentEventKind::Lagged => "lagged",
         }
     }
+
+    /// The kind named `name` (as [`as_str`](Self::as_str) writes it), for stores that keep it as text.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<SubagentEventKind> {
+        [
+            SubagentEventKind::Started,
+            SubagentEventKind::Claimed,
+            SubagentEventKind::Progress,
+            SubagentEventKind::Cancelled,
+            SubagentEventKind::Ended,
+            SubagentEventKind::Lagged,
+        ]
+        .into_iter()
+        .find(|kind| kind.as_str() == name)
+    }
 }
 
 /// One lifecycle event. Events of one task are delivered in the order they happened.
@@ -56,4 +71,26 @@ pub struct SubagentEvent {
     pub message: Option<Arc<str>>,
     /// How many events the subscriber missed, on `Lagged` events; zero otherwise.
     pub missed: u64,
+}
+
+impl SubagentEvent {
+    /// An event of `kind` about task `task_id`, now in `status`, at `timestamp`, with no reason or message: for
+    /// a store other than the in-memory tracker to fill in.
+    #[must_use]
+    pub fn new(
+        task_id: Arc<str>,
+        kind: SubagentEventKind,
+        status: SubagentStatus,
+        timestamp: SystemTime,
+    ) -> SubagentEvent {
+        SubagentEvent {
+            task_id,
+            kind,
+            status,
+            timestamp,
+            reason: None,
+            message: None,
+            missed: 0,
+        }
+    }
 }

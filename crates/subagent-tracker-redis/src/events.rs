@@ -1,0 +1,119 @@
+//! Lifecycle events across processes: a reader of the session's event stream in Redis.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use redis::aio::MultiplexedConnection;
+use redis::streams::{StreamId, StreamRangeReply, StreamReadOptions, StreamReadReply};
+use redis::AsyncCommands;
+use subagent_tracker::{SubagentEvent, SubagentEventKind, SubagentStatus};
+
+use crate::RedisTrackerError;
+
+/// How long one blocking read waits before it reads again (a read never blocks the connection of other calls:
+/// each subscription has a connection of its own).
+pub(crate) const READ_BLOCK: Duration = Duration::from_secs(1);
+
+/// How many events one read takes at most.
+const READ_COUNT: usize = 256;
+
+/// The lifecycle events of one session from the moment of subscribing, in the order they took effect in
+/// Redis, whichever process made them. A reader that the stream's trimming overtook gets one `Lagged` event
+/// with the exact number it missed, then goes on.
+pub struct RedisEventSubscription {
+    connection: MultiplexedConnection,
+    key: String,
+    /// The id of the last entry read (or of the stream's last entry when subscribing).
+    last_id: String,
+    /// The number of the last event read, from the session's counter.
+    last_number: Option<u64>,
+    ready: VecDeque<SubagentEvent>,
+}
+
+impl RedisEventSubscription {
+    pub(crate) async fn new(
+        mut connection: MultiplexedConnection,
+        key: String,
+    ) -> Result<RedisEventSubscription, RedisTrackerError> {
+        let newest: StreamRangeReply = connection.xrevrange_count(&key, "+", "-", 1).await?;
+        let (last_id, last_number) = match newest.ids.first() {
+            Some(entry) => (entry.id.clone(), number(entry)),
+            None => ("0-0".to_owned(), Some(0)),
+        };
+        Ok(RedisEventSubscription {
+            connection,
+            key,
+            last_id,
+            last_number,
+            ready: VecDeque::new(),
+        })
+    }
+
+    /// The next event; waits for one as long as it takes.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`] when Redis cannot be reached; the subscription may be read again.
+    pub async fn next(&mut self) -> Result<SubagentEvent, RedisTrackerError> {
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Ok(event);
+            }
+            let options = StreamReadOptions::default()
+                .block(usize::try_from(READ_BLOCK.as_millis()).unwrap_or(1000))
+                .count(READ_COUNT);
+            let reply: Option<StreamReadReply> = self
+                .connection
+                .xread_options(&[&self.key], &[&self.last_id], &options)
+                .await?;
+            for entry in reply
+                .into_iter()
+                .flat_map(|reply| reply.keys)
+                .flat_map(|key| key.ids)
+            {
+                self.take(&entry);
+            }
+        }
+    }
+
+    fn take(&mut self, entry: &StreamId) {
+        self.last_id.clone_from(&entry.id);
+        let number = number(entry);
+        if let (Some(last), Some(number)) = (self.last_number, number) {
+            if number > last + 1 {
+                let mut lagged = SubagentEvent::new(
+                    Arc::from(""),
+                    SubagentEventKind::Lagged,
+                    SubagentStatus::Running,
+                    SystemTime::now(),
+                );
+                lagged.missed = number - last - 1;
+                self.ready.push_back(lagged);
+            }
+        }
+        self.last_number = number;
+        if let Some(event) = event(entry) {
+            self.ready.push_back(event);
+        }
+    }
+}
+
+fn text(entry: &StreamId, name: &str) -> Option<String> {
+    entry.get(name)
+}
+
+fn number(entry: &StreamId) -> Option<u64> {
+    text(entry, "n")?.parse().ok()
+}
+
+fn event(entry: &StreamId) -> Option<SubagentEvent> {
+    let kind = SubagentEventKind::from_name(&text(entry, "kind")?)?;
+    let status = SubagentStatus::from_name(&text(entry, "status")?)?;
+    let seconds: f64 = text(entry, "at")?.parse().ok()?;
+    let timestamp =
+        SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(seconds).ok()?)?;
+    let mut event = SubagentEvent::new(Arc::from(text(entry, "task")?), kind, status, timestamp);
+    event.reason = text(entry, "reason").map(Arc::from);
+    event.message = text(entry, "message").map(Arc::from);
+    Some(event)
+}
