@@ -33,6 +33,10 @@ def main() -> None:
                 answer = {"cancelled": token.wait(command["timeout"]), "reason": token.reason}
             elif operation == "complete":
                 answer = handles.pop(command["task"]).complete(command.get("result"))
+            elif operation == "progress":
+                answer = handles[command["task"]].progress(command["message"])
+            elif operation == "fail":
+                answer = handles.pop(command["task"]).fail(command["error"])
             elif operation == "cancel":
                 answer = session.cancel_subagent_task(command["task"], command.get("reason"))
             else:

@@ -3,6 +3,7 @@ started by the fixture on 127.0.0.1 on a free port, without persistence, and sto
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -21,6 +22,7 @@ from subagent_tracker import (
     RegistryUnavailableError,
     SubagentStatus,
     SubagentTrackerError,
+    UnknownTaskError,
 )
 
 WORKER = Path(__file__).with_name("redis_worker.py")
@@ -298,3 +300,67 @@ def test_an_unreachable_redis_raises_registry_unavailable_within_the_timeout() -
     assert time.monotonic() - started < 3
     with pytest.raises(RegistryUnavailableError):
         RedisRegistry(f"redis://127.0.0.1:{_free_port()}/0", timeout=0.5)
+
+
+def test_a_wait_returns_once_the_runner_in_another_process_has_stopped(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    runner = workers[0]
+    runner.ask(op="start", session=session_id, task="job")
+    session = RedisRegistry(redis_server.url).session(session_id)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(session.wait_subagent_task("job", timeout=10))
+        assert session.cancel_subagent_task("job")
+        await asyncio.sleep(0.2)
+        assert not waiting.done(), "cancelled is not finished while the runner runs"
+        with pytest.raises(TimeoutError, match="still running"):
+            await session.wait_subagent_task("job", timeout=0.1)
+        runner.send(op="fail", session=session_id, task="job", error="stopped")
+        final = await waiting
+        assert (final.status, final.finished, final.error) == (SubagentStatus.CANCELLED, True, "stopped")
+        assert runner.answer() is False
+        with pytest.raises(UnknownTaskError):
+            await session.wait_subagent_task("nobody")
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_events_from_every_process_arrive_in_the_order_they_took_effect(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+
+    async def main() -> list[tuple[str | None, str, str | None]]:
+        events = session.events()
+        workers[0].ask(op="start", session=session_id, task="job")
+        workers[0].ask(op="progress", session=session_id, task="job", message="half way")
+        workers[1].ask(op="cancel", session=session_id, task="job", reason="stop")
+        workers[0].ask(op="complete", session=session_id, task="job")
+        seen: list[tuple[str | None, str, str | None]] = []
+        async for event in events:
+            seen.append((event.task_id, event.kind, event.reason or event.message))
+            if len(seen) == 4:
+                events.close()
+        return seen
+
+    assert asyncio.run(asyncio.wait_for(main(), 20)) == [
+        ("job", "started", None),
+        ("job", "progress", "half way"),
+        ("job", "cancelled", "stop"),
+        ("job", "ended", None),
+    ]
+
+
+def test_closing_an_event_stream_ends_a_waiting_iteration(redis_server: RedisServer, session_id: str) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+
+    async def main() -> None:
+        events = session.events()
+        waiting = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.05)
+        events.close()
+        with pytest.raises(StopAsyncIteration):
+            await waiting
+
+    asyncio.run(asyncio.wait_for(main(), 10))

@@ -23,6 +23,7 @@ __all__ = [
     "CancellationToken",
     "EventSubscription",
     "Ready",
+    "RedisEventStream",
     "RedisRegistry",
     "RedisSession",
     "RedisTaskHandle",
@@ -343,6 +344,18 @@ class RedisSession:
     def subagent_task(self, task_id: str) -> SubagentTask | None: ...
     def subagent_tasks(self) -> list[SubagentTask]: ...
     def pending_subagent_tasks(self) -> list[SubagentTask]: ...
+    def wait_subagent_task(
+        self, task_id: str, timeout: float | None = None
+    ) -> asyncio.Future[SubagentTask]: ...
+    def events(self) -> RedisEventStream: ...
+
+@final
+class RedisEventStream:
+    """The lifecycle events of a Redis session from the ``events()`` call on, whichever process makes them."""
+
+    def __aiter__(self) -> RedisEventStream: ...
+    def __anext__(self) -> asyncio.Future[SubagentEvent]: ...
+    def close(self) -> None: ...
 
 @final
 class RedisTaskHandle:

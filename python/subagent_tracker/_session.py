@@ -212,3 +212,10 @@ class EventStream:
 
     async def __aexit__(self, *_exception: object) -> None:
         self.close()
+
+
+def _settle_future(future: asyncio.Future[Any], method: str, value: object) -> None:
+    """Resolves ``future`` with ``value`` (``method``: ``set_result`` or ``set_exception``), unless its caller
+    gave up on it first. Called on the future's loop."""
+    if not future.done():
+        getattr(future, method)(value)

@@ -13,6 +13,12 @@ pub(crate) struct SubagentEvent {
     event: subagent_tracker::SubagentEvent,
 }
 
+impl SubagentEvent {
+    pub(crate) fn new(event: subagent_tracker::SubagentEvent) -> SubagentEvent {
+        SubagentEvent { event }
+    }
+}
+
 fn is_lagged(event: &subagent_tracker::SubagentEvent) -> bool {
     event.kind == subagent_tracker::SubagentEventKind::Lagged
 }

@@ -35,6 +35,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<registry::Registry>()?;
     module.add_class::<redis_registry::RedisRegistry>()?;
     module.add_class::<redis_registry::RedisSession>()?;
+    module.add_class::<redis_registry::RedisEventStream>()?;
     module.add_class::<redis_handle::RedisTaskHandle>()?;
     module.add_class::<handle::SubagentTaskHandle>()?;
     module.add_class::<token::CancellationToken>()?;

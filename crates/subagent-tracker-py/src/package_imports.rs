@@ -70,3 +70,10 @@ pub(crate) fn json_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     module(py, &MODULE, "json")?.getattr(name)
 }
+
+/// `subagent_tracker._session._settle_future`, which resolves an asyncio future unless its caller already gave
+/// up on it.
+pub(crate) fn settle_future(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    module(py, &MODULE, "subagent_tracker._session")?.getattr("_settle_future")
+}

@@ -3,6 +3,7 @@
 //! Each call blocks on the process's runtime with the interpreter released. Metadata and results cross
 //! processes as JSON.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -17,10 +18,11 @@ use crate::arguments::{
     TaskIdArgument, TimeoutArgument, WorkerIdArgument,
 };
 use crate::errors::redis_error;
+use crate::events::SubagentEvent;
 use crate::package_imports::json_function;
 use crate::python_types::PyValue;
 use crate::redis_handle::RedisTaskHandle;
-use crate::runtime::block_on;
+use crate::runtime::{asyncio_future, block_on};
 use crate::snapshot::SubagentTask;
 
 /// Sessions kept in Redis; this process is one worker among those connected.
@@ -326,10 +328,84 @@ impl RedisSession {
         snapshots(py, listed)
     }
 
+    /// Waits until the task has finished, in whatever process it runs, and returns its final snapshot; raises
+    /// `TimeoutError` if `timeout` seconds pass first and `UnknownTaskError` for an unknown id.
+    #[pyo3(signature = (task_id, timeout=None))]
+    fn wait_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        let timeout = timeout.map(|timeout| timeout.0);
+        let wait = async move {
+            let finished = session.wait_finished(&task_id.0);
+            match timeout {
+                Some(timeout) => tokio::time::timeout(timeout, finished)
+                    .await
+                    .map_err(|_| (task_id.0.clone(), timeout)),
+                None => Ok(finished.await),
+            }
+        };
+        asyncio_future(py, wait, |py, outcome| match outcome {
+            Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
+            Ok(Err(error)) => Err(redis_error(py, error)),
+            Err((task_id, timeout)) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                "task {task_id:?} did not finish within {} seconds; its runner is still running",
+                timeout.as_secs_f64()
+            ))),
+        })
+    }
+
+    /// An async iterator of the session's lifecycle events from this call on, whichever process makes them.
+    fn events(&self, py: Python<'_>) -> PyResult<RedisEventStream> {
+        let subscription =
+            block_on(py, self.session.subscribe())?.map_err(|error| redis_error(py, error))?;
+        Ok(RedisEventStream {
+            subscription: Arc::new(tokio::sync::Mutex::new(subscription)),
+            closed: tokio_util::sync::CancellationToken::new(),
+        })
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "RedisSession(session_id={:?})",
             &**self.session.session_id()
         )
+    }
+}
+
+/// The lifecycle events of a Redis session, as an async iterator; `close()` ends it.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct RedisEventStream {
+    subscription: Arc<tokio::sync::Mutex<subagent_tracker_redis::RedisEventSubscription>>,
+    closed: tokio_util::sync::CancellationToken,
+}
+
+#[pymethods]
+impl RedisEventStream {
+    fn __aiter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (subscription, closed) = (self.subscription.clone(), self.closed.clone());
+        let next = async move {
+            tokio::select! {
+                () = closed.cancelled() => None,
+                next = async { subscription.lock().await.next().await } => Some(next),
+            }
+        };
+        asyncio_future(py, next, |py, outcome| match outcome {
+            Some(Ok(event)) => Ok(Py::new(py, SubagentEvent::new(event))?.into_any()),
+            Some(Err(error)) => Err(redis_error(py, error)),
+            None => Err(pyo3::exceptions::PyStopAsyncIteration::new_err(())),
+        })
+    }
+
+    /// Ends the iteration, a waiting `__anext__` included.
+    fn close(&self) {
+        self.closed.cancel();
     }
 }
