@@ -12,7 +12,8 @@ from subagent_tracker import RedisRegistry, RedisTaskHandle, SubagentTrackerErro
 
 def main() -> None:
     url, worker_id = sys.argv[1], sys.argv[2]
-    registry = RedisRegistry(url, worker_id=worker_id, reconcile_interval=0.5)
+    lease = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    registry = RedisRegistry(url, worker_id=worker_id, lease=lease, reconcile_interval=0.5)
     handles: dict[str, RedisTaskHandle] = {}
     print(json.dumps({"ready": worker_id}), flush=True)
     for line in sys.stdin:

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from subagent_tracker import (
+    LEASE_LOST_REASON,
+    WORKER_LOST_ERROR,
     DuplicateTaskError,
     RedisRegistry,
     RegistryUnavailableError,
@@ -84,9 +86,9 @@ def redis_server() -> Iterator[RedisServer]:
 class Worker:
     """Another OS process, a worker of the registry, driven by JSON commands."""
 
-    def __init__(self, url: str, worker_id: str) -> None:
+    def __init__(self, url: str, worker_id: str, lease: float | None = None) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(WORKER), url, worker_id],
+            [sys.executable, str(WORKER), url, worker_id, *([] if lease is None else [str(lease)])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -364,3 +366,34 @@ def test_closing_an_event_stream_ends_a_waiting_iteration(redis_server: RedisSer
             await waiting
 
     asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_the_tasks_of_a_killed_worker_fail_within_a_lease(redis_server: RedisServer, session_id: str) -> None:
+    doomed = Worker(redis_server.url, "doomed", lease=0.6)
+    doomed.ask(op="start", session=session_id, task="running")
+    doomed.ask(op="start", session=session_id, task="stopping")
+    survivor = RedisRegistry(redis_server.url, worker_id="survivor", lease=0.6)
+    session = survivor.session(session_id)
+    assert session.cancel_subagent_task("stopping")
+    doomed.process.kill()
+    doomed.process.wait(timeout=10)
+    killed_at = time.monotonic()
+
+    async def main() -> None:
+        running = await session.wait_subagent_task("running", timeout=10)
+        assert (running.status, running.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
+        stopping = await session.wait_subagent_task("stopping", timeout=10)
+        assert (stopping.status, stopping.finished) == (SubagentStatus.CANCELLED, True)
+
+    asyncio.run(asyncio.wait_for(main(), 20))
+    # One lease after the last renewal, plus the reaper's tick (a third of a lease) and some slack.
+    assert time.monotonic() - killed_at < 0.6 + 0.2 + 1.0
+
+
+def test_a_worker_that_cannot_renew_its_lease_stops_its_runners() -> None:
+    server = RedisServer()
+    registry = RedisRegistry(server.url, lease=0.3, timeout=0.2)
+    handle = registry.session("s").start_subagent_task("job")
+    server.stop()
+    assert handle.token.wait(5), "the worker fenced itself"
+    assert handle.token.reason == LEASE_LOST_REASON

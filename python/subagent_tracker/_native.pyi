@@ -17,8 +17,10 @@ __all__ = [
     "DEFAULT_EVENT_BUFFER",
     "DEFAULT_MAX_FINISHED_TASKS",
     "DROPPED_HANDLE_ERROR",
+    "LEASE_LOST_REASON",
     "MAX_SECONDS",
     "MAX_TASK_ID_BYTES",
+    "WORKER_LOST_ERROR",
     "CancelCallbackRegistration",
     "CancellationToken",
     "EventSubscription",
@@ -66,6 +68,8 @@ DEFAULT_EVENT_BUFFER: Final[int]
 DEFAULT_CANCEL_REASON: Final[str]
 DEADLINE_REASON: Final[str]
 CLAIM_TIMEOUT_ERROR: Final[str]
+WORKER_LOST_ERROR: Final[str]
+LEASE_LOST_REASON: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 
 @final
@@ -292,6 +296,7 @@ class RedisRegistry:
         url: str,
         *,
         worker_id: str | None = None,
+        lease: float | None = None,
         reconcile_interval: float | None = None,
         timeout: float | None = None,
         key_prefix: str | None = None,

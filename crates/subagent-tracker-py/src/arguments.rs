@@ -41,6 +41,7 @@ argument_names! {
     ClaimTimeoutArgument = "claim_timeout",
     WorkerIdArgument = "worker_id",
     ReconcileIntervalArgument = "reconcile_interval",
+    LeaseArgument = "lease",
 }
 
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {

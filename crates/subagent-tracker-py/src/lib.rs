@@ -70,6 +70,14 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         subagent_tracker::DEFAULT_CANCEL_REASON,
     )?;
     module.add("DEADLINE_REASON", subagent_tracker::DEADLINE_REASON)?;
+    module.add(
+        "WORKER_LOST_ERROR",
+        subagent_tracker_redis::WORKER_LOST_ERROR,
+    )?;
+    module.add(
+        "LEASE_LOST_REASON",
+        subagent_tracker_redis::LEASE_LOST_REASON,
+    )?;
     module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
     module.add(
         "DROPPED_HANDLE_ERROR",

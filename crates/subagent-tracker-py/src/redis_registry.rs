@@ -14,8 +14,8 @@ use subagent_tracker_redis::{
 };
 
 use crate::arguments::{
-    self, Id, ParentIdArgument, ReconcileIntervalArgument, Seconds, SessionIdArgument,
-    TaskIdArgument, TimeoutArgument, WorkerIdArgument,
+    self, Id, LeaseArgument, ParentIdArgument, ReconcileIntervalArgument, Seconds,
+    SessionIdArgument, TaskIdArgument, TimeoutArgument, WorkerIdArgument,
 };
 use crate::errors::redis_error;
 use crate::events::SubagentEvent;
@@ -40,11 +40,14 @@ pub(crate) struct RedisSession {
 #[pymethods]
 impl RedisRegistry {
     #[new]
-    #[pyo3(signature = (url, *, worker_id=None, reconcile_interval=None, timeout=None, key_prefix=None))]
+    #[pyo3(signature = (
+        url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, key_prefix=None
+    ))]
     fn new(
         py: Python<'_>,
         url: &Bound<'_, PyAny>,
         worker_id: Option<Id<WorkerIdArgument>>,
+        lease: Option<Seconds<LeaseArgument>>,
         reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
         timeout: Option<Seconds<TimeoutArgument>>,
         key_prefix: Option<&Bound<'_, PyAny>>,
@@ -53,6 +56,9 @@ impl RedisRegistry {
         let mut options = RedisOptions::default();
         if let Some(worker_id) = worker_id {
             options = options.with_worker_id(&*worker_id.0);
+        }
+        if let Some(lease) = lease {
+            options = options.with_lease(lease.0.max(Duration::from_millis(3)));
         }
         if let Some(interval) = reconcile_interval {
             options = options.with_reconcile_interval(interval.0.max(Duration::from_millis(1)));

@@ -14,6 +14,8 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
   <base>pending        sorted set: pending, uncancelled task ids by run
   <base>all            sorted set: retained task ids by run (start order)
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
+  <base>wr:<worker>    set: ids of the tasks whose current run the worker runs (started or claimed), until they
+                       finish; what the reaper fails when the worker's lease expires
   <base>events         stream: the session's lifecycle events in the order they took effect, each numbered (n)
                        from the session's counter `events`, so a reader that was trimmed past knows how many
                        it missed; trimmed to about EVENT_LIMIT entries
@@ -109,6 +111,8 @@ local function retain(base, session_key, task_id, run)
 end
 
 local function finish(base, session_key, key, task_id, run, at)
+  local worker = redis.call('HGET', key, 'worker')
+  if worker then redis.call('SREM', base .. 'wr:' .. worker, task_id) end
   redis.call('HSET', key, 'fin', '1', 'ended_at', at)
   redis.call('ZREM', base .. 'pending', task_id)
   emit(base, session_key, task_id, 'ended', redis.call('HGET', key, 'status'), at)
@@ -197,6 +201,7 @@ local function st_open(keys, args)
   end
   if detached then redis.call('HSET', key, 'detached', '1') end
   if reserved then redis.call('HSET', key, 'reserved', '1') end
+  if worker ~= '' then redis.call('SADD', base .. 'wr:' .. worker, task_id) end
   if parent_run and not detached then
     redis.call('SADD', children_key(base, parent_run), task_id)
     redis.call('HSET', key, 'lp', parent_id, 'lr', parent_run)
@@ -288,6 +293,7 @@ local function st_claim(keys, args)
   if status == 'queued' then status = 'running' end
   local at = now()
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', args[2])
+  if status == 'running' then redis.call('SADD', base .. 'wr:' .. args[2], args[1]) end
   emit(base, keys[1], args[1], 'claimed', status, at)
   return { state[1], status, state[5] or '' }
 end
@@ -354,6 +360,54 @@ local function st_touch(keys, args)
   return st_session(keys)
 end
 
+-- st_reap(session_key; worker, error): the worker's lease expired. Its running tasks fail with `error`, its
+-- cancelled ones become finished. Returns how many tasks it finished.
+local function st_reap(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local held = base .. 'wr:' .. args[1]
+  local reaped = 0
+  local at = now()
+  for _, task_id in ipairs(redis.call('SMEMBERS', held)) do
+    local key = task_key(base, task_id)
+    local state = fields(key, 'run', 'status', 'fin', 'worker')
+    if state[1] and state[3] ~= '1' and state[4] == args[1] then
+      if state[2] == 'running' then
+        redis.call('HSET', key, 'status', 'failed', 'error', args[2])
+      end
+      finish(base, session_key, key, task_id, state[1], at)
+      reaped = reaped + 1
+    end
+  end
+  redis.call('DEL', held)
+  return reaped
+end
+
+-- st_lease(workers_key; worker, lease_ms): renews the worker's lease to `lease_ms` from the server's clock.
+local function st_lease(keys, args)
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  redis.call('ZADD', keys[1], now_ms + tonumber(args[2]), args[1])
+  return now_ms
+end
+
+-- st_expired(workers_key): the workers whose lease has passed, by the server's clock.
+local function st_expired(keys)
+  local time = redis.call('TIME')
+  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms)
+end
+
+-- st_unlock(lock_key; holder): releases a lock only if `holder` still holds it.
+local function st_unlock(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then return redis.call('DEL', keys[1]) end
+  return 0
+end
+
+redis.register_function('st_reap', st_reap)
+redis.register_function('st_unlock', st_unlock)
+redis.register_function('st_lease', st_lease)
+redis.register_function{ function_name = 'st_expired', callback = st_expired, flags = { 'no-writes' } }
 redis.register_function('st_open', st_open)
 redis.register_function('st_touch', st_touch)
 redis.register_function('st_cancel', st_cancel)

@@ -8,7 +8,7 @@
 //! on the worker's channel and, in any case, by a reconcile on a timer.
 //!
 //! Not built yet (the contract's sections 20 and 21 are not met in full): deadlines, linked tokens and claim
-//! timeouts of Redis tasks, retention of idle sessions, and worker leases.
+//! timeouts of Redis tasks, and retention of idle sessions.
 
 #![forbid(unsafe_code)]
 
@@ -23,6 +23,8 @@ mod store;
 pub use error::RedisTrackerError;
 pub use events::RedisEventSubscription;
 pub use handle::RedisTaskHandle;
-pub use options::{RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_RECONCILE_INTERVAL, DEFAULT_TIMEOUT};
-pub use registry::RedisRegistry;
+pub use options::{
+    RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_RECONCILE_INTERVAL, DEFAULT_TIMEOUT,
+};
+pub use registry::{RedisRegistry, LEASE_LOST_REASON, WORKER_LOST_ERROR};
 pub use session::RedisSession;

@@ -10,6 +10,10 @@ pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(2);
 /// [`Unavailable`](crate::RedisTrackerError::Unavailable).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a worker's lease lasts by default: a worker that has not renewed it for this long is taken for
+/// dead, and its running tasks fail.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
 /// The prefix of every key and channel by default.
 pub const DEFAULT_KEY_PREFIX: &str = "subagent-tracker:";
 
@@ -25,6 +29,8 @@ pub struct RedisOptions {
     pub timeout: Duration,
     /// The prefix of every key and channel, so that several deployments can share one Redis.
     pub key_prefix: String,
+    /// How long the worker's lease lasts; it is renewed three times per lease.
+    pub lease: Duration,
 }
 
 impl Default for RedisOptions {
@@ -34,6 +40,7 @@ impl Default for RedisOptions {
             reconcile_interval: DEFAULT_RECONCILE_INTERVAL,
             timeout: DEFAULT_TIMEOUT,
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
+            lease: DEFAULT_LEASE,
         }
     }
 }
@@ -57,6 +64,13 @@ impl RedisOptions {
     #[must_use]
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+
+    /// These settings with a lease of `lease`.
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
         self
     }
 

@@ -6,13 +6,18 @@
 //! a push on the worker's channel (prompt), and a reconcile of every run the worker holds, after each
 //! (re)subscription and on a timer (nothing lost).
 //!
+//! Each worker holds a lease that it renews on the server's clock. One worker at a time (holding a lock that
+//! expires) reaps the workers whose lease has passed: their running tasks fail and their cancelled tasks
+//! finish. A worker that could not renew for a whole lease, by its own monotonic clock, fires the tokens of its
+//! runs (cause `lease`): by then the others may have failed them.
+//!
 //! # Lock order
 //!
 //! The worker's `runs` lock is a leaf: no await, no other lock, and no tracker call happens under it.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -28,6 +33,12 @@ use crate::{RedisOptions, RedisSession, RedisTrackerError};
 /// How many notifications for runs this worker does not know (yet) it keeps, for a start whose reply races
 /// the cancel's notification.
 const UNMATCHED_NOTIFICATIONS: usize = 1024;
+
+/// The error of a task whose worker stopped renewing its lease.
+pub const WORKER_LOST_ERROR: &str = "the worker running the task was lost (its lease expired)";
+
+/// The cancel reason of a run whose own worker could not renew its lease.
+pub const LEASE_LOST_REASON: &str = "this worker lost its lease on the registry";
 
 /// How long the listener waits before it reconnects to a server that dropped it.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
@@ -63,6 +74,10 @@ pub(crate) struct Worker {
     /// The runtime the worker's background tasks (and the ends of dropped handles) run on.
     pub(crate) runtime: tokio::runtime::Handle,
     background: Mutex<Vec<JoinHandle<()>>>,
+    /// The sessions this worker has announced it runs tasks in (so a reaper finds them).
+    announced: Mutex<HashSet<Arc<str>>>,
+    /// When the lease was last renewed, by this process's monotonic clock.
+    renewed_at: Mutex<Instant>,
 }
 
 #[derive(Default)]
@@ -106,10 +121,14 @@ impl RedisRegistry {
             runs: Mutex::new(Runs::default()),
             runtime: tokio::runtime::Handle::current(),
             background: Mutex::new(Vec::new()),
+            announced: Mutex::new(HashSet::new()),
+            renewed_at: Mutex::new(Instant::now()),
         });
+        worker.renew_lease().await?;
         let listener = tokio::spawn(listen(Arc::downgrade(&worker), client));
         let reconciler = tokio::spawn(reconcile_periodically(Arc::downgrade(&worker)));
-        lock(&worker.background).extend([listener, reconciler]);
+        let lease = tokio::spawn(keep_lease(Arc::downgrade(&worker)));
+        lock(&worker.background).extend([listener, reconciler, lease]);
         Ok(RedisRegistry { worker })
     }
 
@@ -201,6 +220,101 @@ impl RedisRegistry {
 }
 
 impl Worker {
+    /// Records in Redis that this worker runs tasks in `session_id`, once per session.
+    pub(crate) async fn announce(&self, session_id: &Arc<str>) -> Result<(), RedisTrackerError> {
+        if lock(&self.announced).contains(session_id) {
+            return Ok(());
+        }
+        let _: i64 = self
+            .connection
+            .clone()
+            .sadd(self.keys.worker_sessions(&self.id), &**session_id)
+            .await?;
+        lock(&self.announced).insert(session_id.clone());
+        Ok(())
+    }
+
+    async fn renew_lease(&self) -> Result<(), RedisTrackerError> {
+        let lease = self.options.lease.as_millis().to_string();
+        let _: i64 = store::call(
+            &mut self.connection.clone(),
+            "st_lease",
+            &self.keys.workers(),
+            &[&self.id, &lease],
+        )
+        .await?;
+        *lock(&self.renewed_at) = Instant::now();
+        Ok(())
+    }
+
+    /// Past a whole lease without renewal, the others may have failed this worker's runs: their runners stop.
+    fn fence_if_lease_lost(&self) {
+        if lock(&self.renewed_at).elapsed() < self.options.lease {
+            return;
+        }
+        for run in self.held_runs() {
+            if let Some(mirror) = self.mirrors.get_session(&run.session_id) {
+                mirror.apply_remote_cancel(
+                    &run.task_id,
+                    LEASE_LOST_REASON,
+                    CancelCause::Lease,
+                    &run.task_id,
+                );
+            }
+        }
+    }
+
+    /// Fails the tasks of the workers whose lease has passed, unless another worker is reaping now.
+    async fn reap(&self) -> Result<(), RedisTrackerError> {
+        let mut connection = self.connection.clone();
+        // Held for one round of reaping (it expires by itself should this worker die meanwhile), so that every
+        // worker reaps on its own ticks: the dead are found at the pace of the shortest lease.
+        let lock_held: Option<String> = redis::cmd("SET")
+            .arg(self.keys.reaper())
+            .arg(&*self.id)
+            .arg("NX")
+            .arg("PX")
+            .arg((self.options.lease / 3).as_millis().max(1).to_string())
+            .query_async(&mut connection)
+            .await?;
+        if lock_held.is_none() {
+            return Ok(());
+        }
+        let reaped = self.reap_expired(&mut connection).await;
+        let _: i64 = store::call(
+            &mut connection,
+            "st_unlock",
+            &self.keys.reaper(),
+            &[&self.id],
+        )
+        .await?;
+        reaped
+    }
+
+    async fn reap_expired(
+        &self,
+        connection: &mut ConnectionManager,
+    ) -> Result<(), RedisTrackerError> {
+        let expired: Vec<String> =
+            store::call(connection, "st_expired", &self.keys.workers(), &[]).await?;
+        for worker_id in expired.iter().filter(|worker_id| **worker_id != *self.id) {
+            let sessions_key = self.keys.worker_sessions(worker_id);
+            let sessions: Vec<String> = connection.smembers(&sessions_key).await?;
+            for session_id in sessions {
+                let _: i64 = store::call(
+                    connection,
+                    "st_reap",
+                    &self.keys.session(&session_id),
+                    &[worker_id, WORKER_LOST_ERROR],
+                )
+                .await?;
+            }
+            let _: i64 = connection.del(&sessions_key).await?;
+            let _: i64 = connection.zrem(self.keys.workers(), worker_id).await?;
+        }
+        Ok(())
+    }
+
     /// Starts mirroring `run`; returns true if its cancel was announced before (the caller then reconciles it).
     pub(crate) fn hold(&self, run: RunKey) -> bool {
         let mut runs = lock(&self.runs);
@@ -313,6 +427,26 @@ fn parse_notification(message: &redis::Msg) -> Option<RunKey> {
         task_id: Arc::from(parts.next()?),
         run: parts.next()?.to_owned(),
     })
+}
+
+/// Renews the lease three times per lease, fences this worker when it could not, and reaps expired workers.
+async fn keep_lease(worker: Weak<Worker>) {
+    let lease = match worker.upgrade() {
+        Some(worker) => worker.options.lease,
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(lease / 3);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(worker) = worker.upgrade() else {
+            return;
+        };
+        // Failures are retried on the next tick; fencing covers a lease that runs out meanwhile.
+        let _ = worker.renew_lease().await;
+        worker.fence_if_lease_lost();
+        let _ = worker.reap().await;
+    }
 }
 
 async fn reconcile_periodically(worker: Weak<Worker>) {

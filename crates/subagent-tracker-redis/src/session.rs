@@ -120,6 +120,9 @@ impl RedisSession {
             validate_task_id("parent_id", parent_id)?;
         }
         let max = self.max_finished_tasks();
+        if !reserved {
+            self.worker.announce(&self.session_id).await?;
+        }
         let worker = if reserved { "" } else { &self.worker.id };
         let args = [
             &*task_id,
@@ -152,6 +155,7 @@ impl RedisSession {
     /// [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`].
     pub async fn claim(&self, task_id: &str) -> Result<RedisTaskHandle, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
+        self.worker.announce(&self.session_id).await?;
         let reply: Vec<String> = store::call(
             &mut self.connection(),
             "st_claim",

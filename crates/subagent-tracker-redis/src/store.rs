@@ -44,6 +44,21 @@ impl Keys {
         format!("{}worker:{worker_id}", self.prefix)
     }
 
+    /// The sorted set of worker leases, by expiry on the server's clock.
+    pub(crate) fn workers(&self) -> String {
+        format!("{}workers", self.prefix)
+    }
+
+    /// The lock that lets one worker at a time reap the tasks of expired workers.
+    pub(crate) fn reaper(&self) -> String {
+        format!("{}reaper", self.prefix)
+    }
+
+    /// The sessions in which `worker_id` has run tasks.
+    pub(crate) fn worker_sessions(&self, worker_id: &str) -> String {
+        format!("{}worker:{worker_id}:sessions", self.prefix)
+    }
+
     /// The pattern that finds every session's hash.
     pub(crate) fn session_pattern(&self) -> String {
         format!("{}{{*}}:session", self.prefix)

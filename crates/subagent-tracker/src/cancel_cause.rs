@@ -16,10 +16,12 @@ pub enum CancelCause {
     Deadline,
     /// A token it was linked to at start fired.
     Linked,
+    /// The worker that runs it lost its lease on a shared store, so no other process can see it run any more.
+    Lease,
 }
 
 impl CancelCause {
-    /// The lowercase name: `"requested"`, `"parent"`, `"session"`, `"deadline"` or `"linked"`.
+    /// The lowercase name: `"requested"`, `"parent"`, `"session"`, `"deadline"`, `"linked"` or `"lease"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -28,6 +30,7 @@ impl CancelCause {
             CancelCause::Session => "session",
             CancelCause::Deadline => "deadline",
             CancelCause::Linked => "linked",
+            CancelCause::Lease => "lease",
         }
     }
 
@@ -40,6 +43,7 @@ impl CancelCause {
             CancelCause::Session,
             CancelCause::Deadline,
             CancelCause::Linked,
+            CancelCause::Lease,
         ]
         .into_iter()
         .find(|cause| cause.as_str() == name)
