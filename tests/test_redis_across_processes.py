@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from subagent_tracker import (
+    CLAIM_TIMEOUT_ERROR,
     LEASE_LOST_REASON,
     WORKER_LOST_ERROR,
     DuplicateTaskError,
@@ -397,3 +398,23 @@ def test_a_worker_that_cannot_renew_its_lease_stops_its_runners() -> None:
     server.stop()
     assert handle.token.wait(5), "the worker fenced itself"
     assert handle.token.reason == LEASE_LOST_REASON
+
+
+def test_deadlines_and_claim_timeouts_fire_on_the_server_s_timers(
+    redis_server: RedisServer, session_id: str
+) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+    handle = session.start_subagent_task("bounded", timeout=0.2)
+    session.reserve_subagent_task("unclaimed", claim_timeout=0.2)
+    assert handle.token.wait(5)
+    snapshot = session.subagent_task("bounded")
+    assert snapshot is not None and snapshot.cancel_cause == "deadline" and snapshot.deadline is not None
+
+    async def main() -> None:
+        unclaimed = await session.wait_subagent_task("unclaimed", timeout=5)
+        assert unclaimed.status is SubagentStatus.FAILED
+        assert unclaimed.error is not None and unclaimed.error.startswith(CLAIM_TIMEOUT_ERROR)
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    with pytest.raises(ValueError, match="claim_timeout"):
+        session.reserve_subagent_task("bad", claim_timeout=-1)

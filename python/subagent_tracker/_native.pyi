@@ -326,7 +326,9 @@ class RedisSession:
         parent_id: str | None = None,
         agent: str | None = None,
         description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
         detached: bool = False,
     ) -> RedisTaskHandle: ...
     def reserve_subagent_task(
@@ -336,8 +338,11 @@ class RedisSession:
         parent_id: str | None = None,
         agent: str | None = None,
         description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        metadata: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
         detached: bool = False,
+        claim_timeout: float | None = None,
     ) -> str: ...
     def claim_subagent_task(self, task_id: str) -> RedisTaskHandle: ...
     def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool: ...

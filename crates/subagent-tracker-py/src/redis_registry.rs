@@ -14,8 +14,9 @@ use subagent_tracker_redis::{
 };
 
 use crate::arguments::{
-    self, Id, LeaseArgument, ParentIdArgument, ReconcileIntervalArgument, Seconds,
-    SessionIdArgument, TaskIdArgument, TimeoutArgument, WorkerIdArgument,
+    self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, ParentIdArgument,
+    ReconcileIntervalArgument, Seconds, SessionIdArgument, TaskIdArgument, TimeoutArgument,
+    WorkerIdArgument,
 };
 use crate::errors::redis_error;
 use crate::events::SubagentEvent;
@@ -118,6 +119,7 @@ impl RedisRegistry {
 }
 
 /// The description of a task to start or reserve, with its metadata as JSON.
+#[allow(clippy::too_many_arguments)]
 fn task_start(
     py: Python<'_>,
     task_id: Option<Id<TaskIdArgument>>,
@@ -125,6 +127,8 @@ fn task_start(
     agent: Option<&Bound<'_, PyAny>>,
     description: Option<&Bound<'_, PyAny>>,
     metadata: Option<&Bound<'_, PyAny>>,
+    timeout: Option<Seconds<TimeoutArgument>>,
+    deadline: Option<EpochDeadline>,
     detached: bool,
 ) -> PyResult<TaskStart<String>> {
     let metadata = metadata
@@ -137,8 +141,8 @@ fn task_start(
         agent,
         description,
         metadata,
-        None,
-        None,
+        timeout,
+        deadline,
         detached,
         None,
     )
@@ -190,7 +194,10 @@ impl RedisSession {
     }
 
     /// Starts a task that this process runs, and returns the runner's handle.
-    #[pyo3(signature = (task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, detached=false))]
+    #[pyo3(signature = (
+        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
+        deadline=None, detached=false
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn start_subagent_task(
         &self,
@@ -200,6 +207,8 @@ impl RedisSession {
         agent: Option<&Bound<'_, PyAny>>,
         description: Option<&Bound<'_, PyAny>>,
         metadata: Option<&Bound<'_, PyAny>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        deadline: Option<EpochDeadline>,
         detached: bool,
     ) -> PyResult<RedisTaskHandle> {
         let start = task_start(
@@ -209,6 +218,8 @@ impl RedisSession {
             agent,
             description,
             metadata,
+            timeout,
+            deadline,
             detached,
         )?;
         let handle =
@@ -217,7 +228,10 @@ impl RedisSession {
     }
 
     /// Reserves a task for a runner in any process to claim, and returns its id.
-    #[pyo3(signature = (task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, detached=false))]
+    #[pyo3(signature = (
+        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
+        deadline=None, detached=false, claim_timeout=None
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_subagent_task(
         &self,
@@ -227,7 +241,10 @@ impl RedisSession {
         agent: Option<&Bound<'_, PyAny>>,
         description: Option<&Bound<'_, PyAny>>,
         metadata: Option<&Bound<'_, PyAny>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        deadline: Option<EpochDeadline>,
         detached: bool,
+        claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<String> {
         let start = task_start(
             py,
@@ -236,10 +253,16 @@ impl RedisSession {
             agent,
             description,
             metadata,
+            timeout,
+            deadline,
             detached,
         )?;
-        let task_id = block_on(py, self.session.reserve(start, None))?
-            .map_err(|error| redis_error(py, error))?;
+        let task_id = block_on(
+            py,
+            self.session
+                .reserve(start, claim_timeout.map(|timeout| timeout.0)),
+        )?
+        .map_err(|error| redis_error(py, error))?;
         Ok(task_id.to_string())
     }
 

@@ -16,6 +16,8 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
   <base>wr:<worker>    set: ids of the tasks whose current run the worker runs (started or claimed), until they
                        finish; what the reaper fails when the worker's lease expires
+  <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
+                       when they fall due, in milliseconds since the epoch; `st_fire` fires the due ones
   <base>events         stream: the session's lifecycle events in the order they took effect, each numbered (n)
                        from the session's counter `events`, so a reader that was trimmed past knows how many
                        it missed; trimmed to about EVENT_LIMIT entries
@@ -36,6 +38,13 @@ local function now()
   local time = redis.call('TIME')
   return string.format('%d.%06d', time[1], time[2])
 end
+
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+local function timer(kind, task_id, run) return kind .. '\t' .. task_id .. '\t' .. run end
 
 local function base_of(session_key)
   return string.sub(session_key, 1, #session_key - #'session')
@@ -111,6 +120,7 @@ local function retain(base, session_key, task_id, run)
 end
 
 local function finish(base, session_key, key, task_id, run, at)
+  redis.call('ZREM', base .. 'timers', timer('d', task_id, run), timer('c', task_id, run))
   local worker = redis.call('HGET', key, 'worker')
   if worker then redis.call('SREM', base .. 'wr:' .. worker, task_id) end
   redis.call('HSET', key, 'fin', '1', 'ended_at', at)
@@ -157,7 +167,9 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
 end
 
 -- st_open(session_key; task_id, parent_id, agent, description, metadata, detached, reserved, worker,
--- deadline, max_finished): a start or a reservation. Returns {run, status, reason} or an error reply whose
+-- deadline_ms, max_finished, claim_timeout_ms, claim_error, deadline_reason): a start or a reservation, with an
+-- optional deadline (milliseconds since the epoch; a child's is bounded by its parent's unless detached) and, for
+-- a reservation, a claim timeout. Returns {run, status, reason, next timer due or ""} or an error reply whose
 -- message starts with DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
 local function st_open(keys, args)
   local session_key = keys[1]
@@ -176,12 +188,16 @@ local function st_open(keys, args)
   local inherited = nil
   local parent_run = nil
   if parent_id ~= '' then
-    local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'reason', 'origin')
+    local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'reason', 'origin', 'due_ms')
     if not parent[1] then return redis.error_reply('UNKNOWN_PARENT') end
     if parent[2] == '1' then return redis.error_reply('PARENT_FINISHED') end
     parent_run = parent[1]
     if parent[3] == 'cancelled' and not detached then
       inherited = { reason = parent[4], origin = parent[5] }
+    end
+    if parent[6] and not detached then
+      local bound = tonumber(parent[6])
+      if deadline == '' or bound < tonumber(deadline) then deadline = parent[6] end
     end
   end
   if old[1] then
@@ -195,7 +211,7 @@ local function st_open(keys, args)
   local status = reserved and 'queued' or 'running'
   redis.call('HSET', key, 'id', task_id, 'run', run, 'status', status, 'started_at', at)
   local optional = { parent = parent_id, agent = agent, description = description, metadata = metadata,
-    worker = worker, deadline = deadline }
+    worker = worker }
   for name, value in pairs(optional) do
     if value ~= '' then redis.call('HSET', key, name, value) end
   end
@@ -222,7 +238,28 @@ local function st_open(keys, args)
     redis.call('ZADD', base .. 'pending', run, task_id)
     emit(base, session_key, task_id, 'started', status, at)
   end
-  return { run, status, reason }
+  local next_due = ''
+  if deadline ~= '' then
+    local due = tonumber(deadline)
+    redis.call('HSET', key, 'due_ms', deadline, 'deadline', string.format('%.3f', due / 1000))
+    if due <= now_ms() then
+      if PENDING[status] then
+        cancel_trees(base, session_key, { task_id }, args[13], 'deadline', at)
+        status = 'cancelled'
+        reason = args[13]
+      end
+    else
+      redis.call('ZADD', base .. 'timers', due, timer('d', task_id, run))
+      next_due = deadline
+    end
+  end
+  if reserved and args[11] ~= '' and status == 'queued' then
+    local due = now_ms() + tonumber(args[11])
+    redis.call('HSET', key, 'claim_error', args[12])
+    redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
+    if next_due == '' or due < tonumber(next_due) then next_due = tostring(due) end
+  end
+  return { run, status, reason, next_due }
 end
 
 -- st_cancel(session_key; task_id, reason, cause): a cancel of one task and its pending descendants. Returns
@@ -292,6 +329,7 @@ local function st_claim(keys, args)
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
   if status == 'queued' then status = 'running' end
   local at = now()
+  redis.call('ZREM', base .. 'timers', timer('c', args[1], state[1]))
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', args[2])
   if status == 'running' then redis.call('SADD', base .. 'wr:' .. args[2], args[1]) end
   emit(base, keys[1], args[1], 'claimed', status, at)
@@ -398,12 +436,72 @@ local function st_expired(keys)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms)
 end
 
+-- st_fire(session_key; deadline_reason): fires the session's due timers: a deadline cancels its task's tree (cause
+-- deadline), a claim timeout fails a task still queued. Returns when the next timer falls due, or -1.
+local function st_fire(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local at = now()
+  local due = {}
+  local listed = redis.call('ZRANGEBYSCORE', base .. 'timers', '-inf', now_ms(), 'WITHSCORES')
+  for index = 1, #listed, 2 do
+    local kind, task_id, run = string.match(listed[index], '^(%a)\t(.*)\t(%d+)$')
+    table.insert(due, { member = listed[index], at = tonumber(listed[index + 1]), kind = kind, task_id = task_id,
+      run = run })
+  end
+  -- Timers due at one instant fire in start order, so a parent's deadline reaches its children (which share
+  -- it) as a cascade, as in memory.
+  table.sort(due, function(left, right)
+    if left.at ~= right.at then return left.at < right.at end
+    return tonumber(left.run) < tonumber(right.run)
+  end)
+  for _, entry in ipairs(due) do
+    local member, kind, task_id, run = entry.member, entry.kind, entry.task_id, entry.run
+    redis.call('ZREM', base .. 'timers', member)
+    local key = task_key(base, task_id)
+    local state = fields(key, 'run', 'status', 'claim_error')
+    if state[1] == run then
+      if kind == 'd' and PENDING[state[2]] then
+        cancel_trees(base, session_key, { task_id }, args[1], 'deadline', at)
+      elseif kind == 'c' and state[2] == 'queued' then
+        redis.call('HSET', key, 'status', 'failed', 'error', state[3] or 'claim timeout')
+        finish(base, session_key, key, task_id, run, at)
+      end
+    end
+  end
+  local next_timer = redis.call('ZRANGE', base .. 'timers', 0, 0, 'WITHSCORES')
+  if next_timer[2] then return tonumber(next_timer[2]) end
+  return -1
+end
+
+-- st_due(timers_key): the sessions with a timer due, by the server's clock.
+local function st_due(keys)
+  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms())
+end
+
+-- st_retime(timers_key; session_id, next): records when the session's next timer falls due (-1: none), unless
+-- a newer timer of the session was recorded meanwhile.
+local function st_retime(keys, args)
+  local current = tonumber(redis.call('ZSCORE', keys[1], args[1]))
+  local next_due = tonumber(args[2])
+  local due_now = current and current <= now_ms()
+  if next_due < 0 then
+    if due_now then redis.call('ZREM', keys[1], args[1]) end
+  elseif not current or due_now or next_due < current then
+    redis.call('ZADD', keys[1], next_due, args[1])
+  end
+  return 1
+end
+
 -- st_unlock(lock_key; holder): releases a lock only if `holder` still holds it.
 local function st_unlock(keys, args)
   if redis.call('GET', keys[1]) == args[1] then return redis.call('DEL', keys[1]) end
   return 0
 end
 
+redis.register_function('st_fire', st_fire)
+redis.register_function{ function_name = 'st_due', callback = st_due, flags = { 'no-writes' } }
+redis.register_function('st_retime', st_retime)
 redis.register_function('st_reap', st_reap)
 redis.register_function('st_unlock', st_unlock)
 redis.register_function('st_lease', st_lease)

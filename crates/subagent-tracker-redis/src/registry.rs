@@ -40,6 +40,10 @@ pub const WORKER_LOST_ERROR: &str = "the worker running the task was lost (its l
 /// The cancel reason of a run whose own worker could not renew its lease.
 pub const LEASE_LOST_REASON: &str = "this worker lost its lease on the registry";
 
+/// How often a worker looks for due timers (deadlines and claim timeouts) of any session: the precision with
+/// which they fire.
+const TIMER_TICK: Duration = Duration::from_millis(50);
+
 /// How long the listener waits before it reconnects to a server that dropped it.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
@@ -128,7 +132,8 @@ impl RedisRegistry {
         let listener = tokio::spawn(listen(Arc::downgrade(&worker), client));
         let reconciler = tokio::spawn(reconcile_periodically(Arc::downgrade(&worker)));
         let lease = tokio::spawn(keep_lease(Arc::downgrade(&worker)));
-        lock(&worker.background).extend([listener, reconciler, lease]);
+        let timers = tokio::spawn(fire_timers(Arc::downgrade(&worker)));
+        lock(&worker.background).extend([listener, reconciler, lease, timers]);
         Ok(RedisRegistry { worker })
     }
 
@@ -231,6 +236,46 @@ impl Worker {
             .sadd(self.keys.worker_sessions(&self.id), &**session_id)
             .await?;
         lock(&self.announced).insert(session_id.clone());
+        Ok(())
+    }
+
+    /// Records that session `session_id` has a timer due at `due_ms` (unless one is due earlier).
+    pub(crate) async fn schedule(
+        &self,
+        session_id: &str,
+        due_ms: u64,
+    ) -> Result<(), RedisTrackerError> {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(self.keys.timers())
+            .arg("LT")
+            .arg(due_ms)
+            .arg(session_id)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Fires the due timers of every session; any worker may, and firing twice changes nothing.
+    async fn fire_due_timers(&self) -> Result<(), RedisTrackerError> {
+        let mut connection = self.connection.clone();
+        let timers = self.keys.timers();
+        let due: Vec<String> = store::call(&mut connection, "st_due", &timers, &[]).await?;
+        for session_id in due {
+            let next: i64 = store::call(
+                &mut connection,
+                "st_fire",
+                &self.keys.session(&session_id),
+                &[subagent_tracker::DEADLINE_REASON],
+            )
+            .await?;
+            let _: i64 = store::call(
+                &mut connection,
+                "st_retime",
+                &timers,
+                &[&session_id, &next.to_string()],
+            )
+            .await?;
+        }
         Ok(())
     }
 
@@ -446,6 +491,18 @@ async fn keep_lease(worker: Weak<Worker>) {
         let _ = worker.renew_lease().await;
         worker.fence_if_lease_lost();
         let _ = worker.reap().await;
+    }
+}
+
+async fn fire_timers(worker: Weak<Worker>) {
+    let mut ticks = tokio::time::interval(TIMER_TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(worker) = worker.upgrade() else {
+            return;
+        };
+        let _ = worker.fire_due_timers().await;
     }
 }
 

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    generate_id, validate_task_id, ClaimProblem, InMemorySubagentTaskTracker, SubagentEventKind,
-    SubagentStatus, SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError,
-    DEFAULT_CANCEL_REASON,
+    epoch_seconds, generate_id, validate_task_id, ClaimProblem, InMemorySubagentTaskTracker,
+    SubagentEventKind, SubagentStatus, SubagentTaskSnapshot, TaskStart, TrackerConfig,
+    TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
 use crate::registry::{RunKey, Worker};
@@ -77,35 +77,32 @@ impl RedisSession {
         &self,
         start: TaskStart<String>,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
-        let (task_id, reply) = self.open(start, false).await?;
-        let [run, status, _reason] = reply;
+        let (task_id, [run, status]) = self.open(start, None).await?;
         self.hold(task_id, run, &status).await
     }
 
-    /// Reserves a task for a runner in any process to claim (section 18), and returns its id.
+    /// Reserves a task for a runner in any process to claim (section 18), and returns its id. A reservation
+    /// not claimed within `claim_timeout` fails.
     ///
     /// # Errors
-    /// As [`start`](Self::start); a claim timeout is not kept yet ([`RedisTrackerError::Unsupported`]).
+    /// As [`start`](Self::start).
     pub async fn reserve(
         &self,
         start: TaskStart<String>,
         claim_timeout: Option<Duration>,
     ) -> Result<Arc<str>, RedisTrackerError> {
-        if claim_timeout.is_some() {
-            return Err(RedisTrackerError::Unsupported("claim timeouts"));
-        }
-        Ok(self.open(start, true).await?.0)
+        Ok(self.open(start, Some(claim_timeout)).await?.0)
     }
 
+    /// A start (`reservation` `None`) or a reservation (with its claim timeout, if any). Returns the task's id,
+    /// run and status.
     async fn open(
         &self,
         start: TaskStart<String>,
-        reserved: bool,
-    ) -> Result<(Arc<str>, [String; 3]), RedisTrackerError> {
+        reservation: Option<Option<Duration>>,
+    ) -> Result<(Arc<str>, [String; 2]), RedisTrackerError> {
+        let reserved = reservation.is_some();
         let parts = start.into_parts();
-        if parts.deadline.is_some() {
-            return Err(RedisTrackerError::Unsupported("deadlines"));
-        }
         if !parts.linked.is_empty() {
             return Err(RedisTrackerError::Unsupported("linked tokens"));
         }
@@ -124,6 +121,19 @@ impl RedisSession {
             self.worker.announce(&self.session_id).await?;
         }
         let worker = if reserved { "" } else { &self.worker.id };
+        // Deadlines are wall-clock instants (a timeout was turned into one by the caller's clock): Redis fires
+        // them by its own clock, so they are as exact as the two clocks agree.
+        let deadline_ms = parts
+            .deadline
+            .map(|deadline| epoch_millis(deadline).to_string())
+            .unwrap_or_default();
+        let claim_timeout = reservation.flatten();
+        let claim_timeout_ms = claim_timeout
+            .map(|timeout| timeout.as_millis().to_string())
+            .unwrap_or_default();
+        let claim_error = claim_timeout
+            .map(subagent_tracker::claim_timeout_error)
+            .unwrap_or_default();
         let args = [
             &*task_id,
             parts.parent_id.as_deref().unwrap_or_default(),
@@ -133,8 +143,11 @@ impl RedisSession {
             if parts.detached { "1" } else { "0" },
             if reserved { "1" } else { "0" },
             worker,
-            "",
+            &deadline_ms,
             &max,
+            &claim_timeout_ms,
+            &claim_error,
+            DEADLINE_REASON,
         ];
         let reply: Vec<String> = store::call(&mut self.connection(), "st_open", &self.key, &args)
             .await
@@ -142,10 +155,13 @@ impl RedisSession {
                 self.refusal(&error, &task_id, parts.parent_id.as_deref())
                     .unwrap_or_else(|| error.into())
             })?;
-        let reply: [String; 3] = reply
+        let [run, status, _reason, next_due]: [String; 4] = reply
             .try_into()
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_open")))?;
-        Ok((task_id, reply))
+        if let Ok(next_due) = next_due.parse::<u64>() {
+            self.worker.schedule(&self.session_id, next_due).await?;
+        }
+        Ok((task_id, [run, status]))
     }
 
     /// Claims a reserved task for a runner in this process (section 18).
@@ -437,9 +453,15 @@ impl RedisSession {
     ) -> Option<RedisTrackerError> {
         let session_id = self.session_id.clone();
         let task_id: Arc<str> = Arc::from(task_id);
-        // The server writes a function's error reply as `ERR <CODE> [detail]`.
-        let reply = error.detail()?;
-        let (code, detail) = reply.split_once(' ').unwrap_or((reply, ""));
+        // The server sends a function's error reply `<CODE> <detail>` as it is, and a lone `<CODE>` as
+        // `ERR <CODE>`.
+        let (code, detail) = match error.code()? {
+            "ERR" => {
+                let reply = error.detail()?;
+                reply.split_once(' ').unwrap_or((reply, ""))
+            }
+            code => (code, error.detail().unwrap_or_default()),
+        };
         let refusal = match code {
             "DUPLICATE" => TrackerError::DuplicateTask {
                 task_id,
@@ -473,5 +495,18 @@ impl RedisSession {
             _ => return None,
         };
         Some(refusal.into())
+    }
+}
+
+fn epoch_millis(time: std::time::SystemTime) -> u64 {
+    // Rounded up, so that a deadline never fires before its instant.
+    let millis = (epoch_seconds(time) * 1000.0).ceil();
+    if millis.is_finite() && millis > 0.0 {
+        // Finite, positive and far below 2^53 for any instant a caller can give (at most `MAX_SECONDS` away).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let millis = millis as u64;
+        millis
+    } else {
+        0
     }
 }

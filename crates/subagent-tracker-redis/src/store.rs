@@ -49,6 +49,11 @@ impl Keys {
         format!("{}workers", self.prefix)
     }
 
+    /// The sorted set of sessions with timers (deadlines, claim timeouts), by when the next one falls due.
+    pub(crate) fn timers(&self) -> String {
+        format!("{}timers", self.prefix)
+    }
+
     /// The lock that lets one worker at a time reap the tasks of expired workers.
     pub(crate) fn reaper(&self) -> String {
         format!("{}reaper", self.prefix)

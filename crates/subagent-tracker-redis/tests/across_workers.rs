@@ -596,3 +596,124 @@ async fn a_reader_overtaken_by_trimming_learns_exactly_how_many_events_it_missed
     assert_eq!(missed + received, progress_events + 1);
     drop(handle);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadlines_cancel_subtrees_in_every_worker_and_children_inherit_them() {
+    let server = RedisServer::start();
+    let a = server.worker("t16:", "a").await;
+    let b = server.worker("t16:", "b").await;
+    let session_a = a.session(Some("s"), config()).await.unwrap();
+    let session_b = b.session(Some("s"), config()).await.unwrap();
+    let parent = session_a
+        .start(
+            TaskStart::new()
+                .task_id("parent")
+                .timeout(Duration::from_millis(300)),
+        )
+        .await
+        .unwrap();
+    let child = session_b
+        .start(TaskStart::new().task_id("child").parent_id("parent"))
+        .await
+        .unwrap();
+    let detached = session_b
+        .start(
+            TaskStart::new()
+                .task_id("detached")
+                .parent_id("parent")
+                .detached(true),
+        )
+        .await
+        .unwrap();
+    let snapshot = session_b.get("child").await.unwrap().unwrap();
+    assert_eq!(
+        snapshot
+            .deadline
+            .map(|deadline| deadline > std::time::SystemTime::now()),
+        Some(true),
+        "the child is bounded by its parent's deadline"
+    );
+    assert!(!parent.is_cancelled());
+    assert!(eventually(|| parent.is_cancelled() && child.is_cancelled()).await);
+    let snapshot = session_a.get("child").await.unwrap().unwrap();
+    assert_eq!(snapshot.cancel_cause, Some(CancelCause::Parent));
+    assert_eq!(
+        session_a.get("parent").await.unwrap().unwrap().cancel_cause,
+        Some(CancelCause::Deadline)
+    );
+    assert!(!detached.is_cancelled());
+    // A deadline already past cancels at the start; a queued task is reached too.
+    let late = session_b
+        .start(
+            TaskStart::new()
+                .task_id("late")
+                .deadline_at(std::time::SystemTime::now() - Duration::from_secs(1)),
+        )
+        .await
+        .unwrap();
+    assert!(late.is_cancelled());
+    session_a
+        .reserve(
+            TaskStart::new()
+                .task_id("queued")
+                .timeout(Duration::from_millis(100)),
+            None,
+        )
+        .await
+        .unwrap();
+    let mut finished = false;
+    for _ in 0..100 {
+        finished = session_b.get("queued").await.unwrap().unwrap().finished;
+        if finished {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(finished, "the deadline reached the queued task");
+    drop((parent, child, detached, late));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unclaimed_reservation_fails_after_its_claim_timeout_and_a_claim_disarms_it() {
+    let server = RedisServer::start();
+    let worker = server.worker("t17:", "a").await;
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    session
+        .reserve(
+            TaskStart::new().task_id("forgotten"),
+            Some(Duration::from_millis(150)),
+        )
+        .await
+        .unwrap();
+    session
+        .reserve(
+            TaskStart::new().task_id("taken"),
+            Some(Duration::from_millis(150)),
+        )
+        .await
+        .unwrap();
+    let mut taken = session.claim("taken").await.unwrap();
+    let forgotten =
+        tokio::time::timeout(Duration::from_secs(5), session.wait_finished("forgotten"))
+            .await
+            .unwrap()
+            .unwrap();
+    assert_eq!(forgotten.status, SubagentStatus::Failed);
+    assert_eq!(
+        forgotten.error.as_deref(),
+        Some(subagent_tracker::claim_timeout_error(Duration::from_millis(150)).as_str())
+    );
+    assert!(matches!(
+        session.claim("forgotten").await,
+        Err(RedisTrackerError::Tracker(TrackerError::NotClaimable {
+            problem: ClaimProblem::Ended(SubagentStatus::Failed),
+            ..
+        }))
+    ));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        session.get("taken").await.unwrap().unwrap().status,
+        SubagentStatus::Running
+    );
+    assert!(taken.complete(None).await.unwrap());
+}

@@ -76,6 +76,6 @@ pub use tokio_util::sync::CancellationToken;
 pub struct ReadmeDoctests;
 
 pub use tracker::{
-    InMemorySubagentTaskTracker, TrackerConfig, CLAIM_TIMEOUT_ERROR, DEADLINE_REASON,
-    DEFAULT_CANCEL_REASON,
+    claim_timeout_error, InMemorySubagentTaskTracker, TrackerConfig, CLAIM_TIMEOUT_ERROR,
+    DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };

@@ -37,6 +37,15 @@ pub const DEADLINE_REASON: &str = "deadline exceeded";
 /// The start of the error of a reservation that no runner claimed within its claim timeout.
 pub const CLAIM_TIMEOUT_ERROR: &str = "no runner claimed the task within its claim timeout";
 
+/// The error of a reservation that no runner claimed within `claim_timeout`.
+#[must_use]
+pub fn claim_timeout_error(claim_timeout: Duration) -> String {
+    format!(
+        "{CLAIM_TIMEOUT_ERROR} of {} seconds",
+        claim_timeout.as_secs_f64()
+    )
+}
+
 /// Settings of a tracker, fixed at construction.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
@@ -908,10 +917,7 @@ struct ClaimExpiry<V> {
 impl<V: Send + Sync + 'static> Expire for ClaimExpiry<V> {
     fn expire(&self, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
-            let error = format!(
-                "{CLAIM_TIMEOUT_ERROR} of {} seconds",
-                self.claim_timeout.as_secs_f64()
-            );
+            let error = claim_timeout_error(self.claim_timeout);
             tracker.end_into(&entry, RunnerEnd::ClaimExpired(Arc::from(error)), delivery);
         }
     }
