@@ -717,3 +717,44 @@ async fn an_unclaimed_reservation_fails_after_its_claim_timeout_and_a_claim_disa
     );
     assert!(taken.complete(None).await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_redis_restart_every_worker_reconciles_and_no_cancel_is_lost() {
+    let directory =
+        std::env::temp_dir().join(format!("subagent-tracker-aof-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let mut server = RedisServer::start_with_aof(&directory);
+    let runner = server.worker("t18:", "runner").await;
+    let stopper = server.worker("t18:", "stopper").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let first = session
+        .start(TaskStart::new().task_id("first"))
+        .await
+        .unwrap();
+    let second = session
+        .start(TaskStart::new().task_id("second"))
+        .await
+        .unwrap();
+    server.restart();
+    // The sessions survived; a cancel made right after the restart, while the runner's subscription may still
+    // be down, reaches it by the reconcile that follows its resubscription.
+    let elsewhere = stopper.get_session("s").await.ok().flatten();
+    let elsewhere = match elsewhere {
+        Some(elsewhere) => elsewhere,
+        // The first call after a restart may find the old connection dead; the next one reconnects.
+        None => stopper.get_session("s").await.unwrap().unwrap(),
+    };
+    let mut cancelled = elsewhere.cancel("first", Some("after restart")).await;
+    if cancelled.is_err() {
+        cancelled = elsewhere.cancel("first", Some("after restart")).await;
+    }
+    assert!(cancelled.unwrap());
+    assert!(eventually(|| first.is_cancelled()).await);
+    assert_eq!(first.token().reason().as_deref(), Some("after restart"));
+    // And a push after the listener is back.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(elsewhere.cancel("second", None).await.unwrap());
+    assert!(eventually(|| second.is_cancelled()).await);
+    drop((first, second, server));
+    let _ = std::fs::remove_dir_all(&directory);
+}

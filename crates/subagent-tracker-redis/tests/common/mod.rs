@@ -1,7 +1,8 @@
-//! A real `redis-server`, started for the tests on 127.0.0.1 on a free port, without persistence, and stopped
-//! when dropped.
+//! A real `redis-server`, started for the tests on 127.0.0.1 on a free port, and stopped when dropped: without
+//! persistence, or with an append-only file for the restart tests.
 
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -10,24 +11,46 @@ use subagent_tracker_redis::{RedisOptions, RedisRegistry};
 pub struct RedisServer {
     process: Child,
     pub port: u16,
+    /// Where the append-only file lives, when the server keeps one.
+    aof_directory: Option<PathBuf>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let process = Command::new("redis-server")
+        Self::spawn(free_port(), None)
+    }
+
+    /// A server that writes each change to an append-only file before it answers, so a restart loses nothing.
+    pub fn start_with_aof(directory: &Path) -> RedisServer {
+        Self::spawn(free_port(), Some(directory.to_owned()))
+    }
+
+    /// Kills the server (no shutdown save) and starts it again on the same port, from its append-only file.
+    pub fn restart(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+        let restarted = Self::spawn(self.port, self.aof_directory.clone());
+        let killed = std::mem::replace(self, restarted);
+        // Already stopped: its `Drop` has nothing left to do.
+        std::mem::forget(killed);
+    }
+
+    fn spawn(port: u16, aof_directory: Option<PathBuf>) -> RedisServer {
+        let mut command = Command::new("redis-server");
+        command
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .args([
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--protected-mode",
-                "yes",
-            ])
+            .args(["--save", "", "--protected-mode", "yes"]);
+        match &aof_directory {
+            Some(directory) => {
+                command
+                    .args(["--appendonly", "yes", "--appendfsync", "always", "--dir"])
+                    .arg(directory);
+            }
+            None => {
+                command.args(["--appendonly", "no"]);
+            }
+        }
+        let process = command
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed (the README's test command installs it)");
@@ -36,7 +59,11 @@ impl RedisServer {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
-        RedisServer { process, port }
+        RedisServer {
+            process,
+            port,
+            aof_directory,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -54,6 +81,13 @@ impl RedisServer {
             .await
             .expect("the test server answers")
     }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port()
 }
 
 impl Drop for RedisServer {
