@@ -23,6 +23,7 @@ from subagent_tracker import (
     DuplicateTaskError,
     RedisRegistry,
     RegistryUnavailableError,
+    Session,
     SubagentStatus,
     SubagentTrackerError,
     UnknownTaskError,
@@ -418,3 +419,21 @@ def test_deadlines_and_claim_timeouts_fire_on_the_server_s_timers(
     asyncio.run(asyncio.wait_for(main(), 10))
     with pytest.raises(ValueError, match="claim_timeout"):
         session.reserve_subagent_task("bad", claim_timeout=-1)
+
+
+def test_a_redis_task_linked_to_a_local_token_is_cancelled_where_it_runs(
+    redis_server: RedisServer, workers: list[Worker], session_id: str
+) -> None:
+    requests = Session()
+    request = requests.start_subagent_task("request")
+    queue = RedisRegistry(redis_server.url).session(session_id)
+    queue.reserve_subagent_task("job", linked=[request.token])
+    assert workers[0].ask(op="claim", session=session_id, task="job") == {"cancelled": False, "reason": None}
+    assert requests.cancel_subagent_task("request", reason="client went away")
+    assert workers[0].ask(op="wait_cancelled", session=session_id, task="job", timeout=5) == {
+        "cancelled": True,
+        "reason": "client went away",
+    }
+    snapshot = queue.subagent_task("job")
+    assert snapshot is not None and snapshot.cancel_cause == "linked"
+    request.complete()

@@ -330,6 +330,7 @@ class RedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
     ) -> RedisTaskHandle: ...
     def reserve_subagent_task(
         self,
@@ -342,6 +343,7 @@ class RedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str: ...
     def claim_subagent_task(self, task_id: str) -> RedisTaskHandle: ...

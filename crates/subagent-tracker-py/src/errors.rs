@@ -35,9 +35,6 @@ pub(crate) fn redis_error(
     let class_name = match error {
         RedisTrackerError::Tracker(error) => return tracker_error(py, error),
         RedisTrackerError::Unavailable { .. } => "RegistryUnavailableError",
-        RedisTrackerError::Unsupported(_) => {
-            return pyo3::exceptions::PyNotImplementedError::new_err(error.to_string())
-        }
         _ => return pyo3::exceptions::PyRuntimeError::new_err(error.to_string()),
     };
     match error_class(py, class_name) {

@@ -25,6 +25,7 @@ use crate::python_types::PyValue;
 use crate::redis_handle::RedisTaskHandle;
 use crate::runtime::{asyncio_future, block_on};
 use crate::snapshot::SubagentTask;
+use crate::token::Tokens;
 
 /// Sessions kept in Redis; this process is one worker among those connected.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -130,6 +131,7 @@ fn task_start(
     timeout: Option<Seconds<TimeoutArgument>>,
     deadline: Option<EpochDeadline>,
     detached: bool,
+    linked: Option<Tokens>,
 ) -> PyResult<TaskStart<String>> {
     let metadata = metadata
         .filter(|metadata| !metadata.is_none())
@@ -144,7 +146,7 @@ fn task_start(
         timeout,
         deadline,
         detached,
-        None,
+        linked,
     )
 }
 
@@ -196,7 +198,7 @@ impl RedisSession {
     /// Starts a task that this process runs, and returns the runner's handle.
     #[pyo3(signature = (
         task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
-        deadline=None, detached=false
+        deadline=None, detached=false, linked=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn start_subagent_task(
@@ -210,6 +212,7 @@ impl RedisSession {
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
+        linked: Option<Tokens>,
     ) -> PyResult<RedisTaskHandle> {
         let start = task_start(
             py,
@@ -221,6 +224,7 @@ impl RedisSession {
             timeout,
             deadline,
             detached,
+            linked,
         )?;
         let handle =
             block_on(py, self.session.start(start))?.map_err(|error| redis_error(py, error))?;
@@ -230,7 +234,7 @@ impl RedisSession {
     /// Reserves a task for a runner in any process to claim, and returns its id.
     #[pyo3(signature = (
         task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
-        deadline=None, detached=false, claim_timeout=None
+        deadline=None, detached=false, linked=None, claim_timeout=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_subagent_task(
@@ -244,6 +248,7 @@ impl RedisSession {
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
+        linked: Option<Tokens>,
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<String> {
         let start = task_start(
@@ -256,6 +261,7 @@ impl RedisSession {
             timeout,
             deadline,
             detached,
+            linked,
         )?;
         let task_id = block_on(
             py,

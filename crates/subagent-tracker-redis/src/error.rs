@@ -19,9 +19,6 @@ pub enum RedisTrackerError {
         #[source]
         source: redis::RedisError,
     },
-    /// A setting the Redis store does not keep yet.
-    #[error("the Redis store does not support {0} yet")]
-    Unsupported(&'static str),
     /// The server answered something this crate did not send for (a different version of its functions).
     #[error("unexpected answer from Redis: {0}")]
     Protocol(Arc<str>),

@@ -1,6 +1,8 @@
 //! The runner's side of a task kept in Redis.
 
-use subagent_tracker::{SubagentTaskHandle, SubagentTaskToken, DROPPED_HANDLE_ERROR};
+use subagent_tracker::{
+    CancelCallback, SubagentTaskHandle, SubagentTaskToken, DROPPED_HANDLE_ERROR,
+};
 
 use crate::registry::RunKey;
 use crate::session::Outcome;
@@ -15,6 +17,8 @@ pub struct RedisTaskHandle {
     session: RedisSession,
     run: RunKey,
     local: Option<SubagentTaskHandle<String>>,
+    /// Registrations on the tokens the task is linked to, removed when the task ends.
+    links: Vec<CancelCallback>,
 }
 
 impl RedisTaskHandle {
@@ -27,7 +31,12 @@ impl RedisTaskHandle {
             session,
             run,
             local: Some(local),
+            links: Vec::new(),
         }
+    }
+
+    pub(crate) fn keep_links(&mut self, links: Vec<CancelCallback>) {
+        self.links = links;
     }
 
     /// The task's id.
@@ -114,6 +123,9 @@ impl RedisTaskHandle {
 
     /// Stops mirroring the run: its token will not fire any more.
     fn release(&mut self) {
+        for link in self.links.drain(..) {
+            link.remove();
+        }
         self.session.worker().release(&self.run);
         if let Some(local) = self.local.take() {
             local.complete(None);

@@ -7,8 +7,7 @@
 //! in-memory mirror of the runs it executes, so a runner's token is a local read; cancels reach it by a push
 //! on the worker's channel and, in any case, by a reconcile on a timer.
 //!
-//! Not built yet (the contract's section 20 is not met in full): linked tokens of Redis tasks, and the removal
-//! of idle sessions.
+//! Not built yet (the contract's section 20 is not met in full): the removal of idle sessions.
 
 #![forbid(unsafe_code)]
 

@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    epoch_seconds, generate_id, validate_task_id, ClaimProblem, InMemorySubagentTaskTracker,
-    SubagentEventKind, SubagentStatus, SubagentTaskSnapshot, TaskStart, TrackerConfig,
-    TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    epoch_seconds, generate_id, validate_task_id, CancelCallback, ClaimProblem,
+    InMemorySubagentTaskTracker, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot,
+    SubagentTaskToken, TaskStart, TrackerConfig, TrackerError, DEADLINE_REASON,
+    DEFAULT_CANCEL_REASON,
 };
 
 use crate::registry::{RunKey, Worker};
@@ -70,15 +71,15 @@ impl RedisSession {
     /// processes).
     ///
     /// # Errors
-    /// The in-memory tracker's refusals as [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`];
-    /// [`RedisTrackerError::Unsupported`] for a deadline or linked tokens, which the Redis store does not keep
-    /// yet.
+    /// The in-memory tracker's refusals as [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`].
     pub async fn start(
         &self,
         start: TaskStart<String>,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
-        let (task_id, [run, status]) = self.open(start, None).await?;
-        self.hold(task_id, run, &status).await
+        let (task_id, [run, status], links) = self.open(start, None).await?;
+        let mut handle = self.hold(task_id, run, &status).await?;
+        handle.keep_links(links);
+        Ok(handle)
     }
 
     /// Reserves a task for a runner in any process to claim (section 18), and returns its id. A reservation
@@ -91,6 +92,7 @@ impl RedisSession {
         start: TaskStart<String>,
         claim_timeout: Option<Duration>,
     ) -> Result<Arc<str>, RedisTrackerError> {
+        // The links of a reservation stay until their token fires or ends: no handle here owns them.
         Ok(self.open(start, Some(claim_timeout)).await?.0)
     }
 
@@ -100,12 +102,9 @@ impl RedisSession {
         &self,
         start: TaskStart<String>,
         reservation: Option<Option<Duration>>,
-    ) -> Result<(Arc<str>, [String; 2]), RedisTrackerError> {
+    ) -> Result<(Arc<str>, [String; 2], Vec<CancelCallback>), RedisTrackerError> {
         let reserved = reservation.is_some();
         let parts = start.into_parts();
-        if !parts.linked.is_empty() {
-            return Err(RedisTrackerError::Unsupported("linked tokens"));
-        }
         let task_id = match parts.task_id {
             Some(task_id) => {
                 validate_task_id("task_id", &task_id)?;
@@ -161,7 +160,45 @@ impl RedisSession {
         if let Ok(next_due) = next_due.parse::<u64>() {
             self.worker.schedule(&self.session_id, next_due).await?;
         }
-        Ok((task_id, [run, status]))
+        let (links, fired) = self.link(&task_id, parts.linked).await?;
+        // A link that had already fired cancelled the task after its start: the runner must get it cancelled.
+        let status = if fired {
+            SubagentStatus::Cancelled.as_str().to_owned()
+        } else {
+            status
+        };
+        Ok((task_id, [run, status], links))
+    }
+
+    /// Cancels the task (cause `linked`, with the token's reason) when any of `tokens` fires: at once for one
+    /// that has. Returns the registrations, for the runner's handle to remove when the task ends, and whether a
+    /// token had fired.
+    async fn link(
+        &self,
+        task_id: &Arc<str>,
+        tokens: Vec<SubagentTaskToken>,
+    ) -> Result<(Vec<CancelCallback>, bool), RedisTrackerError> {
+        let mut links = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            if token.is_cancelled() {
+                self.cancel_as(task_id, token.reason().as_deref(), "linked")
+                    .await?;
+                return Ok((links, true));
+            }
+            let (session, task_id, source) = (self.clone(), task_id.clone(), token.clone());
+            links.push(token.on_cancel(move || {
+                // Runs in whatever thread fired the token: the cancel goes to the registry's runtime.
+                let runtime = session.worker.runtime.clone();
+                runtime.spawn(async move {
+                    let reason = source.reason();
+                    // Lost only if Redis is unreachable now; the runner's own token has fired regardless.
+                    let _ = session
+                        .cancel_as(&task_id, reason.as_deref(), "linked")
+                        .await;
+                });
+            }));
+        }
+        Ok((links, false))
     }
 
     /// Claims a reserved task for a runner in this process (section 18).
@@ -232,12 +269,21 @@ impl RedisSession {
         reason: Option<&str>,
     ) -> Result<bool, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
+        self.cancel_as(task_id, reason, "requested").await
+    }
+
+    async fn cancel_as(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+        cause: &str,
+    ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let moved: i64 = store::call(
             &mut self.connection(),
             "st_cancel",
             &self.key,
-            &[task_id, reason, "requested"],
+            &[task_id, reason, cause],
         )
         .await?;
         Ok(moved == 1)

@@ -758,3 +758,41 @@ async fn after_a_redis_restart_every_worker_reconciles_and_no_cancel_is_lost() {
     drop((first, second, server));
     let _ = std::fs::remove_dir_all(&directory);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_linked_to_a_local_token_is_cancelled_in_every_worker_when_it_fires() {
+    let server = RedisServer::start();
+    let api = server.worker("t19:", "api").await;
+    let runner = server.worker("t19:", "runner").await;
+    // The API server's request, in memory; the job it starts, in Redis, run by another worker.
+    let requests: subagent_tracker::InMemorySubagentTaskTracker =
+        subagent_tracker::InMemorySubagentTaskTracker::new();
+    let request = requests.start(TaskStart::new().task_id("request")).unwrap();
+    let queue = api.session(Some("s"), config()).await.unwrap();
+    queue
+        .reserve(
+            TaskStart::new().task_id("job").linked(request.token()),
+            None,
+        )
+        .await
+        .unwrap();
+    let job = runner
+        .session(Some("s"), config())
+        .await
+        .unwrap()
+        .claim("job")
+        .await
+        .unwrap();
+    assert!(requests.cancel("request", Some("client went away")));
+    assert!(eventually(|| job.is_cancelled()).await);
+    let snapshot = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(snapshot.cancel_cause, Some(CancelCause::Linked));
+    assert_eq!(snapshot.cancel_reason.as_deref(), Some("client went away"));
+    // A token that has already fired cancels at the start.
+    let late = queue
+        .start(TaskStart::new().task_id("late").linked(request.token()))
+        .await
+        .unwrap();
+    assert!(late.is_cancelled());
+    drop((request, job, late));
+}
