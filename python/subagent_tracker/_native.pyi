@@ -299,6 +299,7 @@ class RedisRegistry:
         lease: float | None = None,
         reconcile_interval: float | None = None,
         timeout: float | None = None,
+        session_ttl: float | None = None,
         key_prefix: str | None = None,
     ) -> RedisRegistry: ...
     @property

@@ -42,6 +42,7 @@ argument_names! {
     WorkerIdArgument = "worker_id",
     ReconcileIntervalArgument = "reconcile_interval",
     LeaseArgument = "lease",
+    SessionTtlArgument = "session_ttl",
 }
 
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {

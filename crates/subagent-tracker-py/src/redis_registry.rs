@@ -15,8 +15,8 @@ use subagent_tracker_redis::{
 
 use crate::arguments::{
     self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, ParentIdArgument,
-    ReconcileIntervalArgument, Seconds, SessionIdArgument, TaskIdArgument, TimeoutArgument,
-    WorkerIdArgument,
+    ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
+    TimeoutArgument, WorkerIdArgument,
 };
 use crate::errors::redis_error;
 use crate::events::SubagentEvent;
@@ -42,8 +42,11 @@ pub(crate) struct RedisSession {
 #[pymethods]
 impl RedisRegistry {
     #[new]
+    // One parameter per Python keyword argument: the signature is the Python API.
+    #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
-        url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, key_prefix=None
+        url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
+        key_prefix=None
     ))]
     fn new(
         py: Python<'_>,
@@ -52,6 +55,7 @@ impl RedisRegistry {
         lease: Option<Seconds<LeaseArgument>>,
         reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
         timeout: Option<Seconds<TimeoutArgument>>,
+        session_ttl: Option<Seconds<SessionTtlArgument>>,
         key_prefix: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<RedisRegistry> {
         let url = arguments::string(url, "url")?.to_str()?.to_owned();
@@ -67,6 +71,9 @@ impl RedisRegistry {
         }
         if let Some(timeout) = timeout {
             options = options.with_timeout(timeout.0.max(Duration::from_millis(1)));
+        }
+        if let Some(session_ttl) = session_ttl {
+            options = options.with_session_ttl(session_ttl.0);
         }
         if let Some(prefix) = arguments::optional_string(key_prefix, "key_prefix")? {
             options = options.with_key_prefix(prefix);

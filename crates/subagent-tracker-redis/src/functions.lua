@@ -7,7 +7,8 @@ Keys. Every key of a session shares the session's hash tag, so a session lives i
 the session's hash (`<prefix>{<session>}:session`); the other keys are named from it:
 
   <base>session        hash: seq (start counter), retained (finished runs counted against the bound),
-                       closed (the first close reason), max (max_finished_tasks)
+                       closed (the first close reason), max (max_finished_tasks), touched (the server's time of
+                       the last change, in milliseconds)
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
@@ -18,6 +19,7 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
                        finish; what the reaper fails when the worker's lease expires
   <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
                        when they fall due, in milliseconds since the epoch; `st_fire` fires the due ones
+  <base>workers        set: the workers that ran tasks in the session (whose `wr:` sets to remove with it)
   <base>events         stream: the session's lifecycle events in the order they took effect, each numbered (n)
                        from the session's counter `events`, so a reader that was trimmed past knows how many
                        it missed; trimmed to about EVENT_LIMIT entries
@@ -45,6 +47,11 @@ local function now_ms()
 end
 
 local function timer(kind, task_id, run) return kind .. '\t' .. task_id .. '\t' .. run end
+
+-- Records a change of the session now: a session is idle from its last change.
+local function touch(session_key)
+  redis.call('HSET', session_key, 'touched', now_ms())
+end
 
 local function base_of(session_key)
   return string.sub(session_key, 1, #session_key - #'session')
@@ -169,14 +176,16 @@ end
 -- st_open(session_key; task_id, parent_id, agent, description, metadata, detached, reserved, worker,
 -- deadline_ms, max_finished, claim_timeout_ms, claim_error, deadline_reason): a start or a reservation, with an
 -- optional deadline (milliseconds since the epoch; a child's is bounded by its parent's unless detached) and, for
--- a reservation, a claim timeout. Returns {run, status, reason, next timer due or ""} or an error reply whose
+-- a reservation, a claim timeout. Returns {run, status, reason, next timer due or "", "1" if this made the
+-- session} or an error reply whose
 -- message starts with DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
 local function st_open(keys, args)
+  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
   local task_id, parent_id, agent, description, metadata = args[1], args[2], args[3], args[4], args[5]
   local detached, reserved, worker, deadline = args[6] == '1', args[7] == '1', args[8], args[9]
-  redis.call('HSETNX', session_key, 'max', args[10])
+  local created = redis.call('HSETNX', session_key, 'max', args[10])
   if redis.call('HEXISTS', session_key, 'closed') == 1 then
     return redis.error_reply('CLOSED')
   end
@@ -217,7 +226,10 @@ local function st_open(keys, args)
   end
   if detached then redis.call('HSET', key, 'detached', '1') end
   if reserved then redis.call('HSET', key, 'reserved', '1') end
-  if worker ~= '' then redis.call('SADD', base .. 'wr:' .. worker, task_id) end
+  if worker ~= '' then
+    redis.call('SADD', base .. 'wr:' .. worker, task_id)
+    redis.call('SADD', base .. 'workers', worker)
+  end
   if parent_run and not detached then
     redis.call('SADD', children_key(base, parent_run), task_id)
     redis.call('HSET', key, 'lp', parent_id, 'lr', parent_run)
@@ -259,12 +271,13 @@ local function st_open(keys, args)
     redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
     if next_due == '' or due < tonumber(next_due) then next_due = tostring(due) end
   end
-  return { run, status, reason, next_due }
+  return { run, status, reason, next_due, tostring(created) }
 end
 
 -- st_cancel(session_key; task_id, reason, cause): a cancel of one task and its pending descendants. Returns
 -- 1 when the task itself moved, 0 otherwise.
 local function st_cancel(keys, args)
+  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
   local key = task_key(base, args[1])
@@ -277,6 +290,7 @@ end
 -- st_cancel_all(session_key; reason, close): cancels every pending task; with close = "1", first records the
 -- session as closed (keeping the first reason). Returns how many moved.
 local function st_cancel_all(keys, args)
+  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
   local reason = args[1]
@@ -292,6 +306,7 @@ end
 -- an end recorded by id (run ""), or an expired claim (outcome claim_expired: fails only a queued task).
 -- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one.
 local function st_end(keys, args)
+  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
   local task_id, run, outcome, value = args[1], args[2], args[3], args[4]
@@ -320,6 +335,7 @@ end
 -- st_claim(session_key; task_id, worker): a runner takes a reserved task. Returns {run, status, reason}; errors
 -- UNKNOWN, CLAIMED or ENDED <status>.
 local function st_claim(keys, args)
+  touch(keys[1])
   local base = base_of(keys[1])
   local key = task_key(base, args[1])
   local state = fields(key, 'run', 'status', 'reserved', 'claimed_at', 'reason')
@@ -331,13 +347,17 @@ local function st_claim(keys, args)
   local at = now()
   redis.call('ZREM', base .. 'timers', timer('c', args[1], state[1]))
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', args[2])
-  if status == 'running' then redis.call('SADD', base .. 'wr:' .. args[2], args[1]) end
+  if status == 'running' then
+    redis.call('SADD', base .. 'wr:' .. args[2], args[1])
+    redis.call('SADD', base .. 'workers', args[2])
+  end
   emit(base, keys[1], args[1], 'claimed', status, at)
   return { state[1], status, state[5] or '' }
 end
 
 -- st_progress(session_key; task_id, run, message): records a progress message on an unfinished run.
 local function st_progress(keys, args)
+  touch(keys[1])
   local base = base_of(keys[1])
   local key = task_key(base, args[1])
   local state = fields(key, 'run', 'fin', 'status')
@@ -395,12 +415,14 @@ end
 -- {closed ("1" or "0"), unfinished task count}.
 local function st_touch(keys, args)
   redis.call('HSETNX', keys[1], 'max', args[1])
+  touch(keys[1])
   return st_session(keys)
 end
 
 -- st_reap(session_key; worker, error): the worker's lease expired. Its running tasks fail with `error`, its
 -- cancelled ones become finished. Returns how many tasks it finished.
 local function st_reap(keys, args)
+  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
   local held = base .. 'wr:' .. args[1]
@@ -439,6 +461,7 @@ end
 -- st_fire(session_key; deadline_reason): fires the session's due timers: a deadline cancels its task's tree (cause
 -- deadline), a claim timeout fails a task still queued. Returns when the next timer falls due, or -1.
 local function st_fire(keys, args)
+  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
   local at = now()
@@ -493,6 +516,37 @@ local function st_retime(keys, args)
   return 1
 end
 
+-- st_idle(sessions_key; ttl_ms): sessions of the index whose recorded last change is older than `ttl_ms`, by the
+-- server's clock: the candidates for `st_sweep` (at most 100 per call).
+local function st_idle(keys, args)
+  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms() - tonumber(args[1]), 'LIMIT', 0, 100)
+end
+
+-- st_sweep(session_key; ttl_ms): removes the session, every key of it, if nothing changed in it for `ttl_ms`
+-- and none of its tasks is unfinished. Returns -1 when removed, otherwise the time of its last change (or 0 for
+-- a session that does not exist).
+local function st_sweep(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local touched = tonumber(redis.call('HGET', session_key, 'touched') or '0')
+  if redis.call('EXISTS', session_key) == 0 then return 0 end
+  local retained = tonumber(redis.call('HGET', session_key, 'retained') or '0')
+  local unfinished = redis.call('ZCARD', base .. 'all') - retained
+  if now_ms() - touched < tonumber(args[1]) or unfinished > 0 then return touched end
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'all', 0, -1)) do
+    local key = task_key(base, task_id)
+    local run = redis.call('HGET', key, 'run')
+    if run then redis.call('DEL', children_key(base, run)) end
+    redis.call('DEL', key)
+  end
+  for _, worker in ipairs(redis.call('SMEMBERS', base .. 'workers')) do
+    redis.call('DEL', base .. 'wr:' .. worker)
+  end
+  redis.call('DEL', session_key, base .. 'pending', base .. 'all', base .. 'finished', base .. 'events',
+    base .. 'timers', base .. 'workers')
+  return -1
+end
+
 -- st_unlock(lock_key; holder): releases a lock only if `holder` still holds it.
 local function st_unlock(keys, args)
   if redis.call('GET', keys[1]) == args[1] then return redis.call('DEL', keys[1]) end
@@ -504,6 +558,8 @@ redis.register_function{ function_name = 'st_due', callback = st_due, flags = { 
 redis.register_function('st_retime', st_retime)
 redis.register_function('st_reap', st_reap)
 redis.register_function('st_unlock', st_unlock)
+redis.register_function('st_sweep', st_sweep)
+redis.register_function{ function_name = 'st_idle', callback = st_idle, flags = { 'no-writes' } }
 redis.register_function('st_lease', st_lease)
 redis.register_function{ function_name = 'st_expired', callback = st_expired, flags = { 'no-writes' } }
 redis.register_function('st_open', st_open)

@@ -7,7 +7,6 @@
 //! in-memory mirror of the runs it executes, so a runner's token is a local read; cancels reach it by a push
 //! on the worker's channel and, in any case, by a reconcile on a timer.
 //!
-//! Not built yet (the contract's section 20 is not met in full): the removal of idle sessions.
 
 #![forbid(unsafe_code)]
 
@@ -23,7 +22,8 @@ pub use error::RedisTrackerError;
 pub use events::RedisEventSubscription;
 pub use handle::RedisTaskHandle;
 pub use options::{
-    RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_RECONCILE_INTERVAL, DEFAULT_TIMEOUT,
+    RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_RECONCILE_INTERVAL,
+    DEFAULT_SESSION_TTL, DEFAULT_TIMEOUT,
 };
 pub use registry::{RedisRegistry, LEASE_LOST_REASON, WORKER_LOST_ERROR};
 pub use session::RedisSession;

@@ -14,6 +14,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 /// dead, and its running tasks fail.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
 
+/// How long a session may go unchanged by default before it is removed from Redis (once none of its tasks is
+/// unfinished).
+pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The prefix of every key and channel by default.
 pub const DEFAULT_KEY_PREFIX: &str = "subagent-tracker:";
 
@@ -31,6 +35,8 @@ pub struct RedisOptions {
     pub key_prefix: String,
     /// How long the worker's lease lasts; it is renewed three times per lease.
     pub lease: Duration,
+    /// How long a session may go unchanged before it is removed, once none of its tasks is unfinished.
+    pub session_ttl: Duration,
 }
 
 impl Default for RedisOptions {
@@ -41,6 +47,7 @@ impl Default for RedisOptions {
             timeout: DEFAULT_TIMEOUT,
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             lease: DEFAULT_LEASE,
+            session_ttl: DEFAULT_SESSION_TTL,
         }
     }
 }
@@ -71,6 +78,13 @@ impl RedisOptions {
     #[must_use]
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
+        self
+    }
+
+    /// These settings removing sessions unchanged for `session_ttl`.
+    #[must_use]
+    pub fn with_session_ttl(mut self, session_ttl: Duration) -> Self {
+        self.session_ttl = session_ttl;
         self
     }
 

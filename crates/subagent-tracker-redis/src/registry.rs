@@ -169,6 +169,7 @@ impl RedisRegistry {
             &[&max],
         )
         .await?;
+        self.worker.index_session(&session_id).await?;
         Ok(RedisSession::new(self.worker.clone(), session_id, key))
     }
 
@@ -195,28 +196,21 @@ impl RedisRegistry {
         })
     }
 
-    /// The ids of the live sessions. Costs a scan of the keys under the registry's prefix.
+    /// The ids of the live sessions, from the registry's index of sessions.
     ///
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
     pub async fn sessions(&self) -> Result<Vec<String>, RedisTrackerError> {
         let mut connection = self.worker.connection.clone();
-        let pattern = self.worker.keys.session_pattern();
-        let mut keys: Vec<String> = Vec::new();
-        {
-            let mut scan = connection.scan_match::<_, String>(&pattern).await?;
-            while let Some(key) = scan.next_item().await {
-                keys.push(key?);
-            }
-        }
+        let indexed: Vec<String> = connection
+            .zrange(self.worker.keys.sessions(), 0, -1)
+            .await?;
         let mut live = Vec::new();
-        for key in keys {
-            let Some(session_id) = self.worker.keys.session_id_of(&key) else {
-                continue;
-            };
+        for session_id in indexed {
+            let key = self.worker.keys.session(&session_id);
             let state: Vec<i64> = store::call(&mut connection, "st_session", &key, &[]).await?;
             if matches!(state.as_slice(), [closed, unfinished] if *closed == 0 || *unfinished > 0) {
-                live.push(session_id.to_owned());
+                live.push(session_id);
             }
         }
         live.sort_unstable();
@@ -236,6 +230,50 @@ impl Worker {
             .sadd(self.keys.worker_sessions(&self.id), &**session_id)
             .await?;
         lock(&self.announced).insert(session_id.clone());
+        Ok(())
+    }
+
+    /// Lists session `session_id` in the registry's index, unless it is there (a score of 0 asks the sweeper to
+    /// read the session's own time of last change).
+    pub(crate) async fn index_session(&self, session_id: &str) -> Result<(), RedisTrackerError> {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(self.keys.sessions())
+            .arg("NX")
+            .arg(0)
+            .arg(session_id)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// Removes the sessions that nothing changed for a whole `session_ttl` and that have no unfinished task.
+    async fn sweep_idle_sessions(
+        &self,
+        connection: &mut ConnectionManager,
+    ) -> Result<(), RedisTrackerError> {
+        let index = self.keys.sessions();
+        let ttl = self.options.session_ttl.as_millis().to_string();
+        let idle: Vec<String> = store::call(connection, "st_idle", &index, &[&ttl]).await?;
+        for session_id in idle {
+            let touched: i64 = store::call(
+                connection,
+                "st_sweep",
+                &self.keys.session(&session_id),
+                &[&ttl],
+            )
+            .await?;
+            if touched > 0 {
+                let _: i64 = redis::cmd("ZADD")
+                    .arg(&index)
+                    .arg("XX")
+                    .arg(touched)
+                    .arg(&session_id)
+                    .query_async(connection)
+                    .await?;
+            } else {
+                let _: i64 = connection.zrem(&index, &session_id).await?;
+            }
+        }
         Ok(())
     }
 
@@ -325,7 +363,10 @@ impl Worker {
         if lock_held.is_none() {
             return Ok(());
         }
-        let reaped = self.reap_expired(&mut connection).await;
+        let reaped = match self.reap_expired(&mut connection).await {
+            Ok(()) => self.sweep_idle_sessions(&mut connection).await,
+            failed => failed,
+        };
         let _: i64 = store::call(
             &mut connection,
             "st_unlock",

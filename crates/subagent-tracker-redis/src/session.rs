@@ -154,9 +154,13 @@ impl RedisSession {
                 self.refusal(&error, &task_id, parts.parent_id.as_deref())
                     .unwrap_or_else(|| error.into())
             })?;
-        let [run, status, _reason, next_due]: [String; 4] = reply
+        let [run, status, _reason, next_due, created]: [String; 5] = reply
             .try_into()
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_open")))?;
+        if created == "1" {
+            // The session had been swept away (idle past its TTL) and this start made it again.
+            self.worker.index_session(&self.session_id).await?;
+        }
         if let Ok(next_due) = next_due.parse::<u64>() {
             self.worker.schedule(&self.session_id, next_due).await?;
         }

@@ -44,6 +44,11 @@ impl Keys {
         format!("{}worker:{worker_id}", self.prefix)
     }
 
+    /// The index of sessions, by the last change seen of each (a hint: each session's own hash has the truth).
+    pub(crate) fn sessions(&self) -> String {
+        format!("{}sessions", self.prefix)
+    }
+
     /// The sorted set of worker leases, by expiry on the server's clock.
     pub(crate) fn workers(&self) -> String {
         format!("{}workers", self.prefix)
@@ -62,19 +67,6 @@ impl Keys {
     /// The sessions in which `worker_id` has run tasks.
     pub(crate) fn worker_sessions(&self, worker_id: &str) -> String {
         format!("{}worker:{worker_id}:sessions", self.prefix)
-    }
-
-    /// The pattern that finds every session's hash.
-    pub(crate) fn session_pattern(&self) -> String {
-        format!("{}{{*}}:session", self.prefix)
-    }
-
-    /// The session id in a key made by [`session`](Self::session).
-    pub(crate) fn session_id_of<'key>(&self, session_key: &'key str) -> Option<&'key str> {
-        session_key
-            .strip_prefix(&*self.prefix)?
-            .strip_prefix('{')?
-            .strip_suffix("}:session")
     }
 }
 

@@ -796,3 +796,54 @@ async fn a_task_linked_to_a_local_token_is_cancelled_in_every_worker_when_it_fir
     assert!(late.is_cancelled());
     drop((request, job, late));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_removed_once_its_tasks_are_finished() {
+    let server = RedisServer::start();
+    let options = RedisOptions::default()
+        .with_key_prefix("t20:")
+        .with_lease(Duration::from_millis(150))
+        .with_session_ttl(Duration::from_millis(200));
+    let worker = RedisRegistry::connect(&server.url(), options)
+        .await
+        .unwrap();
+    let idle = worker.session(Some("idle"), config()).await.unwrap();
+    let busy = worker.session(Some("busy"), config()).await.unwrap();
+    let mut done = idle
+        .start(TaskStart::new().task_id("done").metadata("{}".to_owned()))
+        .await
+        .unwrap();
+    assert!(done.progress("working").await.unwrap());
+    assert!(done.complete(Some("\"result\"")).await.unwrap());
+    let running = busy
+        .start(TaskStart::new().task_id("running"))
+        .await
+        .unwrap();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let mut removed = false;
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("t20:{idle}*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if keys.is_empty() {
+            removed = true;
+            break;
+        }
+    }
+    assert!(removed, "every key of the idle session is gone");
+    assert!(worker.get_session("idle").await.unwrap().is_none());
+    assert_eq!(
+        worker.sessions().await.unwrap(),
+        ["busy"],
+        "a session with a running task stays"
+    );
+    assert!(!running.is_cancelled());
+    // A session that was swept away comes back when used again.
+    let again = idle.start(TaskStart::new().task_id("again")).await.unwrap();
+    assert_eq!(worker.sessions().await.unwrap(), ["busy", "idle"]);
+    drop((again, running));
+}
