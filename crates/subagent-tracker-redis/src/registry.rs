@@ -528,9 +528,11 @@ async fn keep_lease(worker: Weak<Worker>) {
         let Some(worker) = worker.upgrade() else {
             return;
         };
-        // Failures are retried on the next tick; fencing covers a lease that runs out meanwhile.
-        let _ = worker.renew_lease().await;
+        // Fenced before renewing: a worker that was frozen past its lease (a stopped process, a long pause) may
+        // already have been reaped, even if it can renew now.
         worker.fence_if_lease_lost();
+        // Failures are retried on the next tick; the fence covers a lease that runs out meanwhile.
+        let _ = worker.renew_lease().await;
         let _ = worker.reap().await;
     }
 }

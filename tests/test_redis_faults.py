@@ -1,0 +1,160 @@
+"""CONTRACT §§20 and 21 under faults: each ends with no cancel lost and no task left pending."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from redis_support import RedisServer, Worker, _free_port
+
+from subagent_tracker import (
+    LEASE_LOST_REASON,
+    WORKER_LOST_ERROR,
+    RedisRegistry,
+    RegistryUnavailableError,
+    SubagentStatus,
+)
+
+
+@pytest.fixture
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+def _admin(server: RedisServer, *command: str) -> bytes:
+    """Sends one command in the inline protocol and returns the first line of the answer."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
+        connection.sendall((" ".join(command) + "\r\n").encode())
+        return connection.recv(4096).split(b"\r\n")[0]
+
+
+def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisServer) -> None:
+    runner = Worker(redis_server.url, "runner")
+    try:
+        runner.ask(op="start", session="s", task="job")
+        session = RedisRegistry(redis_server.url, timeout=5).session("s")
+        assert _admin(redis_server, "CLIENT", "PAUSE", "400", "ALL") == b"+OK"
+        started = time.monotonic()
+        assert session.cancel_subagent_task("job", reason="during the pause")
+        assert time.monotonic() - started >= 0.2, "the call waited for the pause to end"
+        assert runner.ask(op="wait_cancelled", session="s", task="job", timeout=5) == {
+            "cancelled": True,
+            "reason": "during the pause",
+        }
+    finally:
+        runner.stop()
+
+
+def test_a_stopped_and_continued_server_loses_nothing(redis_server: RedisServer) -> None:
+    runner = Worker(redis_server.url, "runner")
+    try:
+        runner.ask(op="start", session="s", task="job")
+        session = RedisRegistry(redis_server.url, timeout=5).session("s")
+        redis_server.signal(signal.SIGSTOP)
+        threading.Timer(0.4, redis_server.signal, args=(signal.SIGCONT,)).start()
+        assert session.cancel_subagent_task("job", reason="while stopped")
+        assert runner.ask(op="wait_cancelled", session="s", task="job", timeout=5)["cancelled"] is True
+        assert runner.ask(op="complete", session="s", task="job") is False
+        final = session.subagent_task("job")
+        assert final is not None and (final.status, final.finished) == (SubagentStatus.CANCELLED, True)
+    finally:
+        runner.stop()
+
+
+def test_a_server_restarted_from_its_append_only_file_loses_no_cancel(tmp_path: Path) -> None:
+    server = RedisServer(aof_directory=tmp_path)
+    runner = Worker(server.url, "runner")
+    try:
+        runner.ask(op="start", session="s", task="job")
+        server = server.restart()
+        session = RedisRegistry(server.url, timeout=5).session("s")
+        snapshot = session.subagent_task("job")
+        assert snapshot is not None and snapshot.status is SubagentStatus.RUNNING, "the session survived"
+        assert session.cancel_subagent_task("job", reason="after the restart")
+        assert runner.ask(op="wait_cancelled", session="s", task="job", timeout=5) == {
+            "cancelled": True,
+            "reason": "after the restart",
+        }
+    finally:
+        runner.stop()
+        server.stop()
+
+
+def test_a_worker_stopped_past_its_lease_has_fenced_itself_when_it_continues(
+    redis_server: RedisServer,
+) -> None:
+    frozen = Worker(redis_server.url, "frozen", lease=0.5)
+    survivor = RedisRegistry(redis_server.url, worker_id="survivor", lease=0.5)
+    try:
+        frozen.ask(op="start", session="s", task="job")
+        frozen.signal(signal.SIGSTOP)
+        session = survivor.session("s")
+
+        async def failed() -> None:
+            snapshot = await session.wait_subagent_task("job", timeout=10)
+            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
+
+        asyncio.run(asyncio.wait_for(failed(), 20))
+        frozen.signal(signal.SIGCONT)
+        assert frozen.ask(op="wait_cancelled", session="s", task="job", timeout=5) == {
+            "cancelled": True,
+            "reason": LEASE_LOST_REASON,
+        }
+        assert frozen.ask(op="complete", session="s", task="job") is False, "its late end changes nothing"
+    finally:
+        frozen.signal(signal.SIGCONT)
+        frozen.stop()
+
+
+class _NotRedis:
+    """A TCP server on loopback that answers every connection with text that is not the Redis protocol."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+            connection.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.parametrize(
+    "describe",
+    ["unreachable", "not redis", "wrong password"],
+)
+def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisServer, describe: str) -> None:
+    not_redis = _NotRedis()
+    urls = {
+        "unreachable": f"redis://127.0.0.1:{_free_port()}/0",
+        "not redis": f"redis://127.0.0.1:{not_redis.port}/0",
+        "wrong password": f"redis://:wrong@127.0.0.1:{redis_server.port}/0",
+    }
+    started = time.monotonic()
+    try:
+        with pytest.raises(RegistryUnavailableError):
+            RedisRegistry(urls[describe], timeout=0.5)
+    finally:
+        not_redis.close()
+    assert time.monotonic() - started < 3
+
+
+def test_a_malformed_url_is_a_value_error() -> None:
+    with pytest.raises((ValueError, RegistryUnavailableError)):
+        RedisRegistry("not a url", timeout=0.5)
