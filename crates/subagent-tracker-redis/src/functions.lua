@@ -29,8 +29,9 @@ Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("
 worker, started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
 progress_count, deadline.
 
-Cancels of tasks that a worker runs are published to "<prefix>worker:<id>" as "<session>\t<task>\t<run>", the
-worker then reads the cancel's details with `st_status`; a lost message is found by the worker's reconcile.
+Cancels of tasks that a worker runs are published to "<prefix>worker:<id>", one message per worker and cancel,
+each run as its session, task, run, reason, origin and cause (see `fields_message`); a lost message is found by
+the worker's reconcile (`st_status`).
 ]]
 
 local PENDING = { queued = true, running = true }
@@ -136,10 +137,23 @@ local function finish(base, session_key, key, task_id, run, at)
   retain(base, session_key, task_id, run)
 end
 
+-- A notification to a worker: each field as "<byte length>:<bytes>", so that no character of an id or a reason
+-- can be mistaken for a separator.
+local function fields_message(...)
+  local parts = {}
+  for _, field in ipairs({ ... }) do
+    table.insert(parts, #field .. ':' .. field)
+  end
+  return table.concat(parts)
+end
+
 -- Cancels pending roots and their pending descendants. Returns how many moved. `cause` is recorded on each
 -- root, "parent" on descendants (naming the root as origin); "session" makes every task its own origin.
 local function cancel_trees(base, session_key, roots, reason, cause, at)
   local moved = 0
+  -- One message per worker, however many of its runs the cancel reaches.
+  local notifications = {}
+  local session_id = string.sub(base, string.find(base, '{', 1, true) + 1, -3)
   for _, root in ipairs(roots) do
     local stack = { root }
     while #stack > 0 do
@@ -159,8 +173,8 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
         if status == 'queued' then
           finish(base, session_key, key, task_id, run, at)
         elseif worker then
-          redis.call('PUBLISH', channel_of(base, worker),
-            string.sub(base, string.find(base, '{', 1, true) + 1, -3) .. '\t' .. task_id .. '\t' .. run)
+          notifications[worker] = notifications[worker] or {}
+          table.insert(notifications[worker], fields_message(session_id, task_id, run, reason, origin, entry_cause))
         end
       end
       if status and cause ~= 'session' then
@@ -169,6 +183,9 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
         end
       end
     end
+  end
+  for worker, messages in pairs(notifications) do
+    redis.call('PUBLISH', channel_of(base, worker), table.concat(messages))
   end
   return moved
 end

@@ -451,8 +451,9 @@ impl Worker {
         lock(&self.runs).held.iter().cloned().collect()
     }
 
-    /// A notification that run `run` was cancelled in Redis.
-    async fn notified(&self, run: RunKey) {
+    /// A notification that run `run` was cancelled in Redis, with the cancel's details.
+    fn notified(&self, notification: Notification) {
+        let run = notification.run;
         {
             let mut runs = lock(&self.runs);
             if !runs.held.contains(&run) {
@@ -463,9 +464,25 @@ impl Worker {
                 return;
             }
         }
-        // A failure here is repaired by the next reconcile.
-        let _ = self.reconcile(vec![run]).await;
+        if let Some(mirror) = self.mirrors.get_session(&run.session_id) {
+            let cause =
+                CancelCause::from_name(&notification.cause).unwrap_or(CancelCause::Requested);
+            mirror.apply_remote_cancel(
+                &run.task_id,
+                &notification.reason,
+                cause,
+                &notification.origin,
+            );
+        }
     }
+}
+
+/// A cancel of a run this worker executes, as the functions publish it.
+struct Notification {
+    run: RunKey,
+    reason: String,
+    origin: String,
+    cause: String,
 }
 
 impl Drop for Worker {
@@ -494,8 +511,8 @@ async fn listen(worker: Weak<Worker>, client: redis::Client) {
                     let Some(worker) = worker.upgrade() else {
                         return;
                     };
-                    if let Some(run) = parse_notification(&message) {
-                        worker.notified(run).await;
+                    for notification in parse_notifications(&message) {
+                        worker.notified(notification);
                     }
                 }
             }
@@ -504,15 +521,40 @@ async fn listen(worker: Weak<Worker>, client: redis::Client) {
     }
 }
 
-/// `<session>\t<task>\t<run>`, as the functions publish it.
-fn parse_notification(message: &redis::Msg) -> Option<RunKey> {
-    let payload: String = message.get_payload().ok()?;
-    let mut parts = payload.splitn(3, '\t');
-    Some(RunKey {
-        session_id: Arc::from(parts.next()?),
-        task_id: Arc::from(parts.next()?),
-        run: parts.next()?.to_owned(),
-    })
+/// The runs a notification names: six fields each, every field written `<byte length>:<bytes>` (`fields_message`
+/// in `functions.lua`). A malformed message yields what came before the fault.
+fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
+    let Ok(payload) = message.get_payload::<Vec<u8>>() else {
+        return Vec::new();
+    };
+    let mut rest = payload.as_slice();
+    let mut field = || -> Option<String> {
+        let colon = rest.iter().position(|byte| *byte == b':')?;
+        let length: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        let value = rest.get(colon + 1..colon + 1 + length)?;
+        rest = &rest[colon + 1 + length..];
+        String::from_utf8(value.to_vec()).ok()
+    };
+    let mut notifications = Vec::new();
+    while let Some(session_id) = field() {
+        let mut next = || -> Option<Notification> {
+            Some(Notification {
+                run: RunKey {
+                    session_id: Arc::from(session_id.as_str()),
+                    task_id: Arc::from(field()?),
+                    run: field()?,
+                },
+                reason: field()?,
+                origin: field()?,
+                cause: field()?,
+            })
+        };
+        match next() {
+            Some(notification) => notifications.push(notification),
+            None => break,
+        }
+    }
+    notifications
 }
 
 /// Renews the lease three times per lease, fences this worker when it could not, and reaps expired workers.

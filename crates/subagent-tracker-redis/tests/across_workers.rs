@@ -847,3 +847,27 @@ async fn an_idle_session_is_removed_once_its_tasks_are_finished() {
     assert_eq!(worker.sessions().await.unwrap(), ["busy", "idle"]);
     drop((again, running));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_and_reasons_with_separators_reach_the_runner_by_the_push() {
+    let server = RedisServer::start();
+    let runner = server.worker("t21:", "runner").await;
+    let stopper = server.worker("t21:", "stopper").await;
+    let session = runner.session(Some("s\t1:2"), config()).await.unwrap();
+    let handle = session
+        .start(TaskStart::new().task_id("job\t3:4{x}"))
+        .await
+        .unwrap();
+    let elsewhere = stopper.get_session("s\t1:2").await.unwrap().unwrap();
+    let sent = Instant::now();
+    assert!(elsewhere
+        .cancel("job\t3:4{x}", Some("reason\twith:colons"))
+        .await
+        .unwrap());
+    assert!(eventually(|| handle.is_cancelled()).await);
+    assert!(sent.elapsed() < Duration::from_millis(150), "by the push");
+    assert_eq!(
+        handle.token().reason().as_deref(),
+        Some("reason\twith:colons")
+    );
+}

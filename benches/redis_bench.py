@@ -1,0 +1,289 @@
+"""Redis benchmarks: sessions across processes beside bare redis-py baselines, measured in the same run on a
+``redis-server`` that this script starts on 127.0.0.1 on a free port (and stops).
+
+    python benches/redis_bench.py            # full sizes (about a minute)
+    python benches/redis_bench.py --smoke    # tiny sizes, to check that the benchmarks still run
+
+Times across processes are read from ``time.monotonic`` (CLOCK_MONOTONIC, one clock for the whole machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import redis
+
+from subagent_tracker import RedisRegistry
+
+
+def start_server() -> tuple[subprocess.Popen[bytes], str, int]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server, f"redis://127.0.0.1:{port}/0", port
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+# --- cancel in one process, token fired in another
+
+
+def runner_process(url: str, rounds: int, connection: Connection) -> None:
+    """Starts a task per round, says so, and reports when its token fired."""
+    session = RedisRegistry(url, worker_id="bench-runner").session("latency")
+    for index in range(rounds):
+        handle = session.start_subagent_task(f"job-{index}")
+        connection.send("started")
+        handle.token.wait(10)
+        connection.send(time.monotonic())
+        handle.complete()
+
+
+def cancel_latency(url: str, rounds: int, drop_pushes: bool, port: int) -> list[float]:
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=runner_process, args=(url, rounds, child))
+    process.start()
+    session = RedisRegistry(url, worker_id="bench-canceller").session("latency")
+    admin = redis.Redis(port=port)
+    samples = []
+    for index in range(rounds):
+        assert parent.recv() == "started"
+        if drop_pushes:
+            admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # type: ignore[no-untyped-call]
+        sent = time.monotonic()
+        session.cancel_subagent_task(f"job-{index}")
+        fired: float = parent.recv()
+        samples.append(fired - sent)
+    process.join(30)
+    return samples
+
+
+def subscriber_process(port: int, rounds: int, connection: Connection) -> None:
+    pubsub = redis.Redis(port=port).pubsub()  # type: ignore[no-untyped-call]
+    pubsub.subscribe("bench")
+    pubsub.get_message(timeout=5)
+    for _ in range(rounds):
+        connection.send("ready")
+        while pubsub.get_message(timeout=10) is None:
+            pass
+        connection.send(time.monotonic())
+
+
+def publish_latency(port: int, rounds: int) -> list[float]:
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(
+        target=subscriber_process, args=(port, rounds, child)
+    )
+    process.start()
+    client = redis.Redis(port=port)
+    samples = []
+    for _ in range(rounds):
+        assert parent.recv() == "ready"
+        sent = time.monotonic()
+        client.publish("bench", "stop")
+        received: float = parent.recv()
+        samples.append(received - sent)
+    process.join(30)
+    return samples
+
+
+# --- lifecycles
+
+
+def lifecycles(url: str, count: int, worker: str) -> float:
+    session = RedisRegistry(url, worker_id=worker).session(f"lifecycles-{worker}", max_finished_tasks=1000)
+    started = time.perf_counter()
+    for _ in range(count):
+        session.start_subagent_task().complete()
+    return count / (time.perf_counter() - started)
+
+
+def lifecycle_worker(url: str, count: int, worker: str, results: Any) -> None:
+    results.put(lifecycles(url, count, worker))
+
+
+def parallel_lifecycles(url: str, count: int, processes: int) -> float:
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    workers = [
+        context.Process(target=lifecycle_worker, args=(url, count, f"w{index}", results))
+        for index in range(processes)
+    ]
+    for process in workers:
+        process.start()
+    rates: list[float] = [results.get(timeout=120) for _ in workers]
+    for process in workers:
+        process.join(30)
+    return sum(rates)
+
+
+def bare_round_trips(port: int, count: int) -> float:
+    client = redis.Redis(port=port)
+    started = time.perf_counter()
+    for index in range(count):
+        client.hset(f"bare:{index % 1000}", mapping={"status": "running"})
+        client.hset(f"bare:{index % 1000}", mapping={"status": "completed"})
+    return count / (time.perf_counter() - started)
+
+
+# --- a cascade over many tasks in several processes
+
+
+def cascade_worker(url: str, index: int, tasks: int, connection: Connection) -> None:
+    session = RedisRegistry(url, worker_id=f"cascade-{index}").session("cascade", max_finished_tasks=100_000)
+    handles = [session.start_subagent_task(f"w{index}-{task}", parent_id="root") for task in range(tasks)]
+    connection.send("started")
+    for handle in handles:
+        handle.token.wait(30)
+    connection.send(time.monotonic())
+    for handle in handles:
+        handle.complete()
+
+
+def cascade(url: str, tasks: int, processes: int) -> float:
+    session = RedisRegistry(url, worker_id="cascade-root").session("cascade", max_finished_tasks=100_000)
+    root = session.start_subagent_task("root")
+    context = multiprocessing.get_context("spawn")
+    pipes = [multiprocessing.Pipe() for _ in range(processes)]
+    workers = [
+        context.Process(target=cascade_worker, args=(url, index, tasks // processes, pipes[index][1]))
+        for index in range(processes)
+    ]
+    for process in workers:
+        process.start()
+    for parent, _ in pipes:
+        assert parent.recv() == "started"
+    sent = time.monotonic()
+    session.cancel_subagent_task("root")
+    last: float = max(parent.recv() for parent, _ in pipes)
+    for process in workers:
+        process.join(60)
+    root.complete()
+    return last - sent
+
+
+def used_memory(admin: redis.Redis) -> int:
+    info: dict[str, Any] = admin.info("memory")  # type: ignore[assignment]
+    return int(info["used_memory"])
+
+
+def memory_per_task(url: str, port: int, tasks: int) -> float:
+    admin = redis.Redis(port=port)
+    before = used_memory(admin)
+    session = RedisRegistry(url, worker_id="memory").session("memory", max_finished_tasks=tasks)
+    for index in range(tasks):
+        session.start_subagent_task(f"task-{index}", agent="researcher").complete("done")
+    # The event stream is trimmed at about 10,000 events whatever the number of tasks; count what tasks keep.
+    admin.delete("subagent-tracker:{memory}:events")
+    after = used_memory(admin)
+    return (after - before) / tasks
+
+
+def row(name: str, ours: str, baseline: str, verdict: str) -> None:
+    print(f"| {name} | {ours} | {baseline} | {verdict} |")
+
+
+def timed(what: str, function: Callable[[], Any]) -> Any:
+    started = time.perf_counter()
+    result = function()
+    print(f"  ({what}: {time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes")
+    smoke = parser.parse_args().smoke
+    rounds, count, cascade_tasks, memory_tasks = (20, 200, 400, 200) if smoke else (300, 5000, 10_000, 10_000)
+    server, url, port = start_server()
+    try:
+        print(f"machine: {os.cpu_count()} cores; redis-server on loopback; smoke={smoke}")
+        print()
+        print("| scenario | ours | baseline | ratio or verdict |")
+        print("|---|---|---|---|")
+        ours = timed("cancel latency", lambda: cancel_latency(url, rounds, False, port))
+        bare = timed("publish latency", lambda: publish_latency(port, rounds))
+        (p50, p99), (bare50, bare99) = percentiles(ours), percentiles(bare)
+        row(
+            "cancel in one process → token fired in another (p50 / p99)",
+            f"{p50 * 1e3:.2f} / {p99 * 1e3:.2f} ms",
+            f"redis-py PUBLISH → subscriber: {bare50 * 1e3:.2f} / {bare99 * 1e3:.2f} ms",
+            f"{p50 / bare50:.2f}x / {p99 / bare99:.2f}x the baseline",
+        )
+        lost = timed(
+            "cancel latency, push lost", lambda: cancel_latency(url, max(5, rounds // 20), True, port)
+        )
+        lost50, lost99 = percentiles(lost)
+        row(
+            "the same with the push lost (reconcile every 2 s)",
+            f"{lost50 * 1e3:.0f} / {lost99 * 1e3:.0f} ms",
+            "arq polls every 500 ms; dramatiq-abort every 1 s",
+            f"max {max(lost):.2f} s ≤ 2 s: {'met' if max(lost) <= 2.1 else 'missed'}",
+        )
+        one = timed("lifecycles, one process", lambda: lifecycles(url, count, "one"))
+        bare_rate = timed("bare round trips", lambda: bare_round_trips(port, count))
+        row(
+            "start + complete, one process (2 round trips each)",
+            f"{one:,.0f}/s",
+            f"redis-py, 2 round trips: {bare_rate:,.0f}/s",
+            f"{one / bare_rate:.0%} of the baseline",
+        )
+        four = timed("lifecycles, four processes", lambda: parallel_lifecycles(url, count, 4))
+        row(
+            "start + complete, 4 processes",
+            f"{four:,.0f}/s",
+            f"one process: {one:,.0f}/s",
+            f"{four / one:.2f}x",
+        )
+        spread = timed("cascade", lambda: cascade(url, cascade_tasks, 4))
+        row(
+            f"cascade over {cascade_tasks:,} tasks in 4 processes, until every token fired",
+            f"{spread * 1e3:.0f} ms",
+            "none",
+            f"{'met' if spread <= 0.1 else 'missed'} (target 100 ms)",
+        )
+        memory = timed("memory", lambda: memory_per_task(url, port, memory_tasks))
+        row(
+            "Redis memory per retained finished task",
+            f"{memory:.0f} B",
+            "none",
+            f"{'met' if memory <= 1024 else 'missed'} (target 1 KiB)",
+        )
+        print(
+            f"\nsamples: latency {len(ours)}, lost-push {len(lost)}; statistics.mean(latency) = "
+            f"{statistics.mean(ours) * 1e3:.2f} ms"
+        )
+    finally:
+        server.kill()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
