@@ -27,7 +27,7 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
 worker, started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
-progress_count, deadline.
+progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1" once it has had attached children).
 
 Cancels of tasks that a worker runs are published to "<prefix>worker:<id>", one message per worker and cancel,
 each run as its session, task, run, reason, origin and cause (see `fields_message`); a lost message is found by
@@ -99,6 +99,7 @@ local function release_run(base, task_id, run)
     local child_key = task_key(base, child)
     if parent_alive then
       redis.call('SADD', children_key(base, parent_run), child)
+      redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
       redis.call('HSET', child_key, 'lp', parent_id, 'lr', parent_run)
     else
       redis.call('HDEL', child_key, 'lp', 'lr')
@@ -153,21 +154,23 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   local moved = 0
   -- One message per worker, however many of its runs the cancel reaches.
   local notifications = {}
+  -- Removed from the pending index in batches, not one call per task.
+  local unlisted = {}
   local session_id = string.sub(base, string.find(base, '{', 1, true) + 1, -3)
   for _, root in ipairs(roots) do
     local stack = { root }
     while #stack > 0 do
       local task_id = table.remove(stack)
       local key = task_key(base, task_id)
-      local state = fields(key, 'status', 'run', 'worker')
-      local status, run, worker = state[1], state[2], state[3]
+      local state = fields(key, 'status', 'run', 'worker', 'parent_of')
+      local status, run, worker, parent_of = state[1], state[2], state[3], state[4]
       if status and PENDING[status] then
         local entry_cause, origin = cause, root
         if cause == 'session' then origin = task_id
         elseif task_id ~= root then entry_cause = 'parent' end
         redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,
           'origin', origin, 'cause', entry_cause)
-        redis.call('ZREM', base .. 'pending', task_id)
+        table.insert(unlisted, task_id)
         moved = moved + 1
         emit(base, session_key, task_id, 'cancelled', 'cancelled', at, 'reason', reason)
         if status == 'queued' then
@@ -177,12 +180,16 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
           table.insert(notifications[worker], fields_message(session_id, task_id, run, reason, origin, entry_cause))
         end
       end
-      if status and cause ~= 'session' then
+      -- Only a task that ever had attached children has a set to walk (`parent_of`).
+      if status and parent_of and cause ~= 'session' then
         for _, child in ipairs(redis.call('SMEMBERS', children_key(base, run))) do
           table.insert(stack, child)
         end
       end
     end
+  end
+  for first = 1, #unlisted, 1000 do
+    redis.call('ZREM', base .. 'pending', unpack(unlisted, first, math.min(first + 999, #unlisted)))
   end
   for worker, messages in pairs(notifications) do
     redis.call('PUBLISH', channel_of(base, worker), table.concat(messages))
@@ -249,6 +256,7 @@ local function st_open(keys, args)
   end
   if parent_run and not detached then
     redis.call('SADD', children_key(base, parent_run), task_id)
+    redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
     redis.call('HSET', key, 'lp', parent_id, 'lr', parent_run)
   end
   redis.call('ZADD', base .. 'all', run, task_id)
