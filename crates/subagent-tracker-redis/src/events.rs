@@ -26,7 +26,7 @@ pub struct RedisEventSubscription {
     key: String,
     /// The id of the last entry read (or of the stream's last entry when subscribing).
     last_id: String,
-    /// The number of the last event read, from the session's counter.
+    /// The number of the last event read.
     last_number: Option<u64>,
     ready: VecDeque<SubagentEvent>,
 }
@@ -102,8 +102,9 @@ fn text(entry: &StreamId, name: &str) -> Option<String> {
     entry.get(name)
 }
 
+/// The event's number: the sequence part of its id, `0-<n>`.
 fn number(entry: &StreamId) -> Option<u64> {
-    text(entry, "n")?.parse().ok()
+    entry.id.strip_prefix("0-")?.parse().ok()
 }
 
 fn event(entry: &StreamId) -> Option<SubagentEvent> {

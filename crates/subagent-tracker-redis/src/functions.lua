@@ -20,9 +20,9 @@ the session's hash (`<prefix>{<session>}:session`); the other keys are named fro
   <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
                        when they fall due, in milliseconds since the epoch; `st_fire` fires the due ones
   <base>workers        set: the workers that ran tasks in the session (whose `wr:` sets to remove with it)
-  <base>events         stream: the session's lifecycle events in the order they took effect, each numbered (n)
-                       from the session's counter `events`, so a reader that was trimmed past knows how many
-                       it missed; trimmed to about EVENT_LIMIT entries
+  <base>events         stream: the session's lifecycle events in the order they took effect, with ids 0-1, 0-2,
+                       ..., so a reader that was trimmed past knows how many it missed; trimmed to about
+                       EVENT_LIMIT entries
 
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
@@ -73,13 +73,14 @@ end
 
 -- Appends one lifecycle event to the session's stream; `extra` is the reason or the progress message.
 local function emit(base, session_key, task_id, kind, status, at, extra_name, extra)
-  local number = redis.call('HINCRBY', session_key, 'events', 1)
+  -- The entry id `0-<n>` numbers the session's events (the server picks n, one past the last), so a reader knows
+  -- how many it missed from the ids alone.
   if extra_name then
-    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '*', 'n', number, 'task', task_id,
-      'kind', kind, 'status', status, 'at', at, extra_name, extra)
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
+      'status', status, 'at', at, extra_name, extra)
   else
-    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '*', 'n', number, 'task', task_id,
-      'kind', kind, 'status', status, 'at', at)
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
+      'status', status, 'at', at)
   end
 end
 
