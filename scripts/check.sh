@@ -50,6 +50,7 @@ python -m pytest --timeout 120 -p no:cacheprovider | tee target/pytest-summary.l
 
 step "Rust example, and each Rust benchmark once (divan's test mode)"
 cargo run --quiet --example orchestrator -p subagent-tracker
+cargo run --quiet --example two_workers -p subagent-tracker-redis
 cargo test --quiet --benches -p subagent-tracker
 step "the README's Python blocks, as written"
 python scripts/run_readme.py
