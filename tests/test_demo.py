@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 from subagent_tracker import SubagentStatus
 from subagent_tracker._demo import DemoOptions, Orchestrator, plan_for, run_demo
@@ -25,3 +27,29 @@ def test_a_fast_demo_run_ends_with_every_task_finished_and_nothing_running() -> 
     assert summary.counts[SubagentStatus.RUNNING] == 0
     assert summary.counts[SubagentStatus.CANCELLED] > 0
     assert any("by id" in entry for entry in summary.log)
+
+
+def test_the_multi_process_demo_stops_work_across_processes_and_ends_clean() -> None:
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "subagent_tracker",
+            "demo",
+            "--workers",
+            "2",
+            "--subagents",
+            "30",
+            "--speed",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    output = finished.stdout
+    assert "cancel a running subagent by id" in output
+    assert "worker-0; its subagents fail" in output
+    assert "every task finished" in output

@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 
-from subagent_tracker import _demo
+from subagent_tracker import _demo, _demo_workers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,31 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument(
         "--plain", action="store_true", help="print status lines instead of redrawing (the default off a TTY)"
     )
+    demo.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run the subagents in this many worker processes, one session on Redis (default: in memory)",
+    )
+    demo.add_argument("--redis", help="the Redis for --workers (default: start a local redis-server)")
+    worker = commands.add_parser("_demo-worker", help=argparse.SUPPRESS)
+    worker.add_argument("parameters", nargs=4)
     arguments = parser.parse_args(argv)
+    if arguments.command == "_demo-worker":
+        _demo_workers.worker_main(arguments.parameters)
+        return 0
+    if arguments.workers:
+        if arguments.workers < 2:
+            parser.error("--workers must be at least 2 (one of them is killed to show leases)")
+        options = _demo_workers.WorkersOptions(
+            workers=arguments.workers,
+            subagents=min(arguments.subagents, 200),
+            seed=arguments.seed,
+            speed=arguments.speed,
+            redis_url=arguments.redis,
+        )
+        return 0 if _demo_workers.run_workers_demo(options) else 1
+    arguments = arguments
     if arguments.subagents < 10:
         parser.error("--subagents must be at least 10")
     if arguments.speed <= 0:

@@ -150,6 +150,12 @@ impl SubagentTask {
         self.snapshot.error.as_deref()
     }
 
+    /// The worker whose runner runs the task (Redis sessions); None in memory.
+    #[getter]
+    fn worker(&self) -> Option<&str> {
+        self.snapshot.worker.as_deref()
+    }
+
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.snapshot.metadata)?;
         visit.call(&self.snapshot.result)

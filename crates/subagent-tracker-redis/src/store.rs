@@ -180,6 +180,7 @@ impl TaskFields {
             .unwrap_or_default();
         snapshot.result = self.0.get("result").cloned();
         snapshot.error = self.text("error");
+        snapshot.worker = self.text("worker");
         Ok(snapshot)
     }
 }

@@ -57,6 +57,8 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub result: Option<V>,
     /// What the runner failed with, kept even when the failure came after a cancel.
     pub error: Option<Arc<str>>,
+    /// The worker (process) whose runner runs the task, for a store shared by several; `None` in memory.
+    pub worker: Option<Arc<str>>,
 }
 
 impl<V> SubagentTaskSnapshot<V> {
@@ -93,6 +95,7 @@ impl<V> SubagentTaskSnapshot<V> {
             progress_count: 0,
             result: None,
             error: None,
+            worker: None,
         }
     }
 
@@ -123,6 +126,7 @@ impl<V> SubagentTaskSnapshot<V> {
             progress_count: self.progress_count,
             result: self.result.map(convert),
             error: self.error,
+            worker: self.worker,
         }
     }
 }

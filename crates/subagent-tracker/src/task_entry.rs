@@ -582,6 +582,7 @@ impl<V: Clone> TaskEntry<V> {
             progress_count: record.progress_count,
             result: record.result.clone(),
             error: record.error.clone(),
+            worker: None,
         }
     }
 }

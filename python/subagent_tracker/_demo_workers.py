@@ -1,0 +1,246 @@
+"""The multi-process demo: one session on Redis, worker processes that claim and run the subagents, and this
+process as the orchestrator that queues the work and stops parts of it.
+
+``python -m subagent_tracker demo --workers 3 [--redis URL]``: without a URL it starts a ``redis-server`` of
+its own on a free loopback port (Debian's ``redis-server`` package), and stops it at the end. The scenario:
+queue parents and children, let the workers claim them, cancel one task by id, cancel a subtree, kill one
+worker outright (its tasks fail once its lease has passed), and finally cancel the session. Every latency is
+measured, ``ended_at - cancelled_at`` of each cancelled task, both stamped by the Redis server's clock.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from subagent_tracker import (
+    DuplicateTaskError,
+    RedisRegistry,
+    RedisSession,
+    SubagentStatus,
+    SubagentTask,
+    TaskCancelledError,
+)
+
+SESSION = "demo"
+LEASE = 1.0
+
+
+@dataclass(frozen=True)
+class WorkersOptions:
+    workers: int = 3
+    subagents: int = 60
+    seed: int = 7
+    speed: float = 1.0
+    redis_url: str | None = None
+
+
+def start_redis() -> tuple[subprocess.Popen[bytes], str]:
+    if shutil.which("redis-server") is None:
+        raise SystemExit(
+            "the multi-process demo needs redis-server (Debian: apt-get install redis-server), or --redis URL"
+        )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen(
+        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return server, f"redis://127.0.0.1:{port}/0"
+        except OSError:
+            if time.monotonic() > deadline:
+                server.kill()
+                raise SystemExit("redis-server did not start") from None
+            time.sleep(0.01)
+
+
+#: How many subagents one worker process runs at once, each in a thread of its own.
+SLOTS = 4
+
+
+def run_worker(url: str, name: str, speed: float, seed: int) -> None:
+    """A worker process: claims queued subagents and runs them, several at once, each until it ends or is
+    stopped; it leaves once nothing has been queued for a while."""
+    session = RedisRegistry(url, worker_id=name, lease=LEASE).session(SESSION)
+    slots = [
+        threading.Thread(target=run_slot, args=(session, random.Random(f"{seed}:{name}:{slot}"), speed))
+        for slot in range(SLOTS)
+    ]
+    for slot in slots:
+        slot.start()
+    for slot in slots:
+        slot.join()
+
+
+def run_slot(session: RedisSession, rng: random.Random, speed: float) -> None:
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < 3 / speed:
+        queued = [task for task in session.pending_subagent_tasks() if task.status is SubagentStatus.QUEUED]
+        if not queued:
+            time.sleep(0.02 / speed)
+            continue
+        try:
+            handle = session.claim_subagent_task(rng.choice(queued).task_id)
+        except DuplicateTaskError:
+            continue  # another worker was first
+        idle_since = time.monotonic()
+        try:
+            with handle:
+                for chunk in range(rng.randint(8, 20)):
+                    handle.token.raise_if_cancelled()
+                    if handle.token.wait(rng.uniform(0.02, 0.08) / speed):
+                        handle.token.raise_if_cancelled()
+                    if chunk % 5 == 0:
+                        handle.progress(f"chunk {chunk}")
+        except TaskCancelledError:
+            pass
+
+
+def counts_by_worker(tasks: list[SubagentTask]) -> dict[str, Counter[str]]:
+    table: dict[str, Counter[str]] = {}
+    for task in tasks:
+        table.setdefault(task.worker or "(queued)", Counter())[task.status.value] += 1
+    return table
+
+
+def show(tasks: list[SubagentTask], elapsed: float) -> None:
+    print(f"{elapsed:5.1f}s", end="")
+    for worker, counts in sorted(counts_by_worker(tasks).items()):
+        summary = " ".join(f"{status}={count}" for status, count in sorted(counts.items()))
+        print(f"  [{worker}: {summary}]", end="")
+    print(flush=True)
+
+
+def queue_work(session: RedisSession, options: WorkersOptions) -> list[str]:
+    """Queues parents with children under them; returns the parents' ids."""
+    rng = random.Random(options.seed)
+    parents = []
+    index = 0
+    while index < options.subagents:
+        parent = f"plan-{len(parents)}"
+        session.reserve_subagent_task(parent, agent="planner")
+        parents.append(parent)
+        index += 1
+        for child in range(rng.randint(2, 5)):
+            if index >= options.subagents:
+                break
+            session.reserve_subagent_task(
+                f"{parent}-step-{child}", parent_id=parent, agent=rng.choice(["coder", "researcher"])
+            )
+            index += 1
+    return parents
+
+
+def cancel_running(session: RedisSession, subtree: bool) -> str:
+    """Cancels a subagent a worker is running now (or, with ``subtree``, its plan and everything under it)."""
+    running = [task for task in session.pending_subagent_tasks() if task.status is SubagentStatus.RUNNING]
+    if subtree:
+        running = [task for task in running if task.parent_id is not None]
+    if not running:
+        return "nothing was running"
+    target = running[-1]
+    task_id = target.parent_id if subtree and target.parent_id else target.task_id
+    reason = "plan withdrawn" if subtree else "user pressed stop"
+    return f"{task_id} (running on {target.worker}): {session.cancel_subagent_task(task_id, reason=reason)}"
+
+
+def kill(process: subprocess.Popen[bytes]) -> str:
+    process.send_signal(signal.SIGKILL)
+    return f"pid {process.pid} killed"
+
+
+def run_workers_demo(options: WorkersOptions) -> bool:
+    server, url = (None, options.redis_url) if options.redis_url else start_redis()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        registry = RedisRegistry(url, worker_id="orchestrator", lease=LEASE)
+        session = registry.session(SESSION, max_finished_tasks=100_000)
+        session.cancel("a new demo run")
+        started = time.monotonic()
+        parents = queue_work(session, options)
+        print(
+            f"queued {options.subagents} subagents under {len(parents)} plans; "
+            f"starting {options.workers} worker processes"
+        )
+        processes = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "subagent_tracker",
+                    "_demo-worker",
+                    url,
+                    f"worker-{index}",
+                    str(options.speed),
+                    str(options.seed),
+                ]
+            )
+            for index in range(options.workers)
+        ]
+        steps: list[tuple[float, str, Callable[[], str]]] = [
+            (1.0, "cancel a running subagent by id", lambda: cancel_running(session, subtree=False)),
+            (
+                1.5,
+                "cancel the plan of a running subagent, subtree and all",
+                lambda: cancel_running(session, subtree=True),
+            ),
+            (2.0, "kill worker-0; its subagents fail once its lease has passed", lambda: kill(processes[0])),
+        ]
+        while time.monotonic() - started < 6 / options.speed:
+            elapsed = (time.monotonic() - started) * options.speed
+            while steps and elapsed >= steps[0][0]:
+                _, what, step = steps.pop(0)
+                print(f"{elapsed:5.1f}s  {what}: {step()}", flush=True)
+            show(session.subagent_tasks(), elapsed)
+            time.sleep(0.5 / options.speed)
+        moved = session.cancel("demo over")
+        print(f"cancelled the session: {moved} still pending")
+        for process in processes:
+            process.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while session.pending_subagent_tasks() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tasks = session.subagent_tasks()
+        show(tasks, (time.monotonic() - started) * options.speed)
+        latencies = [
+            (task.ended_at - task.cancelled_at) * 1000
+            for task in tasks
+            if task.status is SubagentStatus.CANCELLED and task.ended_at and task.cancelled_at and task.worker
+        ]
+        lost = [task for task in tasks if task.error and "worker" in task.error]
+        print(f"worker-0's tasks failed as lost: {len(lost)}")
+        if latencies:
+            print(
+                f"cancel-to-stopped across processes: median {statistics.median(latencies):.1f} ms, "
+                f"max {max(latencies):.1f} ms over {len(latencies)} tasks"
+            )
+        unfinished = [task for task in tasks if not task.finished]
+        print("every task finished" if not unfinished else f"{len(unfinished)} tasks unfinished")
+        return not unfinished
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+        if server is not None:
+            server.kill()
+            server.wait()
+
+
+def worker_main(argv: list[str]) -> None:
+    url, name, speed, seed = argv
+    run_worker(url, name, float(speed), int(seed))
