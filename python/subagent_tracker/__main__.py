@@ -34,22 +34,21 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.command == "_demo-worker":
         _demo_workers.worker_main(arguments.parameters)
         return 0
+    if arguments.subagents < 10:
+        parser.error("--subagents must be at least 10")
+    if arguments.speed <= 0:
+        parser.error("--speed must be positive")
     if arguments.workers:
         if arguments.workers < 2:
             parser.error("--workers must be at least 2 (one of them is killed to show leases)")
-        options = _demo_workers.WorkersOptions(
+        workers = _demo_workers.WorkersOptions(
             workers=arguments.workers,
             subagents=min(arguments.subagents, 200),
             seed=arguments.seed,
             speed=arguments.speed,
             redis_url=arguments.redis,
         )
-        return 0 if _demo_workers.run_workers_demo(options) else 1
-    arguments = arguments
-    if arguments.subagents < 10:
-        parser.error("--subagents must be at least 10")
-    if arguments.speed <= 0:
-        parser.error("--speed must be positive")
+        return 0 if _demo_workers.run_workers_demo(workers) else 1
     live = sys.stdout.isatty() and not arguments.plain
     options = _demo.DemoOptions(
         subagents=arguments.subagents, seed=arguments.seed, speed=arguments.speed, live=live

@@ -129,7 +129,7 @@ def show(tasks: list[SubagentTask], elapsed: float) -> None:
 def queue_work(session: RedisSession, options: WorkersOptions) -> list[str]:
     """Queues parents with children under them; returns the parents' ids."""
     rng = random.Random(options.seed)
-    parents = []
+    parents: list[str] = []
     index = 0
     while index < options.subagents:
         parent = f"plan-{len(parents)}"
