@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import socket
 import threading
@@ -158,3 +159,27 @@ def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisSer
 def test_a_malformed_url_is_a_value_error() -> None:
     with pytest.raises((ValueError, RegistryUnavailableError)):
         RedisRegistry("not a url", timeout=0.5)
+
+
+def test_a_forked_child_refuses_its_parent_s_registry_and_makes_its_own(redis_server: RedisServer) -> None:
+    parent = RedisRegistry(redis_server.url)
+    parent.session("s").start_subagent_task("parent's").complete()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        outcome = []
+        try:
+            parent.session("s")
+        except RuntimeError as error:
+            outcome.append("refused" if "os.fork" in str(error) else repr(error))
+        fresh = RedisRegistry(redis_server.url).session("s")
+        outcome.append(fresh.subagent_task("parent's").status.value)  # type: ignore[union-attr]
+        os.write(write, ",".join(outcome).encode())
+        os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    report = os.read(read, 1024).decode()
+    os.close(read)
+    assert status == 0
+    assert report == "refused,completed"
+    assert parent.session("s").subagent_task("parent's") is not None, "the parent's registry still works"

@@ -7,7 +7,7 @@ use crate::arguments;
 use crate::errors::{is_cancellation, redis_error};
 use crate::python_types::python_repr;
 use crate::redis_registry::snapshot;
-use crate::runtime::block_on;
+use crate::runtime::{block_on, MadeIn};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
 
@@ -21,10 +21,15 @@ pub(crate) struct RedisTaskHandle {
     task_id: String,
     session_id: String,
     token: Py<CancellationToken>,
+    made_in: MadeIn,
 }
 
 impl RedisTaskHandle {
-    pub(crate) fn new(handle: CoreHandle, session: RedisSession) -> PyResult<RedisTaskHandle> {
+    pub(crate) fn new(
+        handle: CoreHandle,
+        session: RedisSession,
+        made_in: MadeIn,
+    ) -> PyResult<RedisTaskHandle> {
         Python::attach(|py| {
             Ok(RedisTaskHandle {
                 task_id: handle.task_id().to_owned(),
@@ -32,12 +37,13 @@ impl RedisTaskHandle {
                 token: Py::new(py, CancellationToken::new(handle.token()))?,
                 handle: tokio::sync::Mutex::new(handle),
                 session,
+                made_in,
             })
         })
     }
 
     fn end(&self, py: Python<'_>, ending: Ending) -> PyResult<bool> {
-        let outcome = block_on(py, async {
+        let outcome = block_on(py, self.made_in, async {
             let mut handle = self.handle.lock().await;
             match &ending {
                 Ending::Completed(result) => handle.complete(result.as_deref()).await,
@@ -85,7 +91,7 @@ impl RedisTaskHandle {
 
     fn progress(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<bool> {
         let message = arguments::string(message, "message")?.to_str()?.to_owned();
-        block_on(py, async {
+        block_on(py, self.made_in, async {
             self.handle.lock().await.progress(&message).await
         })?
         .map_err(|error| redis_error(py, error))
@@ -106,7 +112,7 @@ impl RedisTaskHandle {
     }
 
     fn snapshot(&self, py: Python<'_>) -> PyResult<Option<SubagentTask>> {
-        block_on(py, self.session.get(&self.task_id))?
+        block_on(py, self.made_in, self.session.get(&self.task_id))?
             .map_err(|error| redis_error(py, error))?
             .map(|task| snapshot(py, task))
             .transpose()

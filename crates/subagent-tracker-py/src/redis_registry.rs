@@ -23,7 +23,7 @@ use crate::events::SubagentEvent;
 use crate::package_imports::json_function;
 use crate::python_types::PyValue;
 use crate::redis_handle::RedisTaskHandle;
-use crate::runtime::{asyncio_future, block_on};
+use crate::runtime::{asyncio_future, block_on, MadeIn};
 use crate::snapshot::SubagentTask;
 use crate::token::Tokens;
 
@@ -31,12 +31,14 @@ use crate::token::Tokens;
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct RedisRegistry {
     registry: CoreRegistry,
+    made_in: MadeIn,
 }
 
 /// A session kept in Redis, seen from this process.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct RedisSession {
     session: CoreSession,
+    made_in: MadeIn,
 }
 
 #[pymethods]
@@ -78,9 +80,10 @@ impl RedisRegistry {
         if let Some(prefix) = arguments::optional_string(key_prefix, "key_prefix")? {
             options = options.with_key_prefix(prefix);
         }
-        let registry = block_on(py, CoreRegistry::connect(&url, options))?
+        let made_in = MadeIn::here();
+        let registry = block_on(py, made_in, CoreRegistry::connect(&url, options))?
             .map_err(|error| redis_error(py, error))?;
-        Ok(RedisRegistry { registry })
+        Ok(RedisRegistry { registry, made_in })
     }
 
     /// This process's worker id.
@@ -100,9 +103,16 @@ impl RedisRegistry {
     ) -> PyResult<RedisSession> {
         let config: TrackerConfig = arguments::tracker_config(max_finished_tasks, event_buffer)?;
         let session_id = session_id.map(|id| id.0);
-        let session = block_on(py, self.registry.session(session_id.as_deref(), config))?
-            .map_err(|error| redis_error(py, error))?;
-        Ok(RedisSession { session })
+        let session = block_on(
+            py,
+            self.made_in,
+            self.registry.session(session_id.as_deref(), config),
+        )?
+        .map_err(|error| redis_error(py, error))?;
+        Ok(RedisSession {
+            session,
+            made_in: self.made_in,
+        })
     }
 
     /// The live session `session_id`, or None; never creates one.
@@ -111,14 +121,18 @@ impl RedisRegistry {
         py: Python<'_>,
         session_id: Id<SessionIdArgument>,
     ) -> PyResult<Option<RedisSession>> {
-        let session = block_on(py, self.registry.get_session(&session_id.0))?
+        let session = block_on(py, self.made_in, self.registry.get_session(&session_id.0))?
             .map_err(|error| redis_error(py, error))?;
-        Ok(session.map(|session| RedisSession { session }))
+        Ok(session.map(|session| RedisSession {
+            session,
+            made_in: self.made_in,
+        }))
     }
 
     /// The ids of the live sessions.
     fn sessions(&self, py: Python<'_>) -> PyResult<Vec<String>> {
-        block_on(py, self.registry.sessions())?.map_err(|error| redis_error(py, error))
+        block_on(py, self.made_in, self.registry.sessions())?
+            .map_err(|error| redis_error(py, error))
     }
 
     fn __repr__(&self) -> String {
@@ -233,9 +247,9 @@ impl RedisSession {
             detached,
             linked,
         )?;
-        let handle =
-            block_on(py, self.session.start(start))?.map_err(|error| redis_error(py, error))?;
-        RedisTaskHandle::new(handle, self.session.clone())
+        let handle = block_on(py, self.made_in, self.session.start(start))?
+            .map_err(|error| redis_error(py, error))?;
+        RedisTaskHandle::new(handle, self.session.clone(), self.made_in)
     }
 
     /// Reserves a task for a runner in any process to claim, and returns its id.
@@ -272,6 +286,7 @@ impl RedisSession {
         )?;
         let task_id = block_on(
             py,
+            self.made_in,
             self.session
                 .reserve(start, claim_timeout.map(|timeout| timeout.0)),
         )?
@@ -285,9 +300,9 @@ impl RedisSession {
         py: Python<'_>,
         task_id: Id<TaskIdArgument>,
     ) -> PyResult<RedisTaskHandle> {
-        let handle = block_on(py, self.session.claim(&task_id.0))?
+        let handle = block_on(py, self.made_in, self.session.claim(&task_id.0))?
             .map_err(|error| redis_error(py, error))?;
-        RedisTaskHandle::new(handle, self.session.clone())
+        RedisTaskHandle::new(handle, self.session.clone(), self.made_in)
     }
 
     /// Cancels a pending task and its pending descendants, wherever they run.
@@ -299,8 +314,12 @@ impl RedisSession {
         reason: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let reason = arguments::optional_string(reason, "reason")?;
-        block_on(py, self.session.cancel(&task_id.0, reason.as_deref()))?
-            .map_err(|error| redis_error(py, error))
+        block_on(
+            py,
+            self.made_in,
+            self.session.cancel(&task_id.0, reason.as_deref()),
+        )?
+        .map_err(|error| redis_error(py, error))
     }
 
     /// Records the end of a task without its handle: `error` fails it, otherwise it completes with `result`.
@@ -327,14 +346,15 @@ impl RedisSession {
             Some(error) => Err(error.as_str()),
             None => Ok(result.as_deref()),
         };
-        block_on(py, self.session.end(&task_id.0, outcome))?.map_err(|error| redis_error(py, error))
+        block_on(py, self.made_in, self.session.end(&task_id.0, outcome))?
+            .map_err(|error| redis_error(py, error))
     }
 
     /// Cancels every pending task of the session; returns how many moved.
     #[pyo3(signature = (reason=None))]
     fn cancel(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let reason = arguments::optional_string(reason, "reason")?;
-        block_on(py, self.session.cancel_all(reason.as_deref()))?
+        block_on(py, self.made_in, self.session.cancel_all(reason.as_deref()))?
             .map_err(|error| redis_error(py, error))
     }
 
@@ -342,7 +362,8 @@ impl RedisSession {
     #[pyo3(signature = (reason=None))]
     fn close(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
         let reason = arguments::optional_string(reason, "reason")?;
-        block_on(py, self.session.close(reason.as_deref()))?.map_err(|error| redis_error(py, error))
+        block_on(py, self.made_in, self.session.close(reason.as_deref()))?
+            .map_err(|error| redis_error(py, error))
     }
 
     /// A snapshot of one retained task, or None.
@@ -351,7 +372,7 @@ impl RedisSession {
         py: Python<'_>,
         task_id: Id<TaskIdArgument>,
     ) -> PyResult<Option<SubagentTask>> {
-        block_on(py, self.session.get(&task_id.0))?
+        block_on(py, self.made_in, self.session.get(&task_id.0))?
             .map_err(|error| redis_error(py, error))?
             .map(|task| snapshot(py, task))
             .transpose()
@@ -359,14 +380,15 @@ impl RedisSession {
 
     /// Snapshots of every retained task, in start order.
     fn subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let listed = block_on(py, self.session.tasks())?.map_err(|error| redis_error(py, error))?;
+        let listed = block_on(py, self.made_in, self.session.tasks())?
+            .map_err(|error| redis_error(py, error))?;
         snapshots(py, listed)
     }
 
     /// Snapshots of the pending tasks, in start order.
     fn pending_subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let listed =
-            block_on(py, self.session.pending())?.map_err(|error| redis_error(py, error))?;
+        let listed = block_on(py, self.made_in, self.session.pending())?
+            .map_err(|error| redis_error(py, error))?;
         snapshots(py, listed)
     }
 
@@ -390,7 +412,7 @@ impl RedisSession {
                 None => Ok(finished.await),
             }
         };
-        asyncio_future(py, wait, |py, outcome| match outcome {
+        asyncio_future(py, self.made_in, wait, |py, outcome| match outcome {
             Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
             Ok(Err(error)) => Err(redis_error(py, error)),
             Err((task_id, timeout)) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
@@ -402,9 +424,10 @@ impl RedisSession {
 
     /// An async iterator of the session's lifecycle events from this call on, whichever process makes them.
     fn events(&self, py: Python<'_>) -> PyResult<RedisEventStream> {
-        let subscription =
-            block_on(py, self.session.subscribe())?.map_err(|error| redis_error(py, error))?;
+        let subscription = block_on(py, self.made_in, self.session.subscribe())?
+            .map_err(|error| redis_error(py, error))?;
         Ok(RedisEventStream {
+            made_in: self.made_in,
             subscription: Arc::new(tokio::sync::Mutex::new(subscription)),
             closed: tokio_util::sync::CancellationToken::new(),
         })
@@ -421,6 +444,7 @@ impl RedisSession {
 /// The lifecycle events of a Redis session, as an async iterator; `close()` ends it.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct RedisEventStream {
+    made_in: MadeIn,
     subscription: Arc<tokio::sync::Mutex<subagent_tracker_redis::RedisEventSubscription>>,
     closed: tokio_util::sync::CancellationToken,
 }
@@ -439,7 +463,7 @@ impl RedisEventStream {
                 next = async { subscription.lock().await.next().await } => Some(next),
             }
         };
-        asyncio_future(py, next, |py, outcome| match outcome {
+        asyncio_future(py, self.made_in, next, |py, outcome| match outcome {
             Some(Ok(event)) => Ok(Py::new(py, SubagentEvent::new(event))?.into_any()),
             Some(Err(error)) => Err(redis_error(py, error)),
             None => Err(pyo3::exceptions::PyStopAsyncIteration::new_err(())),

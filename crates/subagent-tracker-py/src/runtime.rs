@@ -1,19 +1,45 @@
 //! The tokio runtime that Redis registries run on: one per process, made on first use.
 
+use parking_lot::Mutex;
 use std::future::Future;
-use std::sync::OnceLock;
 
 use pyo3::prelude::*;
 
 use crate::interpreter::with_python;
 use crate::package_imports::settle_future;
 
-/// The process's runtime. One worker thread: Redis calls are short and I/O-bound, and the threads that wait on
-/// them are the callers' own.
-pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    if let Some(runtime) = RUNTIME.get() {
-        return Ok(runtime);
+/// The process a Redis object was made in. Its connections and background tasks live on that process's
+/// runtime, which a forked child does not inherit (its threads are not copied): in a child, the object refuses
+/// to work rather than hang.
+#[derive(Clone, Copy)]
+pub(crate) struct MadeIn(u32);
+
+impl MadeIn {
+    pub(crate) fn here() -> MadeIn {
+        MadeIn(std::process::id())
+    }
+
+    fn check(self) -> PyResult<()> {
+        if self.0 == std::process::id() {
+            return Ok(());
+        }
+        Err(pyo3::exceptions::PyRuntimeError::new_err(
+            "this Redis registry was made before os.fork(); make a new RedisRegistry in this process",
+        ))
+    }
+}
+
+/// This process's runtime. One worker thread: Redis calls are short and I/O-bound, and the threads that wait on
+/// them are the callers' own. A forked child makes one of its own (the parent's is left alone: dropping it
+/// would wait for threads the child does not have).
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
+    let mut current = RUNTIME.lock();
+    let process = std::process::id();
+    if let Some((made_in, runtime)) = *current {
+        if made_in == process {
+            return Ok(runtime);
+        }
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -25,15 +51,19 @@ pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
                 "cannot start the runtime for Redis: {error}"
             ))
         })?;
-    Ok(RUNTIME.get_or_init(|| runtime))
+    let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime));
+    *current = Some((process, runtime));
+    Ok(runtime)
 }
 
-/// Runs `future` to completion on the runtime, with the interpreter released meanwhile.
-pub(crate) fn block_on<F>(py: Python<'_>, future: F) -> PyResult<F::Output>
+/// Runs `future`, of an object made in `made_in`, to completion on the runtime, with the interpreter released
+/// meanwhile.
+pub(crate) fn block_on<F>(py: Python<'_>, made_in: MadeIn, future: F) -> PyResult<F::Output>
 where
     F: Future + Send,
     F::Output: Send,
 {
+    made_in.check()?;
     let runtime = runtime()?;
     Ok(py.detach(|| runtime.block_on(future)))
 }
@@ -42,6 +72,7 @@ where
 /// outcome, converted by `convert` once the interpreter is held. Cancelling the asyncio future aborts the work.
 pub(crate) fn asyncio_future<'py, F, T>(
     py: Python<'py>,
+    made_in: MadeIn,
     future: F,
     convert: impl FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
 ) -> PyResult<Bound<'py, PyAny>>
@@ -49,6 +80,7 @@ where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
+    made_in.check()?;
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let waiting = event_loop.call_method0("create_future")?;
     let (event_loop, resolved) = (event_loop.unbind(), waiting.clone().unbind());
