@@ -3,11 +3,13 @@ port (without persistence, or with an append-only file for the restart tests) an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -112,3 +114,59 @@ class Worker:
 
     def signal(self, number: int) -> None:
         os.kill(self.process.pid, number)
+
+
+class Proxy:
+    """A TCP proxy on loopback in front of a server, that can pass traffic, swallow it (blackhole: connections
+    stay open and nothing arrives), or reset every connection."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.blackholed = threading.Event()
+        self.connections: list[socket.socket] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target_port))
+            with self.lock:
+                self.connections += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                sink.close()
+                return
+            if self.blackholed.is_set():
+                continue
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def reset(self) -> None:
+        """Closes every connection through the proxy at once (new ones are accepted)."""
+        with self.lock:
+            connections, self.connections = self.connections, []
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        self.reset()

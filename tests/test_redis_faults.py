@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import RedisServer, Worker, _free_port
+from redis_support import Proxy, RedisServer, Worker, _free_port
 
 from subagent_tracker import (
     LEASE_LOST_REASON,
@@ -183,3 +183,46 @@ def test_a_forked_child_refuses_its_parent_s_registry_and_makes_its_own(redis_se
     assert status == 0
     assert report == "refused,completed"
     assert parent.session("s").subagent_task("parent's") is not None, "the parent's registry still works"
+
+
+def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisServer) -> None:
+    proxy = Proxy(redis_server.port)
+    try:
+        runner = RedisRegistry(proxy.url, worker_id="runner", reconcile_interval=0.2, timeout=1)
+        handle = runner.session("s").start_subagent_task("job")
+        proxy.reset()
+        stopper = RedisRegistry(redis_server.url, worker_id="stopper").session("s")
+        assert stopper.cancel_subagent_task("job", reason="while reset")
+        assert handle.token.wait(5), "the runner reconnected, resubscribed and reconciled"
+        assert handle.token.reason == "while reset"
+    finally:
+        proxy.close()
+
+
+def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(redis_server: RedisServer) -> None:
+    proxy = Proxy(redis_server.port)
+    try:
+        runner = RedisRegistry(proxy.url, worker_id="cut-off", lease=0.6, reconcile_interval=0.2, timeout=0.3)
+        handle = runner.session("s").start_subagent_task("job")
+        survivor = RedisRegistry(redis_server.url, worker_id="survivor", lease=0.6).session("s")
+        proxy.blackholed.set()
+
+        async def failed() -> None:
+            snapshot = await survivor.wait_subagent_task("job", timeout=10)
+            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
+
+        asyncio.run(asyncio.wait_for(failed(), 20))
+        assert handle.token.wait(5), "the cut-off worker fenced itself"
+        assert handle.token.reason == LEASE_LOST_REASON
+        proxy.blackholed.clear()
+        proxy.reset()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert handle.complete() is False, "its late end changes nothing"
+                break
+            except RegistryUnavailableError:
+                assert time.monotonic() < deadline, "the worker never reconnected"
+                time.sleep(0.1)
+    finally:
+        proxy.close()
