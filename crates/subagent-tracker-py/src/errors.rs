@@ -35,6 +35,7 @@ pub(crate) fn redis_error(
     let class_name = match error {
         RedisTrackerError::Tracker(error) => return tracker_error(py, error),
         RedisTrackerError::Unavailable { .. } => "RegistryUnavailableError",
+        RedisTrackerError::InvalidOption(_) => return PyValueError::new_err(error.to_string()),
         _ => return pyo3::exceptions::PyRuntimeError::new_err(error.to_string()),
     };
     match error_class(py, class_name) {

@@ -48,7 +48,7 @@ impl RedisTaskHandle {
             match &ending {
                 Ending::Completed(result) => handle.complete(result.as_deref()).await,
                 Ending::Failed(error) => handle.fail(error).await,
-                Ending::Stopped => handle.stopped().await,
+                Ending::Stopped(reason) => handle.stopped(reason.as_deref()).await,
             }
         })?;
         outcome.map_err(|error| redis_error(py, error))
@@ -58,7 +58,11 @@ impl RedisTaskHandle {
         let ending = if error.is_none() {
             Ending::Completed(None)
         } else if is_cancellation(py, error)? {
-            Ending::Stopped
+            let reason = error
+                .getattr("reason")
+                .ok()
+                .and_then(|reason| reason.extract::<String>().ok());
+            Ending::Stopped(reason)
         } else {
             Ending::Failed(arguments::error_text(error)?)
         };
@@ -69,7 +73,7 @@ impl RedisTaskHandle {
 enum Ending {
     Completed(Option<String>),
     Failed(String),
-    Stopped,
+    Stopped(Option<String>),
 }
 
 #[pymethods]

@@ -433,6 +433,20 @@ impl RedisSession {
         })
     }
 
+    /// Two `RedisSession` objects are equal when they are the same session seen through the same registry.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<RedisSession>()
+            .is_ok_and(|other| other.get().session.same_session(&self.session))
+    }
+
+    fn __hash__(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.session.session_id().hash(&mut hasher);
+        hasher.finish()
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "RedisSession(session_id={:?})",

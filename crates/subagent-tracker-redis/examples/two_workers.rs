@@ -47,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "the worker's token fired {:?} after the API server's cancel",
         stopped_at.elapsed()
     );
-    job.stopped().await?;
+    job.stopped(None).await?;
     let snapshot = queue.get("summarise").await?.ok_or("no task")?;
     println!(
         "summarise: {} (finished: {}), reason: {:?}",

@@ -19,6 +19,9 @@ pub enum RedisTrackerError {
         #[source]
         source: redis::RedisError,
     },
+    /// A setting that cannot work, and why.
+    #[error("{0}")]
+    InvalidOption(&'static str),
     /// The server answered something this crate did not send for (a different version of its functions).
     #[error("unexpected answer from Redis: {0}")]
     Protocol(Arc<str>),

@@ -117,14 +117,28 @@ local function retain(base, session_key, task_id, run)
   while retained > max do
     local entry = redis.call('LPOP', base .. 'finished')
     if not entry then break end
-    local tab = string.find(entry, '\t', 1, true)
-    local old_id, old_run = string.sub(entry, 1, tab - 1), string.sub(entry, tab + 1)
+    -- The run is digits, so the last tab separates it, whatever the id holds.
+    local old_id, old_run = string.match(entry, '^(.*)\t(%d+)$')
     local old_key = task_key(base, old_id)
     if redis.call('HGET', old_key, 'run') == old_run then
       release_run(base, old_id, old_run)
       redis.call('DEL', old_key)
       redis.call('ZREM', base .. 'all', old_id)
       retained = redis.call('HINCRBY', session_key, 'retained', -1)
+    end
+  end
+  -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
+  local listed = redis.call('LLEN', base .. 'finished')
+  if listed > 2 * retained + 64 then
+    local kept = {}
+    for _, entry in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do
+      local id, entry_run = string.match(entry, '^(.*)\t(%d+)$')
+      local state = fields(task_key(base, id), 'run', 'fin')
+      if state[1] == entry_run and state[2] == '1' then table.insert(kept, entry) end
+    end
+    redis.call('DEL', base .. 'finished')
+    for first = 1, #kept, 1000 do
+      redis.call('RPUSH', base .. 'finished', unpack(kept, first, math.min(first + 999, #kept)))
     end
   end
 end
@@ -157,6 +171,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   local notifications = {}
   -- Removed from the pending index in batches, not one call per task.
   local unlisted = {}
+  local unclaimed = {}
   local session_id = string.sub(base, string.find(base, '{', 1, true) + 1, -3)
   for _, root in ipairs(roots) do
     local stack = { root }
@@ -175,7 +190,8 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
         moved = moved + 1
         emit(base, session_key, task_id, 'cancelled', 'cancelled', at, 'reason', reason)
         if status == 'queued' then
-          finish(base, session_key, key, task_id, run, at)
+          -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.
+          table.insert(unclaimed, { key = key, task_id = task_id, run = run })
         elseif worker then
           notifications[worker] = notifications[worker] or {}
           table.insert(notifications[worker], fields_message(session_id, task_id, run, reason, origin, entry_cause))
@@ -191,6 +207,10 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   end
   for first = 1, #unlisted, 1000 do
     redis.call('ZREM', base .. 'pending', unpack(unlisted, first, math.min(first + 999, #unlisted)))
+  end
+  table.sort(unclaimed, function(left, right) return tonumber(left.run) < tonumber(right.run) end)
+  for _, task in ipairs(unclaimed) do
+    finish(base, session_key, task.key, task.task_id, task.run, at)
   end
   for worker, messages in pairs(notifications) do
     redis.call('PUBLISH', channel_of(base, worker), table.concat(messages))
@@ -328,8 +348,9 @@ local function st_cancel_all(keys, args)
   return cancel_trees(base, session_key, roots, reason, 'session', now())
 end
 
--- st_end(session_key; task_id, run, outcome, value): the runner's end (outcome completed, failed or stopped),
--- an end recorded by id (run ""), or an expired claim (outcome claim_expired: fails only a queued task).
+-- st_end(session_key; task_id, run, outcome, value): the runner's end (outcome completed, failed, or stopped with
+-- the reason as value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim
+-- (claim_expired: fails only a queued task).
 -- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one.
 local function st_end(keys, args)
   touch(keys[1])
@@ -343,6 +364,13 @@ local function st_end(keys, args)
   if outcome == 'claim_expired' then
     if status ~= 'queued' then return { 0, 0 } end
     outcome = 'failed'
+  elseif outcome == 'dropped' then
+    -- A handle dropped without an end: a running task fails, a cancelled one just finishes.
+    if PENDING[status] then outcome = 'failed' else outcome = 'stopped' end
+  elseif outcome == 'stopped' and PENDING[status] then
+    -- The runner stopped on a cancel this store has not seen (its own): the stop is a cancel, then the end.
+    cancel_trees(base, session_key, { task_id }, value ~= '' and value or 'cancelled', 'requested', now())
+    status = 'cancelled'
   end
   local transitioned = 0
   if PENDING[status] and outcome ~= 'stopped' then
@@ -429,6 +457,21 @@ local function st_status(keys, args)
   return statuses
 end
 
+-- Deletes every key of a session.
+local function remove_session(base, session_key)
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'all', 0, -1)) do
+    local key = task_key(base, task_id)
+    local run = redis.call('HGET', key, 'run')
+    if run then redis.call('DEL', children_key(base, run)) end
+    redis.call('DEL', key)
+  end
+  for _, worker in ipairs(redis.call('SMEMBERS', base .. 'workers')) do
+    redis.call('DEL', base .. 'wr:' .. worker)
+  end
+  redis.call('DEL', session_key, base .. 'pending', base .. 'all', base .. 'finished', base .. 'events',
+    base .. 'timers', base .. 'workers')
+end
+
 -- st_session(session_key): {closed ("1" or "0"), unfinished task count}, or {} for no session.
 local function st_session(keys)
   local base = base_of(keys[1])
@@ -440,6 +483,11 @@ end
 -- st_touch(session_key; max_finished): makes the session exist, with its bound unless it has one. Returns
 -- {closed ("1" or "0"), unfinished task count}.
 local function st_touch(keys, args)
+  local state = st_session(keys)
+  if state[1] == 1 and state[2] == 0 then
+    -- Closed, with every task finished: the session has left, and its id names a new one.
+    remove_session(base_of(keys[1]), keys[1])
+  end
   redis.call('HSETNX', keys[1], 'max', args[1])
   touch(keys[1])
   return st_session(keys)
@@ -559,17 +607,7 @@ local function st_sweep(keys, args)
   local retained = tonumber(redis.call('HGET', session_key, 'retained') or '0')
   local unfinished = redis.call('ZCARD', base .. 'all') - retained
   if now_ms() - touched < tonumber(args[1]) or unfinished > 0 then return touched end
-  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'all', 0, -1)) do
-    local key = task_key(base, task_id)
-    local run = redis.call('HGET', key, 'run')
-    if run then redis.call('DEL', children_key(base, run)) end
-    redis.call('DEL', key)
-  end
-  for _, worker in ipairs(redis.call('SMEMBERS', base .. 'workers')) do
-    redis.call('DEL', base .. 'wr:' .. worker)
-  end
-  redis.call('DEL', session_key, base .. 'pending', base .. 'all', base .. 'finished', base .. 'events',
-    base .. 'timers', base .. 'workers')
+  remove_session(base, session_key)
   return -1
 end
 

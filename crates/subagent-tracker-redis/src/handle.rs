@@ -1,7 +1,7 @@
 //! The runner's side of a task kept in Redis.
 
 use subagent_tracker::{
-    CancelCallback, SubagentTaskHandle, SubagentTaskToken, DROPPED_HANDLE_ERROR,
+    CancelCallback, SubagentTaskHandle, SubagentTaskToken, DEFAULT_CANCEL_REASON,
 };
 
 use crate::registry::RunKey;
@@ -12,11 +12,13 @@ use crate::{RedisSession, RedisTrackerError};
 /// any process; it reports progress and the end.
 ///
 /// Dropping the handle before reporting an end fails a running task with
-/// [`DROPPED_HANDLE_ERROR`] (and finishes a cancelled one), from a task on the registry's runtime.
+/// [`DROPPED_HANDLE_ERROR`](subagent_tracker::DROPPED_HANDLE_ERROR) (and finishes a cancelled one), from a task on the registry's runtime.
 pub struct RedisTaskHandle {
     session: RedisSession,
     run: RunKey,
     local: Option<SubagentTaskHandle<String>>,
+    /// The run's token, kept past the end (the local handle is let go of then).
+    token: SubagentTaskToken,
     /// Registrations on the tokens the task is linked to, removed when the task ends.
     links: Vec<CancelCallback>,
 }
@@ -30,6 +32,7 @@ impl RedisTaskHandle {
         RedisTaskHandle {
             session,
             run,
+            token: local.token(),
             local: Some(local),
             links: Vec::new(),
         }
@@ -58,15 +61,9 @@ impl RedisTaskHandle {
     }
 
     /// The token that fires when the task is cancelled. Reading it never touches the network.
-    ///
-    /// # Panics
-    /// Never: the local handle is only taken by `Drop`.
     #[must_use]
     pub fn token(&self) -> SubagentTaskToken {
-        self.local
-            .as_ref()
-            .map(SubagentTaskHandle::token)
-            .expect("held until drop")
+        self.token.clone()
     }
 
     /// True once the cancel has reached this process: one atomic load.
@@ -104,12 +101,13 @@ impl RedisTaskHandle {
         self.end(&Outcome::Failed(error)).await
     }
 
-    /// Reports that the runner stopped on a cancel: the task stays `Cancelled` and becomes finished.
+    /// Reports that the runner stopped on a cancel: the task stays `Cancelled` and becomes finished. A runner
+    /// that stopped on a cancel of its own (one the store has not seen) cancels the task first, with `reason`.
     ///
     /// # Errors
     /// As [`complete`](Self::complete).
-    pub async fn stopped(&mut self) -> Result<bool, RedisTrackerError> {
-        self.end(&Outcome::Stopped).await
+    pub async fn stopped(&mut self, reason: Option<&str>) -> Result<bool, RedisTrackerError> {
+        self.end(&Outcome::Stopped(reason)).await
     }
 
     async fn end(&mut self, outcome: &Outcome<'_>) -> Result<bool, RedisTrackerError> {
@@ -117,18 +115,30 @@ impl RedisTaskHandle {
             .session
             .end_run(&self.run.task_id, &self.run.run, outcome)
             .await?;
-        self.release();
+        let stopped_by = match outcome {
+            Outcome::Stopped(reason) => Some(reason.unwrap_or(DEFAULT_CANCEL_REASON)),
+            _ => None,
+        };
+        self.release(stopped_by);
         Ok(ended)
     }
 
-    /// Stops mirroring the run: its token will not fire any more.
-    fn release(&mut self) {
+    /// Stops mirroring the run: its token will not fire any more, unless it fired, or the runner stopped on a
+    /// cancel (`stopped_by` its reason), which the token shows as Redis does.
+    fn release(&mut self, stopped_by: Option<&str>) {
         for link in self.links.drain(..) {
             link.remove();
         }
         self.session.worker().release(&self.run);
         if let Some(local) = self.local.take() {
-            local.complete(None);
+            match stopped_by {
+                Some(reason) => {
+                    local.stop_cancelled(Some(reason));
+                }
+                None => {
+                    local.complete(None);
+                }
+            }
         }
     }
 }
@@ -138,17 +148,13 @@ impl Drop for RedisTaskHandle {
         if self.local.is_none() {
             return;
         }
-        self.release();
+        self.release(None);
         let session = self.session.clone();
         let run = self.run.clone();
         // No await in `Drop`: the end is written by a task of the registry's runtime.
         self.session.worker().runtime.spawn(async move {
             let _ = session
-                .end_run(
-                    &run.task_id,
-                    &run.run,
-                    &Outcome::Failed(DROPPED_HANDLE_ERROR),
-                )
+                .end_run(&run.task_id, &run.run, &Outcome::Dropped)
                 .await;
         });
     }

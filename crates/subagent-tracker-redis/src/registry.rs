@@ -96,11 +96,18 @@ impl RedisRegistry {
     /// the worker: its notification listener and its reconcile timer, on the current tokio runtime.
     ///
     /// # Errors
-    /// [`RedisTrackerError::Unavailable`] when the server cannot be reached within the timeout.
+    /// [`RedisTrackerError::Unavailable`] when the server cannot be reached within the timeout;
+    /// [`RedisTrackerError::InvalidOption`] for a key prefix with braces.
     ///
     /// # Panics
     /// Outside a tokio runtime.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, RedisTrackerError> {
+        if options.key_prefix.contains(['{', '}']) {
+            // A session's hash tag is the first `{...}` of its keys: the prefix must not hold one.
+            return Err(RedisTrackerError::InvalidOption(
+                "key_prefix must not contain '{' or '}': the session's id is the keys' hash tag",
+            ));
+        }
         let client = redis::Client::open(url)?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.timeout))

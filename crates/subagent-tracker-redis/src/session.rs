@@ -35,7 +35,10 @@ pub struct RedisSession {
 pub(crate) enum Outcome<'a> {
     Completed(Option<&'a str>),
     Failed(&'a str),
-    Stopped,
+    /// The runner stopped on a cancel (one of its own, with this reason, if the store has not seen one).
+    Stopped(Option<&'a str>),
+    /// The handle was dropped without an end.
+    Dropped,
 }
 
 impl RedisSession {
@@ -65,6 +68,12 @@ impl RedisSession {
     #[must_use]
     pub fn session_id(&self) -> &Arc<str> {
         &self.session_id
+    }
+
+    /// True when this and `other` are the same session seen through the same registry.
+    #[must_use]
+    pub fn same_session(&self, other: &RedisSession) -> bool {
+        Arc::ptr_eq(&self.worker, &other.worker) && self.session_id == other.session_id
     }
 
     /// Starts a task run by this process and returns the runner's handle (section 5 of the contract, across
@@ -319,7 +328,8 @@ impl RedisSession {
         let (name, value) = match outcome {
             Outcome::Completed(result) => ("completed", result.unwrap_or_default()),
             Outcome::Failed(error) => ("failed", *error),
-            Outcome::Stopped => ("stopped", ""),
+            Outcome::Stopped(reason) => ("stopped", reason.unwrap_or_default()),
+            Outcome::Dropped => ("dropped", subagent_tracker::DROPPED_HANDLE_ERROR),
         };
         let [transitioned, _finished]: [i64; 2] = store::call(
             &mut self.connection(),
@@ -341,7 +351,11 @@ impl RedisSession {
             &mut self.connection(),
             "st_progress",
             &self.key,
-            &[task_id, run, message],
+            &[
+                task_id,
+                run,
+                subagent_tracker::kept_progress_message(message),
+            ],
         )
         .await?;
         Ok(recorded == 1)

@@ -86,7 +86,7 @@ async fn of_concurrent_cancels_from_several_workers_exactly_one_is_true() {
             .count();
         assert_eq!(wins, 1, "round {round}");
         assert!(eventually(|| handle.is_cancelled()).await);
-        handle.stopped().await.unwrap();
+        handle.stopped(None).await.unwrap();
     }
 }
 
@@ -184,7 +184,7 @@ async fn a_child_started_under_a_parent_cancelled_elsewhere_starts_cancelled() {
     assert!(child.is_cancelled(), "cancelled before its start returned");
     assert_eq!(child.token().reason().as_deref(), Some("budget"));
     assert_eq!(child.token().origin().as_deref(), Some("parent"));
-    assert!(parent.stopped().await.is_ok());
+    assert!(parent.stopped(None).await.is_ok());
     assert!(matches!(
         session_b
             .start(TaskStart::new().task_id("late").parent_id("parent"))
@@ -455,7 +455,7 @@ async fn sessions_are_looked_up_by_id_and_a_closed_one_leaves_once_finished() {
         "its runner still runs"
     );
     assert!(eventually(|| handle.is_cancelled()).await);
-    handle.stopped().await.unwrap();
+    handle.stopped(None).await.unwrap();
     assert!(b.get_session("s").await.unwrap().is_none());
     assert_eq!(b.sessions().await.unwrap(), ["other"]);
 }
@@ -504,7 +504,7 @@ async fn a_wait_in_one_worker_returns_once_the_runner_in_another_has_stopped() {
         "cancelled is not finished: the runner still runs"
     );
     assert!(eventually(|| handle.is_cancelled()).await);
-    handle.stopped().await.unwrap();
+    handle.stopped(None).await.unwrap();
     let finished = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("the wait returned")
@@ -538,7 +538,7 @@ async fn events_from_every_worker_arrive_in_the_order_they_took_effect() {
         .unwrap();
     let claimed = session_b.claim("queued").await.unwrap();
     assert!(session_b.cancel("job", Some("stop")).await.unwrap());
-    handle.stopped().await.unwrap();
+    handle.stopped(None).await.unwrap();
     let mut seen = Vec::new();
     for _ in 0..6 {
         let event = tokio::time::timeout(Duration::from_secs(5), events.next())

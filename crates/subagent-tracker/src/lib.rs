@@ -60,7 +60,7 @@ pub use registry::InMemoryRegistry;
 pub use retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use snapshot::SubagentTaskSnapshot;
 pub use status::SubagentStatus;
-pub use task_entry::MAX_PROGRESS_MESSAGE_BYTES;
+pub use task_entry::{kept_progress_message, MAX_PROGRESS_MESSAGE_BYTES};
 pub use task_id::{generate_id, validate_task_id, MAX_TASK_ID_BYTES};
 pub use task_start::{TaskStart, TaskStartParts};
 pub use task_watch::TaskWatch;

@@ -431,10 +431,7 @@ impl<V> TaskEntry<V> {
         if self.is_finished() {
             return false;
         }
-        record.progress = Some(Arc::from(truncate_to_char_boundary(
-            message,
-            MAX_PROGRESS_MESSAGE_BYTES,
-        )));
+        record.progress = Some(Arc::from(kept_progress_message(message)));
         record.progress_count += 1;
         if bus.has_subscribers() {
             let event = self.event(SubagentEventKind::Progress, SystemTime::now(), &record);
@@ -585,6 +582,13 @@ impl<V: Clone> TaskEntry<V> {
             worker: None,
         }
     }
+}
+
+/// The part of a progress message that a task keeps: at most [`MAX_PROGRESS_MESSAGE_BYTES`], cut at a
+/// character boundary.
+#[must_use]
+pub fn kept_progress_message(message: &str) -> &str {
+    truncate_to_char_boundary(message, MAX_PROGRESS_MESSAGE_BYTES)
 }
 
 fn truncate_to_char_boundary(text: &str, max_bytes: usize) -> &str {

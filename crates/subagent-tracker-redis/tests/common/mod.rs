@@ -1,5 +1,7 @@
 //! A real `redis-server`, started for the tests on 127.0.0.1 on a free port, and stopped when dropped: without
 //! persistence, or with an append-only file for the restart tests.
+// Shared by several test binaries, each of which uses part of it.
+#![allow(dead_code)]
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};

@@ -1,0 +1,172 @@
+//! Defects a review found in the Redis store, each reproduced, each fixed.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{eventually, RedisServer};
+use subagent_tracker::{
+    SubagentStatus, TaskStart, TrackerConfig, DROPPED_HANDLE_ERROR, MAX_PROGRESS_MESSAGE_BYTES,
+};
+use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError};
+
+fn retaining(max: usize) -> TrackerConfig {
+    TrackerConfig::default().with_max_finished_tasks(max)
+}
+
+/// A cascade that finishes a queued task (and so evicts) must still reach every pending descendant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_that_evicts_on_the_way_still_reaches_every_descendant() {
+    let server = RedisServer::start();
+    let worker = server.worker("r1:", "a").await;
+    let session = worker.session(Some("zero"), retaining(0)).await.unwrap();
+    session
+        .reserve(TaskStart::new().task_id("parent"), None)
+        .await
+        .unwrap();
+    let child = session
+        .start(TaskStart::new().task_id("child").parent_id("parent"))
+        .await
+        .unwrap();
+    assert!(session.cancel("parent", None).await.unwrap());
+    assert!(eventually(|| child.is_cancelled()).await);
+
+    let session = worker.session(Some("one"), retaining(1)).await.unwrap();
+    let parent = session.start(TaskStart::new().task_id("p")).await.unwrap();
+    let mut finished = session
+        .start(TaskStart::new().task_id("f").parent_id("p"))
+        .await
+        .unwrap();
+    let grandchild = session
+        .start(TaskStart::new().task_id("g").parent_id("f"))
+        .await
+        .unwrap();
+    assert!(finished.complete(None).await.unwrap());
+    session
+        .reserve(TaskStart::new().task_id("q").parent_id("p"), None)
+        .await
+        .unwrap();
+    assert!(session.cancel("p", None).await.unwrap());
+    assert!(eventually(|| grandchild.is_cancelled()).await);
+    drop((child, parent, grandchild));
+}
+
+/// A runner that stops on a cancel of its own cancels the task first: never running and finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_stopping_on_its_own_cancel_leaves_the_task_cancelled() {
+    let server = RedisServer::start();
+    let worker = server.worker("r2:", "a").await;
+    let session = worker.session(Some("s"), retaining(10)).await.unwrap();
+    let mut handle = session.start(TaskStart::new().task_id("a")).await.unwrap();
+    assert!(!handle.stopped(Some("its own stop")).await.unwrap());
+    let snapshot = session.get("a").await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+    assert!(snapshot.finished);
+    assert_eq!(snapshot.cancel_reason.as_deref(), Some("its own stop"));
+    assert!(!session.cancel("a", None).await.unwrap());
+    // The token stays readable after the end.
+    assert!(handle.token().is_cancelled());
+}
+
+/// A closed session that has drained leaves, and its id names a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_and_drained_session_s_id_names_a_new_session() {
+    let server = RedisServer::start();
+    let worker = server.worker("r3:", "a").await;
+    let session = worker.session(Some("s"), retaining(10)).await.unwrap();
+    session.close(None).await.unwrap();
+    assert!(worker.get_session("s").await.unwrap().is_none());
+    let fresh = worker.session(Some("s"), retaining(10)).await.unwrap();
+    let mut handle = fresh.start(TaskStart::new().task_id("a")).await.unwrap();
+    assert!(handle.complete(None).await.unwrap());
+}
+
+/// Restarting one id many times leaves no growing list, and ids holding tabs are retained and evicted like any.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_holds_with_restarted_ids_and_ids_with_tabs() {
+    let server = RedisServer::start();
+    let worker = server.worker("r4:", "a").await;
+    let session = worker.session(Some("s"), retaining(1)).await.unwrap();
+    for _ in 0..200 {
+        let mut handle = session
+            .start(TaskStart::new().task_id("same"))
+            .await
+            .unwrap();
+        handle.complete(None).await.unwrap();
+    }
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let listed: usize = redis::cmd("LLEN")
+        .arg("r4:{s}:finished")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(listed < 100, "stale entries are dropped: {listed} listed");
+    for task_id in ["a\tb", "c"] {
+        let mut handle = session
+            .start(TaskStart::new().task_id(task_id))
+            .await
+            .unwrap();
+        handle.complete(None).await.unwrap();
+    }
+    let retained: Vec<_> = session
+        .tasks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|task| task.task_id.to_string())
+        .collect();
+    assert_eq!(
+        retained,
+        ["c"],
+        "the oldest finished is evicted, tab or not"
+    );
+}
+
+/// Progress messages are cut as in memory, and a dropped handle of a cancelled task records no error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_is_bounded_and_a_dropped_cancelled_handle_records_no_error() {
+    let server = RedisServer::start();
+    let worker = server.worker("r5:", "a").await;
+    let session = worker.session(Some("s"), retaining(10)).await.unwrap();
+    let handle = session.start(TaskStart::new().task_id("a")).await.unwrap();
+    handle.progress(&"x".repeat(100_000)).await.unwrap();
+    let snapshot = session.get("a").await.unwrap().unwrap();
+    assert_eq!(
+        snapshot.progress.map(|progress| progress.len()),
+        Some(MAX_PROGRESS_MESSAGE_BYTES)
+    );
+    assert!(session.cancel("a", None).await.unwrap());
+    drop(handle);
+    let dropped_running = session.start(TaskStart::new().task_id("b")).await.unwrap();
+    drop(dropped_running);
+    let mut finished = (None, None);
+    for _ in 0..200 {
+        finished = (
+            session.get("a").await.unwrap().filter(|task| task.finished),
+            session.get("b").await.unwrap().filter(|task| task.finished),
+        );
+        if finished.0.is_some() && finished.1.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (cancelled, failed) = (finished.0.unwrap(), finished.1.unwrap());
+    assert_eq!(
+        (cancelled.status, cancelled.error),
+        (SubagentStatus::Cancelled, None)
+    );
+    assert_eq!(failed.status, SubagentStatus::Failed);
+    assert_eq!(failed.error.as_deref(), Some(DROPPED_HANDLE_ERROR));
+}
+
+#[tokio::test]
+async fn a_key_prefix_with_braces_is_refused() {
+    let server = RedisServer::start();
+    let refused = RedisRegistry::connect(
+        &server.url(),
+        RedisOptions::default().with_key_prefix("app{1}:"),
+    )
+    .await;
+    assert!(matches!(refused, Err(RedisTrackerError::InvalidOption(_))));
+}
