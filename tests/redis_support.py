@@ -136,7 +136,11 @@ class Proxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            server = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                server = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
             with self.lock:
                 self.connections += [client, server]
             for source, sink in ((client, server), (server, client)):

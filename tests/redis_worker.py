@@ -5,9 +5,48 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
-from subagent_tracker import RedisRegistry, RedisTaskHandle, SubagentTrackerError
+from subagent_tracker import RedisRegistry, RedisTaskHandle, RegistryUnavailableError, SubagentTrackerError
+
+
+def carry_out(
+    registry: RedisRegistry, handles: dict[str, RedisTaskHandle], command: dict[str, Any]
+) -> object:
+    try:
+        return run_command(registry, handles, command)
+    except RegistryUnavailableError:
+        raise
+    except SubagentTrackerError as error:
+        return {"raised": type(error).__name__, "message": str(error)}
+
+
+def run_command(
+    registry: RedisRegistry, handles: dict[str, RedisTaskHandle], command: dict[str, Any]
+) -> object:
+    session = registry.session(command["session"])
+    operation = command["op"]
+    if operation == "start":
+        handle = session.start_subagent_task(command["task"], parent_id=command.get("parent"))
+        handles[command["task"]] = handle
+        return {"cancelled": handle.token.is_cancelled, "reason": handle.token.reason}
+    if operation == "claim":
+        handle = session.claim_subagent_task(command["task"])
+        handles[command["task"]] = handle
+        return {"cancelled": handle.token.is_cancelled, "reason": handle.token.reason}
+    if operation == "wait_cancelled":
+        token = handles[command["task"]].token
+        return {"cancelled": token.wait(command["timeout"]), "reason": token.reason}
+    if operation == "complete":
+        return handles.pop(command["task"]).complete(command.get("result"))
+    if operation == "progress":
+        return handles[command["task"]].progress(command["message"])
+    if operation == "fail":
+        return handles.pop(command["task"]).fail(command["error"])
+    if operation == "cancel":
+        return session.cancel_subagent_task(command["task"], command.get("reason"))
+    return {"error": f"unknown op {operation}"}
 
 
 def main() -> None:
@@ -18,32 +57,12 @@ def main() -> None:
     print(json.dumps({"ready": worker_id}), flush=True)
     for line in sys.stdin:
         command: dict[str, Any] = json.loads(line)
-        session = registry.session(command["session"])
-        operation = command["op"]
         try:
-            if operation == "start":
-                handle = session.start_subagent_task(command["task"], parent_id=command.get("parent"))
-                handles[command["task"]] = handle
-                answer: object = {"cancelled": handle.token.is_cancelled, "reason": handle.token.reason}
-            elif operation == "claim":
-                handle = session.claim_subagent_task(command["task"])
-                handles[command["task"]] = handle
-                answer = {"cancelled": handle.token.is_cancelled, "reason": handle.token.reason}
-            elif operation == "wait_cancelled":
-                token = handles[command["task"]].token
-                answer = {"cancelled": token.wait(command["timeout"]), "reason": token.reason}
-            elif operation == "complete":
-                answer = handles.pop(command["task"]).complete(command.get("result"))
-            elif operation == "progress":
-                answer = handles[command["task"]].progress(command["message"])
-            elif operation == "fail":
-                answer = handles.pop(command["task"]).fail(command["error"])
-            elif operation == "cancel":
-                answer = session.cancel_subagent_task(command["task"], command.get("reason"))
-            else:
-                answer = {"error": f"unknown op {operation}"}
-        except SubagentTrackerError as error:
-            answer = {"raised": type(error).__name__, "message": str(error)}
+            answer = carry_out(registry, handles, command)
+        except RegistryUnavailableError:
+            # The first call after a server restart finds the old connection dead; the next one reconnects.
+            time.sleep(0.1)
+            answer = carry_out(registry, handles, command)
         print(json.dumps({"answer": answer}), flush=True)
 
 

@@ -226,3 +226,22 @@ def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(redis_serve
                 time.sleep(0.1)
     finally:
         proxy.close()
+
+
+def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisServer) -> None:
+    assert _admin(redis_server, "SET", "shared:workers", "other-data") == b"+OK"
+    with pytest.raises(ValueError, match="used by other data"):
+        RedisRegistry(redis_server.url, key_prefix="shared:", timeout=1)
+    with pytest.raises(ValueError, match="must not contain"):
+        RedisRegistry(redis_server.url, key_prefix="app{1}:", timeout=1)
+
+
+def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_server: RedisServer) -> None:
+    reply = _admin(
+        redis_server, "ACL", "SETUSER", "noscript", "on", ">secret", "~*", "&*", "+@all", "-@scripting"
+    )
+    assert reply == b"+OK"
+    started = time.monotonic()
+    with pytest.raises(RegistryUnavailableError, match=r"(?i)noperm|permission"):
+        RedisRegistry(f"redis://noscript:secret@127.0.0.1:{redis_server.port}/0", timeout=1)
+    assert time.monotonic() - started < 3

@@ -120,6 +120,7 @@ impl RedisRegistry {
         .await
         .map_err(|_| timeout_error())??;
         store::load(&mut connection).await?;
+        check_prefix_is_ours(&mut connection, &Keys::new(&options.key_prefix)).await?;
         let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
         validate_task_id("worker_id", &id)?;
         let worker = Arc::new(Worker {
@@ -612,6 +613,22 @@ async fn reconcile_periodically(worker: Weak<Worker>) {
         };
         let _ = worker.reconcile(worker.held_runs()).await;
     }
+}
+
+/// Refuses a key prefix whose registry keys hold other data (they would fail every call with a type error).
+async fn check_prefix_is_ours(
+    connection: &mut ConnectionManager,
+    keys: &Keys,
+) -> Result<(), RedisTrackerError> {
+    for key in [keys.workers(), keys.timers(), keys.sessions()] {
+        let kind: String = redis::cmd("TYPE").arg(&key).query_async(connection).await?;
+        if kind != "none" && kind != "zset" {
+            return Err(RedisTrackerError::InvalidOption(
+                "key_prefix is used by other data in this Redis: choose a prefix of its own",
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn timeout_error() -> RedisTrackerError {
