@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,25 +23,12 @@ from typing import Any
 import redis
 
 from subagent_tracker import RedisRegistry
+from subagent_tracker._demo_workers import start_redis
 
 
 def start_server() -> tuple[subprocess.Popen[bytes], str, int]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    server = subprocess.Popen(
-        ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return server, f"redis://127.0.0.1:{port}/0", port
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.01)
+    server, url = start_redis()
+    return server, url, int(url.rsplit(":", 1)[1].split("/")[0])
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
