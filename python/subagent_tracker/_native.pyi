@@ -20,6 +20,7 @@ __all__ = [
     "LEASE_LOST_REASON",
     "MAX_SECONDS",
     "MAX_TASK_ID_BYTES",
+    "ORPHANED_RUN_ERROR",
     "WORKER_LOST_ERROR",
     "CancelCallbackRegistration",
     "CancellationToken",
@@ -70,6 +71,7 @@ DEADLINE_REASON: Final[str]
 CLAIM_TIMEOUT_ERROR: Final[str]
 WORKER_LOST_ERROR: Final[str]
 LEASE_LOST_REASON: Final[str]
+ORPHANED_RUN_ERROR: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 
 @final

@@ -78,6 +78,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "LEASE_LOST_REASON",
         subagent_tracker_redis::LEASE_LOST_REASON,
     )?;
+    module.add(
+        "ORPHANED_RUN_ERROR",
+        subagent_tracker_redis::ORPHANED_RUN_ERROR,
+    )?;
     module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
     module.add(
         "DROPPED_HANDLE_ERROR",

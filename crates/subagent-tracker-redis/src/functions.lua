@@ -517,6 +517,35 @@ local function st_reap(keys, args)
   return reaped
 end
 
+-- st_orphans(session_key; worker, grace_ms, error, held...): the runs recorded as the worker's that it does not
+-- hold (its start or claim took effect but the reply never reached it), once older than `grace_ms`: a running
+-- one fails with `error`, a cancelled one finishes. Returns how many it ended.
+local function st_orphans(keys, args)
+  local session_key = keys[1]
+  local base = base_of(session_key)
+  local worker, grace, error = args[1], tonumber(args[2]), args[3]
+  local held = {}
+  for index = 4, #args do held[args[index]] = true end
+  local ended = 0
+  local current_ms = now_ms()
+  for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. worker)) do
+    if not held[task_id] then
+      local key = task_key(base, task_id)
+      local state = fields(key, 'run', 'status', 'fin', 'worker', 'started_at', 'claimed_at')
+      local since = tonumber(state[6] or state[5] or '0') * 1000
+      if state[1] and state[3] ~= '1' and state[4] == worker and current_ms - since > grace then
+        touch(session_key)
+        if state[2] == 'running' then
+          redis.call('HSET', key, 'status', 'failed', 'error', error)
+        end
+        finish(base, session_key, key, task_id, state[1], now())
+        ended = ended + 1
+      end
+    end
+  end
+  return ended
+end
+
 -- st_lease(workers_key; worker, lease_ms): renews the worker's lease to `lease_ms` from the server's clock.
 local function st_lease(keys, args)
   local time = redis.call('TIME')
@@ -621,6 +650,7 @@ redis.register_function('st_fire', st_fire)
 redis.register_function{ function_name = 'st_due', callback = st_due, flags = { 'no-writes' } }
 redis.register_function('st_retime', st_retime)
 redis.register_function('st_reap', st_reap)
+redis.register_function('st_orphans', st_orphans)
 redis.register_function('st_unlock', st_unlock)
 redis.register_function('st_sweep', st_sweep)
 redis.register_function{ function_name = 'st_idle', callback = st_idle, flags = { 'no-writes' } }

@@ -25,5 +25,5 @@ pub use options::{
     RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_RECONCILE_INTERVAL,
     DEFAULT_SESSION_TTL, DEFAULT_TIMEOUT,
 };
-pub use registry::{RedisRegistry, LEASE_LOST_REASON, WORKER_LOST_ERROR};
+pub use registry::{RedisRegistry, LEASE_LOST_REASON, ORPHANED_RUN_ERROR, WORKER_LOST_ERROR};
 pub use session::RedisSession;

@@ -37,6 +37,11 @@ const UNMATCHED_NOTIFICATIONS: usize = 1024;
 /// The error of a task whose worker stopped renewing its lease.
 pub const WORKER_LOST_ERROR: &str = "the worker running the task was lost (its lease expired)";
 
+/// The error of a task whose start or claim took effect in Redis but whose runner never got its handle (the
+/// reply was lost).
+pub const ORPHANED_RUN_ERROR: &str =
+    "the task's start took effect but its runner never got the handle (the reply was lost)";
+
 /// The cancel reason of a run whose own worker could not renew its lease.
 pub const LEASE_LOST_REASON: &str = "this worker lost its lease on the registry";
 
@@ -455,6 +460,33 @@ impl Worker {
         Ok(())
     }
 
+    /// Ends the runs Redis records as this worker's that it does not hold: their start or claim took effect,
+    /// but the reply was lost, so no runner will ever end them. Runs younger than twice the call timeout may
+    /// still have their reply on the way, and are left alone.
+    async fn end_orphans(&self) -> Result<(), RedisTrackerError> {
+        let sessions: Vec<Arc<str>> = lock(&self.announced).iter().cloned().collect();
+        let grace = (self.options.timeout * 2).as_millis().to_string();
+        let mut connection = self.connection.clone();
+        for session_id in sessions {
+            let held: Vec<Arc<str>> = lock(&self.runs)
+                .held
+                .iter()
+                .filter(|run| run.session_id == session_id)
+                .map(|run| run.task_id.clone())
+                .collect();
+            let mut args: Vec<&str> = vec![&self.id, &grace, ORPHANED_RUN_ERROR];
+            args.extend(held.iter().map(|task_id| &**task_id));
+            let _: i64 = store::call(
+                &mut connection,
+                "st_orphans",
+                &self.keys.session(&session_id),
+                &args,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     fn held_runs(&self) -> Vec<RunKey> {
         lock(&self.runs).held.iter().cloned().collect()
     }
@@ -612,6 +644,7 @@ async fn reconcile_periodically(worker: Weak<Worker>) {
             return;
         };
         let _ = worker.reconcile(worker.held_runs()).await;
+        let _ = worker.end_orphans().await;
     }
 }
 

@@ -170,3 +170,55 @@ async fn a_key_prefix_with_braces_is_refused() {
     .await;
     assert!(matches!(refused, Err(RedisTrackerError::InvalidOption(_))));
 }
+
+/// A start that took effect in Redis but whose reply never reached its worker is ended, not left pending.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_reply_was_lost_is_ended_by_its_worker() {
+    let server = RedisServer::start();
+    let options = RedisOptions::default()
+        .with_key_prefix("r6:")
+        .with_worker_id("runner")
+        .with_reconcile_interval(Duration::from_millis(100))
+        .with_timeout(Duration::from_millis(200));
+    let worker = RedisRegistry::connect(&server.url(), options)
+        .await
+        .unwrap();
+    let session = worker.session(Some("s"), retaining(10)).await.unwrap();
+    let held = session
+        .start(TaskStart::new().task_id("held"))
+        .await
+        .unwrap();
+    // The same start the worker would send, whose reply is lost: Redis records the run as the worker's.
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: redis::Value = redis::cmd("FCALL")
+        .arg("st_open")
+        .arg(1)
+        .arg("r6:{s}:session")
+        .arg(&[
+            "lost", "", "", "", "", "0", "0", "runner", "", "10", "", "", "deadline",
+        ])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let mut ended = None;
+    for _ in 0..200 {
+        let snapshot = session.get("lost").await.unwrap().unwrap();
+        if snapshot.finished {
+            ended = Some(snapshot);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ended = ended.expect("the orphaned run was ended");
+    assert_eq!(ended.status, SubagentStatus::Failed);
+    assert_eq!(
+        ended.error.as_deref(),
+        Some(subagent_tracker_redis::ORPHANED_RUN_ERROR)
+    );
+    assert!(
+        !session.get("held").await.unwrap().unwrap().finished,
+        "a held run is left alone"
+    );
+    drop(held);
+}
