@@ -110,9 +110,20 @@ def test_a_worker_stopped_past_its_lease_has_fenced_itself_when_it_continues(
             "reason": LEASE_LOST_REASON,
         }
         assert frozen.ask(op="complete", session="s", task="job") is False, "its late end changes nothing"
+        # Back in service, it runs new work; should it die now, that work is found and failed too.
+        assert frozen.ask(op="start", session="s", task="later") == {"cancelled": False, "reason": None}
+        frozen.signal(signal.SIGKILL)
+        frozen.process.wait(timeout=10)
+
+        async def later_failed() -> None:
+            snapshot = await session.wait_subagent_task("later", timeout=10)
+            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
+
+        asyncio.run(asyncio.wait_for(later_failed(), 20))
     finally:
-        frozen.signal(signal.SIGCONT)
-        frozen.stop()
+        if frozen.process.poll() is None:
+            frozen.signal(signal.SIGCONT)
+            frozen.stop()
 
 
 class _NotRedis:

@@ -493,8 +493,8 @@ local function st_touch(keys, args)
   return st_session(keys)
 end
 
--- st_reap(session_key; worker, error): the worker's lease expired. Its running tasks fail with `error`, its
--- cancelled ones become finished. Returns how many tasks it finished.
+-- st_reap(session_key; worker, error, expired_at_ms): the worker's lease expired at `expired_at_ms`. Its running
+-- tasks begun before then fail with `error`, its cancelled ones become finished. Returns how many it finished.
 local function st_reap(keys, args)
   touch(keys[1])
   local session_key = keys[1]
@@ -502,10 +502,13 @@ local function st_reap(keys, args)
   local held = base .. 'wr:' .. args[1]
   local reaped = 0
   local at = now()
+  local expired_at = tonumber(args[3])
   for _, task_id in ipairs(redis.call('SMEMBERS', held)) do
     local key = task_key(base, task_id)
-    local state = fields(key, 'run', 'status', 'fin', 'worker')
-    if state[1] and state[3] ~= '1' and state[4] == args[1] then
+    local state = fields(key, 'run', 'status', 'fin', 'worker', 'started_at', 'claimed_at')
+    local since = tonumber(state[7] or state[6] or '0') * 1000
+    -- A run begun after the lease expired is the work of a worker that came back: not the lost one's.
+    if state[1] and state[3] ~= '1' and state[4] == args[1] and since < expired_at then
       if state[2] == 'running' then
         redis.call('HSET', key, 'status', 'failed', 'error', args[2])
       end
@@ -513,7 +516,6 @@ local function st_reap(keys, args)
       reaped = reaped + 1
     end
   end
-  redis.call('DEL', held)
   return reaped
 end
 
@@ -554,11 +556,16 @@ local function st_lease(keys, args)
   return now_ms
 end
 
--- st_expired(workers_key): the workers whose lease has passed, by the server's clock.
+-- st_forget(workers_key; worker): drops a reaped worker's lease, unless it renewed meanwhile (it came back).
+local function st_forget(keys, args)
+  local expiry = tonumber(redis.call('ZSCORE', keys[1], args[1]))
+  if expiry and expiry <= now_ms() then return redis.call('ZREM', keys[1], args[1]) end
+  return 0
+end
+
+-- st_expired(workers_key): the workers whose lease has passed, by the server's clock, each with its expiry.
 local function st_expired(keys)
-  local time = redis.call('TIME')
-  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms)
+  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'WITHSCORES')
 end
 
 -- st_fire(session_key; deadline_reason): fires the session's due timers: a deadline cancels its task's tree (cause
@@ -655,6 +662,7 @@ redis.register_function('st_unlock', st_unlock)
 redis.register_function('st_sweep', st_sweep)
 redis.register_function{ function_name = 'st_idle', callback = st_idle, flags = { 'no-writes' } }
 redis.register_function('st_lease', st_lease)
+redis.register_function('st_forget', st_forget)
 redis.register_function{ function_name = 'st_expired', callback = st_expired, flags = { 'no-writes' } }
 redis.register_function('st_open', st_open)
 redis.register_function('st_touch', st_touch)

@@ -340,6 +340,15 @@ impl Worker {
         )
         .await?;
         *lock(&self.renewed_at) = Instant::now();
+        // What the worker announced outlives it by ten leases, long enough for any reaper to read it.
+        let _: i64 = self
+            .connection
+            .clone()
+            .pexpire(
+                self.keys.worker_sessions(&self.id),
+                i64::try_from(self.options.lease.as_millis() * 10).unwrap_or(i64::MAX),
+            )
+            .await?;
         Ok(())
     }
 
@@ -348,6 +357,9 @@ impl Worker {
         if lock(&self.renewed_at).elapsed() < self.options.lease {
             return;
         }
+        // A reaper may have cleared what this worker announced: announce its sessions again on their next use,
+        // so that a later death of this worker is found in them too.
+        lock(&self.announced).clear();
         for run in self.held_runs() {
             if let Some(mirror) = self.mirrors.get_session(&run.session_id) {
                 mirror.apply_remote_cancel(
@@ -394,9 +406,12 @@ impl Worker {
         &self,
         connection: &mut ConnectionManager,
     ) -> Result<(), RedisTrackerError> {
-        let expired: Vec<String> =
+        let expired: Vec<(String, String)> =
             store::call(connection, "st_expired", &self.keys.workers(), &[]).await?;
-        for worker_id in expired.iter().filter(|worker_id| **worker_id != *self.id) {
+        for (worker_id, expired_at) in expired
+            .iter()
+            .filter(|(worker_id, _)| **worker_id != *self.id)
+        {
             let sessions_key = self.keys.worker_sessions(worker_id);
             let sessions: Vec<String> = connection.smembers(&sessions_key).await?;
             for session_id in sessions {
@@ -404,12 +419,14 @@ impl Worker {
                     connection,
                     "st_reap",
                     &self.keys.session(&session_id),
-                    &[worker_id, WORKER_LOST_ERROR],
+                    &[worker_id, WORKER_LOST_ERROR, expired_at],
                 )
                 .await?;
             }
-            let _: i64 = connection.del(&sessions_key).await?;
-            let _: i64 = connection.zrem(self.keys.workers(), worker_id).await?;
+            // The sessions set stays (it expires ten leases after the worker's last renewal): a worker that
+            // comes back keeps what it announced, and its lease is dropped only if it has not renewed.
+            let _: i64 =
+                store::call(connection, "st_forget", &self.keys.workers(), &[worker_id]).await?;
         }
         Ok(())
     }
