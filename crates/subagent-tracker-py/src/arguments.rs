@@ -267,3 +267,20 @@ pub(crate) fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
         type_name(value)
     )))
 }
+
+/// What `end_subagent_task(task_id, *, result=None, error=None)` records: `Err` with the error's text, or `Ok`
+/// with the result (`None` counts as none) converted by `keep` into what the session stores.
+pub(crate) fn end_outcome<V>(
+    result: Option<&Bound<'_, PyAny>>,
+    error: Option<&Bound<'_, PyAny>>,
+    keep: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<V>,
+) -> PyResult<Result<Option<V>, String>> {
+    let result = result.filter(|result| !result.is_none());
+    match error.filter(|error| !error.is_none()) {
+        Some(_) if result.is_some() => Err(PyValueError::new_err(
+            "end_subagent_task takes a result or an error, not both",
+        )),
+        Some(error) => Ok(Err(error_text(error)?)),
+        None => Ok(Ok(result.map(keep).transpose()?)),
+    }
+}

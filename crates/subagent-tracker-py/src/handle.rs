@@ -6,7 +6,7 @@ use pyo3::PyTraverseError;
 
 use crate::arguments;
 use crate::asyncio_waker::with_wake_batch;
-use crate::errors::is_cancellation;
+use crate::errors::{runner_exit, RunnerExit};
 use crate::python_types::{python_repr, PyValue};
 use crate::ready::Ready;
 use crate::snapshot::SubagentTask;
@@ -39,22 +39,14 @@ impl SubagentTaskHandle {
     }
 
     /// Ends the task as the outcome of a `with` block: success, failure, or a stop on cancellation.
-    fn exit(&self, py: Python<'_>, error: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
-        let Some(error) = error.filter(|error| !error.is_none()) else {
-            with_wake_batch(py, || self.handle.complete(None))?;
-            return Ok(());
-        };
-        if is_cancellation(py, error)? {
-            let reason = error
-                .getattr("reason")
-                .ok()
-                .and_then(|reason| reason.extract::<String>().ok());
-            with_wake_batch(py, || self.handle.stop_cancelled(reason.as_deref()))?;
-        } else {
-            let text = arguments::error_text(error)?;
-            with_wake_batch(py, || self.handle.fail(&text))?;
+    fn exit(&self, py: Python<'_>, exception: &Bound<'_, PyAny>) -> PyResult<()> {
+        match runner_exit(py, exception)? {
+            RunnerExit::Completed => with_wake_batch(py, || self.handle.complete(None)).map(drop),
+            RunnerExit::Stopped(reason) => {
+                with_wake_batch(py, || self.handle.stop_cancelled(reason.as_deref())).map(drop)
+            }
+            RunnerExit::Failed(text) => with_wake_batch(py, || self.handle.fail(&text)).map(drop),
         }
-        Ok(())
     }
 }
 
@@ -127,7 +119,7 @@ impl SubagentTaskHandle {
         exception: &Bound<'_, PyAny>,
         _traceback: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        self.exit(py, Some(exception))?;
+        self.exit(py, exception)?;
         Ok(false)
     }
 
@@ -143,7 +135,7 @@ impl SubagentTaskHandle {
         exception: &Bound<'_, PyAny>,
         _traceback: &Bound<'_, PyAny>,
     ) -> PyResult<Py<Ready>> {
-        self.exit(py, Some(exception))?;
+        self.exit(py, exception)?;
         Py::new(
             py,
             Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()),

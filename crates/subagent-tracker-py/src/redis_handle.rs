@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use subagent_tracker_redis::{RedisSession, RedisTaskHandle as CoreHandle};
 
 use crate::arguments;
-use crate::errors::{is_cancellation, redis_error};
+use crate::errors::{redis_error, runner_exit, RunnerExit};
 use crate::python_types::python_repr;
 use crate::redis_registry::snapshot;
 use crate::runtime::{block_on, MadeIn};
@@ -42,38 +42,18 @@ impl RedisTaskHandle {
         })
     }
 
-    fn end(&self, py: Python<'_>, ending: Ending) -> PyResult<bool> {
+    /// Reports the end; `result` is the completion's JSON, if any.
+    fn end(&self, py: Python<'_>, ending: RunnerExit, result: Option<String>) -> PyResult<bool> {
         let outcome = block_on(py, self.made_in, async {
             let mut handle = self.handle.lock().await;
             match &ending {
-                Ending::Completed(result) => handle.complete(result.as_deref()).await,
-                Ending::Failed(error) => handle.fail(error).await,
-                Ending::Stopped(reason) => handle.stopped(reason.as_deref()).await,
+                RunnerExit::Completed => handle.complete(result.as_deref()).await,
+                RunnerExit::Failed(error) => handle.fail(error).await,
+                RunnerExit::Stopped(reason) => handle.stopped(reason.as_deref()).await,
             }
         })?;
         outcome.map_err(|error| redis_error(py, error))
     }
-
-    fn exit(&self, py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<()> {
-        let ending = if error.is_none() {
-            Ending::Completed(None)
-        } else if is_cancellation(py, error)? {
-            let reason = error
-                .getattr("reason")
-                .ok()
-                .and_then(|reason| reason.extract::<String>().ok());
-            Ending::Stopped(reason)
-        } else {
-            Ending::Failed(arguments::error_text(error)?)
-        };
-        self.end(py, ending).map(drop)
-    }
-}
-
-enum Ending {
-    Completed(Option<String>),
-    Failed(String),
-    Stopped(Option<String>),
 }
 
 #[pymethods]
@@ -107,12 +87,12 @@ impl RedisTaskHandle {
             Some(result) => Some(crate::redis_registry::to_json(py, result)?),
             None => None,
         };
-        self.end(py, Ending::Completed(result))
+        self.end(py, RunnerExit::Completed, result)
     }
 
     fn fail(&self, py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<bool> {
         let text = arguments::error_text(error)?;
-        self.end(py, Ending::Failed(text))
+        self.end(py, RunnerExit::Failed(text), None)
     }
 
     fn snapshot(&self, py: Python<'_>) -> PyResult<Option<SubagentTask>> {
@@ -134,7 +114,7 @@ impl RedisTaskHandle {
         exception: &Bound<'_, PyAny>,
         _traceback: &Bound<'_, PyAny>,
     ) -> PyResult<bool> {
-        self.exit(py, exception)?;
+        self.end(py, runner_exit(py, exception)?, None)?;
         Ok(false)
     }
 

@@ -331,20 +331,10 @@ impl RedisSession {
         result: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let result = result.filter(|result| !result.is_none());
-        let error = match error.filter(|error| !error.is_none()) {
-            Some(_) if result.is_some() => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "end_subagent_task takes a result or an error, not both",
-                ))
-            }
-            Some(error) => Some(arguments::error_text(error)?),
-            None => None,
-        };
-        let result = result.map(|result| to_json(py, result)).transpose()?;
-        let outcome = match &error {
-            Some(error) => Err(error.as_str()),
-            None => Ok(result.as_deref()),
+        let ended = arguments::end_outcome(result, error, |result| to_json(py, result))?;
+        let outcome = match &ended {
+            Ok(result) => Ok(result.as_deref()),
+            Err(error) => Err(error.as_str()),
         };
         block_on(py, self.made_in, self.session.end(&task_id.0, outcome))?
             .map_err(|error| redis_error(py, error))

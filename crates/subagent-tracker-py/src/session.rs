@@ -245,22 +245,15 @@ impl Session {
         &self,
         py: Python<'_>,
         task_id: Id<TaskIdArgument>,
-        result: Option<Py<PyAny>>,
+        result: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let result = result.filter(|result| !result.is_none(py));
-        let error = match error.filter(|error| !error.is_none()) {
-            Some(_) if result.is_some() => {
-                return Err(pyo3::exceptions::PyValueError::new_err(
-                    "end_subagent_task takes a result or an error, not both",
-                ))
-            }
-            Some(error) => Some(arguments::error_text(error)?),
-            None => None,
-        };
-        let outcome = match &error {
-            Some(error) => Err(error.as_str()),
-            None => Ok(result.map(PyValue::new)),
+        let ended = arguments::end_outcome(result, error, |result| {
+            Ok(PyValue::new(result.clone().unbind()))
+        })?;
+        let outcome = match ended {
+            Ok(result) => Ok(result),
+            Err(ref error) => Err(error.as_str()),
         };
         with_wake_batch(py, || self.tracker.end(&task_id.0, outcome))
     }

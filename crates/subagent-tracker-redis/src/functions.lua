@@ -72,16 +72,16 @@ local function fields(key, ...)
 end
 
 -- Appends one lifecycle event to the session's stream; `extra` is the reason or the progress message.
-local function emit(base, session_key, task_id, kind, status, at, extra_name, extra)
+local function emit(base, task_id, kind, status, at, extra_name, extra)
   -- The entry id `0-<n>` numbers the session's events (the server picks n, one past the last), so a reader knows
   -- how many it missed from the ids alone.
+  local entry = { base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
+    'status', status, 'at', at }
   if extra_name then
-    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
-      'status', status, 'at', at, extra_name, extra)
-  else
-    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
-      'status', status, 'at', at)
+    table.insert(entry, extra_name)
+    table.insert(entry, extra)
   end
+  redis.call('XADD', unpack(entry))
 end
 
 -- A run that leaves the retained window: its attached children move to its own parent's set (the nearest
@@ -149,7 +149,7 @@ local function finish(base, session_key, key, task_id, run, at)
   if worker then redis.call('SREM', base .. 'wr:' .. worker, task_id) end
   redis.call('HSET', key, 'fin', '1', 'ended_at', at)
   redis.call('ZREM', base .. 'pending', task_id)
-  emit(base, session_key, task_id, 'ended', redis.call('HGET', key, 'status'), at)
+  emit(base, task_id, 'ended', redis.call('HGET', key, 'status'), at)
   retain(base, session_key, task_id, run)
 end
 
@@ -188,7 +188,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
           'origin', origin, 'cause', entry_cause)
         table.insert(unlisted, task_id)
         moved = moved + 1
-        emit(base, session_key, task_id, 'cancelled', 'cancelled', at, 'reason', reason)
+        emit(base, task_id, 'cancelled', 'cancelled', at, 'reason', reason)
         if status == 'queued' then
           -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.
           table.insert(unclaimed, { key = key, task_id = task_id, run = run })
@@ -285,8 +285,8 @@ local function st_open(keys, args)
   if inherited then
     redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', inherited.reason,
       'origin', inherited.origin, 'cause', 'parent')
-    emit(base, session_key, task_id, 'started', 'cancelled', at, 'reason', inherited.reason)
-    emit(base, session_key, task_id, 'cancelled', 'cancelled', at, 'reason', inherited.reason)
+    emit(base, task_id, 'started', 'cancelled', at, 'reason', inherited.reason)
+    emit(base, task_id, 'cancelled', 'cancelled', at, 'reason', inherited.reason)
     if reserved then
       finish(base, session_key, key, task_id, run, at)
     end
@@ -294,7 +294,7 @@ local function st_open(keys, args)
     reason = inherited.reason
   else
     redis.call('ZADD', base .. 'pending', run, task_id)
-    emit(base, session_key, task_id, 'started', status, at)
+    emit(base, task_id, 'started', status, at)
   end
   local next_due = ''
   if deadline ~= '' then
@@ -405,7 +405,7 @@ local function st_claim(keys, args)
     redis.call('SADD', base .. 'wr:' .. args[2], args[1])
     redis.call('SADD', base .. 'workers', args[2])
   end
-  emit(base, keys[1], args[1], 'claimed', status, at)
+  emit(base, args[1], 'claimed', status, at)
   return { state[1], status, state[5] or '' }
 end
 
@@ -418,7 +418,7 @@ local function st_progress(keys, args)
   if state[1] ~= args[2] or state[2] == '1' then return 0 end
   redis.call('HSET', key, 'progress', args[3])
   redis.call('HINCRBY', key, 'progress_count', 1)
-  emit(base, keys[1], args[1], 'progress', state[3], now(), 'message', args[3])
+  emit(base, args[1], 'progress', state[3], now(), 'message', args[3])
   return 1
 end
 

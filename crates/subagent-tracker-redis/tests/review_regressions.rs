@@ -222,3 +222,37 @@ async fn a_run_whose_reply_was_lost_is_ended_by_its_worker() {
     );
     drop(held);
 }
+
+/// §18 across processes: an end recorded by id is a transition out of `Queued` like any other, and a claim
+/// after it is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_by_id_of_a_queued_task_wins_and_refuses_later_claims() {
+    let server = RedisServer::start();
+    let api = server.worker("r7:", "api").await;
+    let worker = server.worker("r7:", "worker").await;
+    let queue = api.session(Some("s"), retaining(10)).await.unwrap();
+    queue
+        .reserve(TaskStart::new().task_id("job"), None)
+        .await
+        .unwrap();
+    assert!(queue.end("job", Err("the pool is gone")).await.unwrap());
+    assert!(!queue.end("job", Ok(Some("late"))).await.unwrap());
+    let snapshot = queue.get("job").await.unwrap().unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Failed);
+    assert!(snapshot.finished);
+    let claim = worker
+        .session(Some("s"), retaining(10))
+        .await
+        .unwrap()
+        .claim("job")
+        .await;
+    assert!(matches!(
+        claim,
+        Err(RedisTrackerError::Tracker(
+            subagent_tracker::TrackerError::NotClaimable {
+                problem: subagent_tracker::ClaimProblem::Ended(SubagentStatus::Failed),
+                ..
+            }
+        ))
+    ));
+}
