@@ -275,3 +275,9 @@ def test_a_cancel_racing_a_claim_is_never_lost(session: Session) -> None:
         assert not handle.complete()
         snapshot = session.subagent_task(task_id)
         assert snapshot is not None and snapshot.status is SubagentStatus.CANCELLED and snapshot.finished
+
+
+@pytest.mark.parametrize(("task_id", "error"), [(5, TypeError), ("", ValueError), (None, TypeError)])
+def test_a_bad_id_to_claim_is_refused(session: Session, task_id: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="task_id"):
+        session.claim_subagent_task(task_id)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import redis
 from redis_support import RedisServer, Worker, _free_port
 
 from subagent_tracker import (
@@ -348,3 +349,20 @@ def test_a_redis_task_linked_to_a_local_token_is_cancelled_where_it_runs(
     snapshot = queue.subagent_task("job")
     assert snapshot is not None and snapshot.cancel_cause == "linked"
     request.complete()
+
+
+def test_one_snapshot_and_one_listing_cost_one_call_each(redis_server: RedisServer, session_id: str) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+    handle = session.start_subagent_task("job")
+    admin = redis.Redis(port=redis_server.port)
+    # The slow log keeps every command once its threshold is 0; the workers' own loops call other functions.
+    admin.config_set("slowlog-log-slower-than", 0)
+    admin.slowlog_reset()
+    assert session.subagent_task("job") is not None
+    assert len(session.pending_subagent_tasks()) == 1
+    log: list[dict[str, bytes]] = admin.slowlog_get(1000)  # type: ignore[assignment]
+    called = [entry["command"].split()[:2] for entry in log]
+    assert called.count([b"FCALL", b"st_get"]) == 1
+    assert called.count([b"FCALL", b"st_list"]) == 1
+    admin.config_set("slowlog-log-slower-than", 10_000)
+    handle.complete()
