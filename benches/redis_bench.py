@@ -69,9 +69,9 @@ def cancel_latency(url: str, rounds: int, drop_pushes: bool, port: int) -> list[
     return samples
 
 
-def subscriber_process(port: int, rounds: int, connection: Connection) -> None:
+def subscriber_process(port: int, rounds: int, connection: Connection, channel: str = "bench") -> None:
     pubsub = redis.Redis(port=port).pubsub()  # type: ignore[no-untyped-call]
-    pubsub.subscribe("bench")
+    pubsub.subscribe(channel)
     pubsub.get_message(timeout=5)
     for _ in range(rounds):
         connection.send("ready")
@@ -92,6 +92,30 @@ def publish_latency(port: int, rounds: int) -> list[float]:
         assert parent.recv() == "ready"
         sent = time.monotonic()
         client.publish("bench", "stop")
+        received: float = parent.recv()
+        samples.append(received - sent)
+    process.join(30)
+    return samples
+
+
+def server_side_cancel_latency(url: str, port: int, rounds: int) -> list[float]:
+    """Our cancel function called by bare redis-py, its message read by a bare redis-py subscriber: the share
+    of the latency that is the server's work, without our client on either side."""
+    session = RedisRegistry(url, worker_id="bench-ghost").session("server-side")
+    handles = [session.start_subagent_task(f"job-{index}") for index in range(rounds)]
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(
+        target=subscriber_process, args=(port, rounds, child, "subagent-tracker:worker:bench-ghost")
+    )
+    process.start()
+    client = redis.Redis(port=port)
+    samples = []
+    for handle in handles:
+        assert parent.recv() == "ready"
+        sent = time.monotonic()
+        client.execute_command(  # type: ignore[no-untyped-call]
+            "FCALL", "st_cancel", 1, "subagent-tracker:{server-side}:session", handle.task_id, "stop", "user"
+        )
         received: float = parent.recv()
         samples.append(received - sent)
     process.join(30)
@@ -222,6 +246,16 @@ def main() -> None:
             f"{p50 * 1e3:.2f} / {p99 * 1e3:.2f} ms",
             f"redis-py PUBLISH → subscriber: {bare50 * 1e3:.2f} / {bare99 * 1e3:.2f} ms",
             f"{p50 / bare50:.2f}x / {p99 / bare99:.2f}x the baseline",
+        )
+        server_side = timed(
+            "server-side cancel latency", lambda: server_side_cancel_latency(url, port, rounds)
+        )
+        side50, side99 = percentiles(server_side)
+        row(
+            "the same, our cancel function called and its message read by bare redis-py (p50 / p99)",
+            f"{side50 * 1e3:.2f} / {side99 * 1e3:.2f} ms",
+            f"redis-py PUBLISH → subscriber: {bare50 * 1e3:.2f} / {bare99 * 1e3:.2f} ms",
+            f"{side50 / bare50:.2f}x / {side99 / bare99:.2f}x the baseline",
         )
         lost = timed(
             "cancel latency, push lost", lambda: cancel_latency(url, max(5, rounds // 20), True, port)

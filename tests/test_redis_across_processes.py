@@ -4,6 +4,7 @@ started by the fixture on 127.0.0.1 on a free port, without persistence, and sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -278,6 +279,32 @@ def test_closing_an_event_stream_ends_a_waiting_iteration(redis_server: RedisSer
         events.close()
         with pytest.raises(StopAsyncIteration):
             await waiting
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_a_second_concurrent_iteration_of_one_event_stream_is_refused(
+    redis_server: RedisServer, session_id: str
+) -> None:
+    session = RedisRegistry(redis_server.url).session(session_id)
+
+    async def main() -> None:
+        events = session.events()
+        first = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RuntimeError, match="already being iterated"):
+            await anext(events)
+        handle = session.start_subagent_task("job")
+        assert (await first).kind == "started"
+        # The stream is free again once the first iteration returned; a waiting one cancelled loses nothing.
+        waiting = asyncio.ensure_future(anext(events))
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        handle.complete()
+        assert (await anext(events)).kind == "ended"
+        events.close()
 
     asyncio.run(asyncio.wait_for(main(), 10))
 

@@ -54,6 +54,38 @@ def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisS
         runner.stop()
 
 
+def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_reconcile(
+    redis_server: RedisServer,
+) -> None:
+    runner = Worker(redis_server.url, "runner")
+    try:
+        for task in ("root", "child", "other"):
+            runner.ask(op="start", session="s", task=task, parent="root" if task == "child" else None)
+        session = RedisRegistry(redis_server.url, timeout=5).session("s")
+        # Every subscription is dropped, then a cancel by id (with its cascade) and a session cancel are
+        # published at once to nobody.
+        assert _admin(redis_server, "CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
+        assert session.cancel_subagent_task("root", reason="pushed to nobody")
+        assert session.cancel(reason="session, pushed to nobody") == 1
+        for task, reason in [
+            ("root", "pushed to nobody"),
+            ("child", "pushed to nobody"),
+            ("other", "session, pushed to nobody"),
+        ]:
+            assert runner.ask(op="wait_cancelled", session="s", task=task, timeout=5) == {
+                "cancelled": True,
+                "reason": reason,
+            }
+            assert runner.ask(op="complete", session="s", task=task) is False
+        child = session.subagent_task("child")
+        assert child is not None and (child.cancel_origin, child.cancel_cause) == ("root", "parent")
+        other = session.subagent_task("other")
+        assert other is not None and (other.cancel_origin, other.cancel_cause) == ("other", "session")
+        assert session.pending_subagent_tasks() == []
+    finally:
+        runner.stop()
+
+
 def test_a_stopped_and_continued_server_loses_nothing(redis_server: RedisServer) -> None:
     runner = Worker(redis_server.url, "runner")
     try:

@@ -22,11 +22,12 @@ __all__ = [
     "MAX_TASK_ID_BYTES",
     "ORPHANED_RUN_ERROR",
     "WORKER_LOST_ERROR",
+    "_EVENT_STREAM_BUSY",
     "CancelCallbackRegistration",
     "CancellationToken",
     "EventSubscription",
     "Ready",
-    "RedisEventStream",
+    "RedisEventReader",
     "RedisRegistry",
     "RedisSession",
     "RedisTaskHandle",
@@ -69,6 +70,7 @@ DEFAULT_EVENT_BUFFER: Final[int]
 DEFAULT_CANCEL_REASON: Final[str]
 DEADLINE_REASON: Final[str]
 CLAIM_TIMEOUT_ERROR: Final[str]
+_EVENT_STREAM_BUSY: Final[str]
 WORKER_LOST_ERROR: Final[str]
 LEASE_LOST_REASON: Final[str]
 ORPHANED_RUN_ERROR: Final[str]
@@ -364,15 +366,17 @@ class RedisSession:
     def wait_subagent_task(
         self, task_id: str, timeout: float | None = None
     ) -> asyncio.Future[SubagentTask]: ...
-    def events(self) -> RedisEventStream: ...
+    def events(self) -> _session.EventStream: ...
 
 @final
-class RedisEventStream:
-    """The lifecycle events of a Redis session from the ``events()`` call on, whichever process makes them."""
+class RedisEventReader:
+    """A Redis session's events, read on demand, for ``subagent_tracker.EventStream``."""
 
-    def __aiter__(self) -> RedisEventStream: ...
-    def __anext__(self) -> asyncio.Future[SubagentEvent]: ...
+    def try_next(self) -> SubagentEvent | None: ...
+    def readable(self) -> asyncio.Future[None] | None: ...
     def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
 
 @final
 class RedisTaskHandle:

@@ -8,13 +8,14 @@ from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from subagent_tracker._errors import TaskCancelledError
+from subagent_tracker._native import _EVENT_STREAM_BUSY, _check_seconds
 from subagent_tracker._native import Session as _NativeSession
-from subagent_tracker._native import _check_seconds
 
 if TYPE_CHECKING:
     from subagent_tracker._native import (
         CancellationToken,
         EventSubscription,
+        RedisEventReader,
         SubagentEvent,
         SubagentTask,
         SubagentTaskHandle,
@@ -171,7 +172,7 @@ class EventStream:
 
     __slots__ = ("_iterating", "_subscription")
 
-    def __init__(self, subscription: EventSubscription) -> None:
+    def __init__(self, subscription: EventSubscription | RedisEventReader) -> None:
         self._subscription = subscription
         self._iterating = False
 
@@ -180,10 +181,7 @@ class EventStream:
 
     async def __anext__(self) -> SubagentEvent:
         if self._iterating:
-            raise RuntimeError(
-                "this event stream is already being iterated by another coroutine; "
-                "call session.events() once per consumer"
-            )
+            raise RuntimeError(_EVENT_STREAM_BUSY)
         self._iterating = True
         try:
             while True:

@@ -8,6 +8,12 @@ use subagent_tracker::TrackerError;
 
 use crate::package_imports::error_class;
 
+/// The message of the `RuntimeError` raised by a second concurrent `__anext__` on one event stream, in memory
+/// and on Redis.
+pub(crate) const EVENT_STREAM_BUSY: &str =
+    "this event stream is already being iterated by another coroutine; \
+     call session.events() once per consumer";
+
 /// The Python exception for a core error, with the core's message.
 pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
     let class_name = match &error {

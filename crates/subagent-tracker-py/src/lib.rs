@@ -16,6 +16,7 @@ mod interpreter;
 mod package_imports;
 mod python_types;
 mod ready;
+mod redis_events;
 mod redis_handle;
 mod redis_registry;
 mod registry;
@@ -35,7 +36,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<registry::Registry>()?;
     module.add_class::<redis_registry::RedisRegistry>()?;
     module.add_class::<redis_registry::RedisSession>()?;
-    module.add_class::<redis_registry::RedisEventStream>()?;
+    module.add_class::<redis_events::RedisEventReader>()?;
     module.add_class::<redis_handle::RedisTaskHandle>()?;
     module.add_class::<handle::SubagentTaskHandle>()?;
     module.add_class::<token::CancellationToken>()?;
@@ -83,6 +84,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         subagent_tracker_redis::ORPHANED_RUN_ERROR,
     )?;
     module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
+    module.add("_EVENT_STREAM_BUSY", errors::EVENT_STREAM_BUSY)?;
     module.add(
         "DROPPED_HANDLE_ERROR",
         subagent_tracker::DROPPED_HANDLE_ERROR,

@@ -65,6 +65,20 @@ pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
         .bind(py))
 }
 
+/// `subagent_tracker.EventStream`, which Redis sessions hand out as in-memory ones do.
+pub(crate) fn event_stream_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(CLASS
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("subagent_tracker._session")?
+                    .getattr("EventStream")?
+                    .unbind(),
+            )
+        })?
+        .bind(py))
+}
+
 /// `json.dumps` or `json.loads`: metadata and results cross processes as JSON.
 pub(crate) fn json_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();

@@ -3,7 +3,6 @@
 //! Each call blocks on the process's runtime with the interpreter released. Metadata and results cross
 //! processes as JSON.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -19,9 +18,9 @@ use crate::arguments::{
     TimeoutArgument, WorkerIdArgument,
 };
 use crate::errors::redis_error;
-use crate::events::SubagentEvent;
-use crate::package_imports::json_function;
+use crate::package_imports::{event_stream_class, json_function};
 use crate::python_types::PyValue;
+use crate::redis_events::RedisEventReader;
 use crate::redis_handle::RedisTaskHandle;
 use crate::runtime::{asyncio_future, block_on, MadeIn};
 use crate::snapshot::SubagentTask;
@@ -412,15 +411,13 @@ impl RedisSession {
         })
     }
 
-    /// An async iterator of the session's lifecycle events from this call on, whichever process makes them.
-    fn events(&self, py: Python<'_>) -> PyResult<RedisEventStream> {
+    /// An async iterator of the session's lifecycle events from this call on, whichever process makes them:
+    /// the `EventStream` that in-memory sessions hand out, reading from Redis.
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let subscription = block_on(py, self.made_in, self.session.subscribe())?
             .map_err(|error| redis_error(py, error))?;
-        Ok(RedisEventStream {
-            made_in: self.made_in,
-            subscription: Arc::new(tokio::sync::Mutex::new(subscription)),
-            closed: tokio_util::sync::CancellationToken::new(),
-        })
+        let reader = RedisEventReader::start(subscription, self.made_in)?;
+        event_stream_class(py)?.call1((reader,))
     }
 
     /// Two `RedisSession` objects are equal when they are the same session seen through the same registry.
@@ -442,40 +439,5 @@ impl RedisSession {
             "RedisSession(session_id={:?})",
             &**self.session.session_id()
         )
-    }
-}
-
-/// The lifecycle events of a Redis session, as an async iterator; `close()` ends it.
-#[pyclass(frozen, module = "subagent_tracker._native")]
-pub(crate) struct RedisEventStream {
-    made_in: MadeIn,
-    subscription: Arc<tokio::sync::Mutex<subagent_tracker_redis::RedisEventSubscription>>,
-    closed: tokio_util::sync::CancellationToken,
-}
-
-#[pymethods]
-impl RedisEventStream {
-    fn __aiter__(slf: Py<Self>) -> Py<Self> {
-        slf
-    }
-
-    fn __anext__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let (subscription, closed) = (self.subscription.clone(), self.closed.clone());
-        let next = async move {
-            tokio::select! {
-                () = closed.cancelled() => None,
-                next = async { subscription.lock().await.next().await } => Some(next),
-            }
-        };
-        asyncio_future(py, self.made_in, next, |py, outcome| match outcome {
-            Some(Ok(event)) => Ok(Py::new(py, SubagentEvent::new(event))?.into_any()),
-            Some(Err(error)) => Err(redis_error(py, error)),
-            None => Err(pyo3::exceptions::PyStopAsyncIteration::new_err(())),
-        })
-    }
-
-    /// Ends the iteration, a waiting `__anext__` included.
-    fn close(&self) {
-        self.closed.cancel();
     }
 }

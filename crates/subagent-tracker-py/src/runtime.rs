@@ -68,6 +68,12 @@ where
     Ok(py.detach(|| runtime.block_on(future)))
 }
 
+/// Runs `future` on the runtime in the background.
+pub(crate) fn spawn(future: impl Future<Output = ()> + Send + 'static) -> PyResult<()> {
+    runtime()?.spawn(future);
+    Ok(())
+}
+
 /// Runs `future` on the runtime and returns a future of the running asyncio loop that resolves with its
 /// outcome, converted by `convert` once the interpreter is held. Cancelling the asyncio future aborts the work.
 pub(crate) fn asyncio_future<'py, F, T>(
