@@ -7,9 +7,10 @@ set -euo pipefail
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "the Debian packages the tests start (redis-server), installed when missing"
+step "the Debian packages the tests start (redis-server, chromium), installed when missing"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -17,6 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 redis-server --version
+chromium --version
 
 step "rustfmt"
 cargo fmt --all -- --check

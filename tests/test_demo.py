@@ -6,6 +6,8 @@ import asyncio
 import subprocess
 import sys
 
+import httpx
+
 from subagent_tracker import SubagentStatus
 from subagent_tracker._demo import DemoOptions, Orchestrator, plan_for, run_demo
 
@@ -53,3 +55,21 @@ def test_the_multi_process_demo_stops_work_across_processes_and_ends_clean() -> 
     assert "cancel a running subagent by id" in output
     assert "worker-0; its subagents fail" in output
     assert "every task finished" in output
+
+
+def test_the_web_demo_serves_its_session_on_the_dashboard_and_prints_the_address() -> None:
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "subagent_tracker", "demo", "--web", "--speed", "4", "--linger", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert demo.stdout is not None
+        address = demo.stdout.readline().split()
+        assert address[0] == "dashboard:" and address[1].startswith("http://127.0.0.1:")
+        sessions = httpx.get(address[1] + "api/sessions", timeout=10).json()["sessions"]
+        assert [view["session_id"] for view in sessions] == ["demo"]
+        output, _ = demo.communicate(timeout=120)
+    finally:
+        demo.kill()
+    assert demo.returncode == 0 and "every task finished: yes" in output

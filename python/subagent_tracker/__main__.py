@@ -1,9 +1,10 @@
-"""Command line: ``python -m subagent_tracker demo [options]``."""
+"""Command line: ``python -m subagent_tracker demo [options]`` and ``... serve [options]``."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 
 from subagent_tracker import _demo, _demo_workers
@@ -28,11 +29,52 @@ def main(argv: list[str] | None = None) -> int:
         help="run the subagents in this many worker processes, one session on Redis (default: in memory)",
     )
     demo.add_argument("--redis", help="the Redis for --workers (default: start a local redis-server)")
+    demo.add_argument(
+        "--web",
+        action="store_true",
+        help="serve the dashboard on a local port while the demo runs, and print its address",
+    )
+    demo.add_argument(
+        "--port", type=int, default=0, help="the dashboard's port with --web (default: a free one)"
+    )
+    demo.add_argument(
+        "--linger",
+        type=float,
+        default=None,
+        help="with --web, keep the dashboard up this many seconds after the demo (default: until Ctrl-C)",
+    )
+    serve = commands.add_parser("serve", help="serve the live dashboard of a registry's sessions")
+    serve.add_argument("--redis", help="the Redis whose sessions to show (default: an in-memory registry)")
+    serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="the port (default 8000)")
+    serve.add_argument(
+        "--token",
+        help="the token every API call must carry; required off loopback (or set SUBAGENT_TRACKER_TOKEN)",
+    )
+    serve.add_argument(
+        "--details", action="store_true", help="show tasks' metadata, results and errors (may hold user data)"
+    )
     worker = commands.add_parser("_demo-worker", help=argparse.SUPPRESS)
     worker.add_argument("parameters", nargs=4)
     arguments = parser.parse_args(argv)
     if arguments.command == "_demo-worker":
         _demo_workers.worker_main(arguments.parameters)
+        return 0
+    if arguments.command == "serve":
+        from subagent_tracker.dashboard import _serve
+
+        token = arguments.token or os.environ.get(_serve.TOKEN_VARIABLE) or None
+        try:
+            _serve.check_binding(arguments.host, token)
+        except ValueError as refused:
+            parser.error(str(refused))
+        _serve.serve(
+            redis_url=arguments.redis,
+            host=arguments.host,
+            port=arguments.port,
+            token=token,
+            details=arguments.details,
+        )
         return 0
     if arguments.subagents < 10:
         parser.error("--subagents must be at least 10")
@@ -49,11 +91,18 @@ def main(argv: list[str] | None = None) -> int:
             redis_url=arguments.redis,
         )
         return 0 if _demo_workers.run_workers_demo(workers) else 1
-    live = sys.stdout.isatty() and not arguments.plain
+    if arguments.web and arguments.workers:
+        parser.error("--web runs the in-memory demo; for workers, run `serve --redis URL` beside it")
+    live = sys.stdout.isatty() and not arguments.plain and not arguments.web
     options = _demo.DemoOptions(
         subagents=arguments.subagents, seed=arguments.seed, speed=arguments.speed, live=live
     )
-    summary = asyncio.run(_demo.run_demo(options))
+    if arguments.web:
+        from subagent_tracker.dashboard import _demo_web
+
+        summary = asyncio.run(_demo_web.run_demo_with_dashboard(options, arguments.port, arguments.linger))
+    else:
+        summary = asyncio.run(_demo.run_demo(options))
     return 0 if summary.all_finished else 1
 
 

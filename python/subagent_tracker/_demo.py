@@ -20,7 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from subagent_tracker import CancellationToken, Session, SubagentStatus, TaskCancelledError
+from subagent_tracker import CancellationToken, Registry, Session, SubagentStatus, TaskCancelledError
 
 _T = TypeVar("_T")
 
@@ -95,9 +95,13 @@ async def interruptible(token: CancellationToken, work: asyncio.Future[_T]) -> _
 
 
 class Orchestrator:
-    def __init__(self, options: DemoOptions) -> None:
+    def __init__(self, options: DemoOptions, registry: Registry | None = None) -> None:
         self.options = options
-        self.session = Session("demo", max_finished_tasks=10_000)
+        self.session = (
+            registry.session("demo", max_finished_tasks=10_000)
+            if registry is not None
+            else Session("demo", max_finished_tasks=10_000)
+        )
         self.runners: list[asyncio.Task[None]] = []
         self.log: list[str] = []
         self.started = time.perf_counter()
@@ -267,8 +271,9 @@ def print_summary(summary: DemoSummary, total: int, elapsed: float) -> None:
     print(f"\n  every task finished: {'yes' if summary.all_finished else 'NO'}")
 
 
-async def run_demo(options: DemoOptions) -> DemoSummary:
-    orchestrator = Orchestrator(options)
+async def run_demo(options: DemoOptions, registry: Registry | None = None) -> DemoSummary:
+    """Runs the scenario on a session of its own, or on session "demo" of ``registry`` (for the dashboard)."""
+    orchestrator = Orchestrator(options, registry)
     done = asyncio.Event()
     display = asyncio.ensure_future(
         orchestrator.show_live(done) if options.live else orchestrator.show_plain(done)
