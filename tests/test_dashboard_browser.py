@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from dashboard_support import ARTIFACTS, ServedDashboard
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from redis_support import RedisServer, Worker
 
-from subagent_tracker import Registry, SubagentStatus, SubagentTaskHandle
+from subagent_tracker import RedisRegistry, Registry, SubagentStatus, SubagentTaskHandle
 
 HOSTILE = [
     "<script>window.__xss = 'script'</script>",
@@ -108,6 +109,29 @@ def test_cancelling_a_subtree_from_the_page_cancels_every_task_in_it(page: Page,
     finally:
         handles["bystander"].complete()
         served.stop()
+
+
+def test_over_redis_the_page_shows_the_tasks_of_three_worker_processes_live(page: Page) -> None:
+    redis_server = RedisServer()
+    workers = [Worker(redis_server.url, f"worker-{index}") for index in range(3)]
+    served = ServedDashboard(RedisRegistry(redis_server.url, worker_id="dashboard"))
+    try:
+        workers[0].ask(op="start", session="shared", task="root")
+        page.goto(served.url + "/")
+        expect(row(page, "root").locator(".worker")).to_have_text("worker-0")
+        for index, worker in enumerate(workers):
+            worker.ask(op="start", session="shared", task=f"job-{index}", parent="root")
+        for index in range(3):
+            expect(row(page, f"job-{index}").locator(".worker")).to_have_text(f"worker-{index}")
+        workers[1].ask(op="progress", session="shared", task="job-1", message="in another process")
+        expect(row(page, "job-1").locator(".progress")).to_have_text("in another process")
+        workers[2].ask(op="complete", session="shared", task="job-2")
+        expect(row(page, "job-2")).to_have_attribute("data-status", "completed")
+    finally:
+        served.stop()
+        for worker in workers:
+            worker.stop()
+        redis_server.stop()
 
 
 def test_the_page_asks_for_the_token_once(page: Page, registry: Registry) -> None:

@@ -54,25 +54,25 @@ pub(crate) fn status_member(py: Python<'_>, status: SubagentStatus) -> PyResult<
 /// `subagent_tracker.Session`, which registries hand out.
 pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    Ok(CLASS
-        .get_or_try_init(py, || {
-            Ok::<_, PyErr>(
-                py.import("subagent_tracker._session")?
-                    .getattr("Session")?
-                    .unbind(),
-            )
-        })?
-        .bind(py))
+    session_module_class(py, &CLASS, "Session")
 }
 
 /// `subagent_tracker.EventStream`, which Redis sessions hand out as in-memory ones do.
 pub(crate) fn event_stream_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    Ok(CLASS
+    session_module_class(py, &CLASS, "EventStream")
+}
+
+fn session_module_class<'py>(
+    py: Python<'py>,
+    class: &'static PyOnceLock<Py<PyAny>>,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyAny>> {
+    Ok(class
         .get_or_try_init(py, || {
             Ok::<_, PyErr>(
                 py.import("subagent_tracker._session")?
-                    .getattr("EventStream")?
+                    .getattr(name)?
                     .unbind(),
             )
         })?
