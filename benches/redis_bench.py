@@ -133,6 +133,20 @@ def lifecycles(url: str, count: int, worker: str) -> float:
     return count / (time.perf_counter() - started)
 
 
+def cpu_per_lifecycle(url: str, port: int, count: int) -> tuple[float, float]:
+    """The CPU seconds one lifecycle costs this process (its runtime thread included) and the server: on a
+    machine of C cores, no number of processes can go beyond C / (their sum) lifecycles per second."""
+    admin = redis.Redis(port=port)
+
+    def server_cpu() -> float:
+        info = admin.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    client_before, server_before = time.process_time(), server_cpu()
+    lifecycles(url, count, "cpu")
+    return (time.process_time() - client_before) / count, (server_cpu() - server_before) / count
+
+
 def lifecycle_worker(url: str, count: int, worker: str, results: Any) -> None:
     results.put(lifecycles(url, count, worker))
 
@@ -281,6 +295,15 @@ def main() -> None:
             f"{four:,.0f}/s",
             f"one process: {one:,.0f}/s",
             f"{four / one:.2f}x",
+        )
+        client_cpu, server_cpu = timed("CPU per lifecycle", lambda: cpu_per_lifecycle(url, port, count))
+        cores = os.cpu_count() or 1
+        ceiling = cores / (client_cpu + server_cpu)
+        row(
+            "the profile: CPU per lifecycle, client + server",
+            f"{client_cpu * 1e6:.0f} + {server_cpu * 1e6:.0f} µs",
+            f"{cores} cores: at most {ceiling:,.0f}/s in any number of processes",
+            f"ceiling {ceiling / one:.2f}x one process",
         )
         spread = timed("cascade", lambda: cascade(url, cascade_tasks, 4))
         row(
