@@ -139,7 +139,7 @@ def cpu_per_lifecycle(url: str, port: int, count: int) -> tuple[float, float]:
     admin = redis.Redis(port=port)
 
     def server_cpu() -> float:
-        info = admin.info("cpu")
+        info: dict[str, Any] = admin.info("cpu")  # type: ignore[assignment]
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
     client_before, server_before = time.process_time(), server_cpu()
