@@ -73,8 +73,14 @@ pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> Py
     let outer = CALL.with(|state| state.borrow_mut().replace(Collecting::default()));
     let scope = CallScope { outer: Some(outer) };
     let result = call();
-    flush_wake_batch(py);
-    match scope.close().and_then(|collected| collected.interrupt) {
+    // One thread-local access to end the call, not two: each costs a `__tls_get_addr` in a shared library.
+    let Some(collected) = scope.close() else {
+        return Ok(result);
+    };
+    if !collected.woken.is_empty() {
+        dispatch(py, collected.woken);
+    }
+    match collected.interrupt {
         Some(interrupt) => Err(interrupt),
         None => Ok(result),
     }
