@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -84,6 +85,35 @@ def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_r
         assert session.pending_subagent_tasks() == []
     finally:
         runner.stop()
+
+
+def test_an_event_stream_whose_connection_was_killed_connects_again_and_goes_on(
+    redis_server: RedisServer,
+) -> None:
+    session = RedisRegistry(redis_server.url, timeout=2).session("s")
+
+    async def main() -> None:
+        events = session.events()
+        first = session.start_subagent_task("before")
+        assert (await anext(events)).task_id == "before"
+        assert _admin(redis_server, "CLIENT", "KILL", "TYPE", "normal").startswith(b":")
+        # The registry's own connection reconnects too; a call caught by the kill raises, and is made again.
+        with contextlib.suppress(RegistryUnavailableError):
+            session.start_subagent_task("probe").complete()
+        second = session.start_subagent_task("after")
+        seen = []
+        for _ in range(5):
+            try:
+                seen.append((await asyncio.wait_for(anext(events), 5)).task_id)
+                break
+            except RegistryUnavailableError:
+                seen.append("unavailable")  # once: the read that found the connection gone
+        assert seen[-1] in ("probe", "after") and seen.count("unavailable") <= 1, seen
+        events.close()
+        first.complete()
+        second.complete()
+
+    asyncio.run(main())
 
 
 def test_a_stopped_and_continued_server_loses_nothing(redis_server: RedisServer) -> None:

@@ -71,8 +71,10 @@ async fn read_on_demand(mut subscription: RedisEventSubscription, shared: Arc<Sh
 #[pymethods]
 impl RedisEventReader {
     /// The next event read, or `None` when none is buffered (or the reader is closed). Raises
-    /// `RegistryUnavailableError` for a read that failed; the next read tries again.
+    /// `RegistryUnavailableError` for a read that failed; the next read connects again and goes on.
     fn try_next(&self, py: Python<'_>) -> PyResult<Option<SubagentEvent>> {
+        // In a forked child, the buffer is the parent's (and its lock may be held by a thread the child lacks).
+        self.made_in.check()?;
         if self.shared.closed.is_cancelled() {
             return Ok(None);
         }
@@ -86,6 +88,7 @@ impl RedisEventReader {
     /// `None` when an event is buffered or the reader is closed; otherwise asks for a read and returns a future
     /// of the running loop that completes when it arrives or the reader closes.
     fn readable<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.made_in.check()?;
         if self.shared.closed.is_cancelled() || !self.shared.buffer.lock().is_empty() {
             return Ok(None);
         }

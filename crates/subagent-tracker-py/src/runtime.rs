@@ -19,7 +19,7 @@ impl MadeIn {
         MadeIn(std::process::id())
     }
 
-    fn check(self) -> PyResult<()> {
+    pub(crate) fn check(self) -> PyResult<()> {
         if self.0 == std::process::id() {
             return Ok(());
         }

@@ -22,7 +22,10 @@ const READ_COUNT: usize = 256;
 /// Redis, whichever process made them. A reader that the stream's trimming overtook gets one `Lagged` event
 /// with the exact number it missed, then goes on.
 pub struct RedisEventSubscription {
-    connection: MultiplexedConnection,
+    client: redis::Client,
+    timeout: Duration,
+    /// `None` after a read failed: the next read connects again and goes on from `last_id`.
+    connection: Option<MultiplexedConnection>,
     key: String,
     /// The id of the last entry read (or of the stream's last entry when subscribing).
     last_id: String,
@@ -32,17 +35,21 @@ pub struct RedisEventSubscription {
 }
 
 impl RedisEventSubscription {
-    pub(crate) async fn new(
-        mut connection: MultiplexedConnection,
+    pub(crate) async fn open(
+        client: redis::Client,
+        timeout: Duration,
         key: String,
     ) -> Result<RedisEventSubscription, RedisTrackerError> {
+        let mut connection = connect(&client, timeout).await?;
         let newest: StreamRangeReply = connection.xrevrange_count(&key, "+", "-", 1).await?;
         let (last_id, last_number) = match newest.ids.first() {
             Some(entry) => (entry.id.clone(), number(entry)),
             None => ("0-0".to_owned(), Some(0)),
         };
         Ok(RedisEventSubscription {
-            connection,
+            client,
+            timeout,
+            connection: Some(connection),
             key,
             last_id,
             last_number,
@@ -53,19 +60,33 @@ impl RedisEventSubscription {
     /// The next event; waits for one as long as it takes.
     ///
     /// # Errors
-    /// [`RedisTrackerError::Unavailable`] when Redis cannot be reached; the subscription may be read again.
+    /// [`RedisTrackerError::Unavailable`] when Redis cannot be reached. The subscription may be read again: it
+    /// connects anew and goes on where it stopped (with a `Lagged` event if the stream moved past it meanwhile).
     pub async fn next(&mut self) -> Result<SubagentEvent, RedisTrackerError> {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Ok(event);
             }
+            let connection = match &mut self.connection {
+                Some(connection) => connection,
+                None => self
+                    .connection
+                    .insert(connect(&self.client, self.timeout).await?),
+            };
             let options = StreamReadOptions::default()
                 .block(usize::try_from(READ_BLOCK.as_millis()).unwrap_or(1000))
                 .count(READ_COUNT);
-            let reply: Option<StreamReadReply> = self
-                .connection
+            let reply: Option<StreamReadReply> = match connection
                 .xread_options(&[&self.key], &[&self.last_id], &options)
-                .await?;
+                .await
+            {
+                Ok(reply) => reply,
+                Err(error) => {
+                    // A multiplexed connection does not reconnect by itself.
+                    self.connection = None;
+                    return Err(error.into());
+                }
+            };
             for entry in reply
                 .into_iter()
                 .flat_map(|reply| reply.keys)
@@ -96,6 +117,24 @@ impl RedisEventSubscription {
             self.ready.push_back(event);
         }
     }
+}
+
+/// A connection of the subscription's own; a blocking read holds its answer back for up to `READ_BLOCK`, on top
+/// of the usual bound.
+async fn connect(
+    client: &redis::Client,
+    timeout: Duration,
+) -> Result<MultiplexedConnection, RedisTrackerError> {
+    let config = redis::AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(Some(READ_BLOCK + timeout));
+    tokio::time::timeout(
+        timeout,
+        client.get_multiplexed_async_connection_with_config(&config),
+    )
+    .await
+    .map_err(|_| crate::registry::timeout_error())?
+    .map_err(RedisTrackerError::from)
 }
 
 fn text(entry: &StreamId, name: &str) -> Option<String> {

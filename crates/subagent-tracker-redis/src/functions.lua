@@ -231,7 +231,8 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   for _, task in ipairs(unclaimed) do
     finish(base, session_key, task.key, task.task_id, task.run, at)
   end
-  redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT)
+  -- LIMIT 0: a trim otherwise removes at most 100 nodes' worth of entries, less than a large cascade added.
+  redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
   for worker, messages in pairs(notifications) do
     redis.call('PUBLISH', channel_of(base, worker), table.concat(messages))
   end

@@ -444,20 +444,12 @@ impl RedisSession {
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
     pub async fn subscribe(&self) -> Result<RedisEventSubscription, RedisTrackerError> {
-        let timeout = self.worker.options.timeout;
-        // A blocking read holds its answer back for up to `READ_BLOCK`, on top of the usual bound.
-        let config = redis::AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(crate::events::READ_BLOCK + timeout));
-        let connection = tokio::time::timeout(
-            timeout,
-            self.worker
-                .client
-                .get_multiplexed_async_connection_with_config(&config),
+        RedisEventSubscription::open(
+            self.worker.client.clone(),
+            self.worker.options.timeout,
+            self.worker.keys.events(&self.session_id),
         )
         .await
-        .map_err(|_| crate::registry::timeout_error())??;
-        RedisEventSubscription::new(connection, self.worker.keys.events(&self.session_id)).await
     }
 
     /// Waits until the task `task_id` has finished, in whatever process it runs, and returns its final

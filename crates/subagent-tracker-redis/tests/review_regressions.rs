@@ -256,3 +256,48 @@ async fn an_end_by_id_of_a_queued_task_wins_and_refuses_later_claims() {
         ))
     ));
 }
+
+/// A cascade far larger than the event stream's bound leaves the stream at about its bound: the one trim at
+/// its end is not capped at the 10,000 entries a trim removes by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_far_larger_than_the_event_bound_leaves_the_stream_bounded() {
+    const EVENT_LIMIT: usize = 10_000;
+    let server = RedisServer::start();
+    let worker = server.worker("r9:", "a").await;
+    let session = worker.session(Some("s"), retaining(0)).await.unwrap();
+    let _root = session
+        .start(TaskStart::new().task_id("root"))
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    for chunk in 0..25 {
+        let starts = (0..1_000).map(|index| {
+            session.start(
+                TaskStart::new()
+                    .task_id(format!("child-{chunk}-{index}"))
+                    .parent_id("root"),
+            )
+        });
+        for started in futures_util::future::join_all(starts).await {
+            handles.push(started.unwrap());
+        }
+    }
+    assert!(session.cancel("root", None).await.unwrap());
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let length: usize = redis::cmd("XLEN")
+        .arg("r9:{s}:events")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        length <= EVENT_LIMIT + 1_000,
+        "{length} events kept after a cascade of 25,001 tasks"
+    );
+    assert!(
+        eventually(|| handles
+            .iter()
+            .all(subagent_tracker_redis::RedisTaskHandle::is_cancelled))
+        .await
+    );
+}
