@@ -605,7 +605,7 @@
     li.tabIndex = 0;
     const name = make("span", "session-id", id);
     name.title = id;
-    const item = { li, total: make("span", "session-total"), chips: make("span", "chips") };
+    const item = { li, total: make("span", "session-total"), chips: make("span", "chips"), chipsKey: null };
     li.append(name, item.total, item.chips);
     return item;
   }
@@ -614,15 +614,20 @@
     const counts = session.counts && typeof session.counts === "object" ? session.counts : {};
     const total = Number(session.total) || 0;
     setText(item.total, countText(total, total === 1 ? "task" : "tasks"));
-    const chips = [];
-    for (const status of STATUSES) {
-      const n = Number(counts[status]) || 0;
-      if (n === 0) continue;
-      const chip = make("span", "chip", countText(n, status));
-      chip.dataset.status = status;
-      chips.push(chip);
+    // Rebuilt only when a count changed: the overview comes every second for every session.
+    const numbers = STATUSES.map((status) => Number(counts[status]) || 0);
+    const key = numbers.join(",");
+    if (item.chipsKey !== key) {
+      item.chipsKey = key;
+      const chips = [];
+      STATUSES.forEach((status, index) => {
+        if (numbers[index] === 0) return;
+        const chip = make("span", "chip", countText(numbers[index], status));
+        chip.dataset.status = status;
+        chips.push(chip);
+      });
+      item.chips.replaceChildren(...chips);
     }
-    item.chips.replaceChildren(...chips);
     const selected = session.session_id === state.selected;
     item.li.classList.toggle("selected", selected);
     item.li.setAttribute("aria-current", String(selected));
