@@ -19,6 +19,7 @@ from subagent_tracker import (
     WORKER_LOST_ERROR,
     DuplicateTaskError,
     RedisRegistry,
+    RedisTaskHandle,
     RegistryUnavailableError,
     Session,
     SubagentStatus,
@@ -393,3 +394,35 @@ def test_one_snapshot_and_one_listing_cost_one_call_each(redis_server: RedisServ
     assert called.count([b"FCALL", b"st_list"]) == 1
     admin.config_set("slowlog-log-slower-than", 10_000)
     handle.complete()
+
+
+def test_spawned_subagents_run_on_redis_as_in_memory_and_escalate_after_their_grace(
+    redis_server: RedisServer, session_id: str
+) -> None:
+    session = RedisRegistry(redis_server.url, worker_id="spawner").session(session_id)
+    other = RedisRegistry(redis_server.url, worker_id="canceller").session(session_id)
+
+    async def answers(handle: RedisTaskHandle) -> str:
+        handle.progress("thinking")
+        return "42"
+
+    async def ignores_its_token(handle: RedisTaskHandle) -> None:
+        await asyncio.sleep(3600)
+
+    async def main() -> None:
+        done = await session.spawn_subagent_task(answers, "answers", agent="oracle")
+        assert (done.status, done.result, done.progress) == (SubagentStatus.COMPLETED, "42", "thinking")
+        stuck = session.spawn_subagent_task(ignores_its_token, "stuck", grace=0.2)
+        await asyncio.sleep(0.05)
+        assert other.cancel_subagent_task("stuck", reason="stop")  # from another registry
+        final = await asyncio.wait_for(stuck, 10)
+        assert (final.status, final.finished, final.escalated) == (SubagentStatus.CANCELLED, True, True)
+        async with session.start_subagent_task("with-async") as handle:
+            handle.progress("inside")
+        ended = session.subagent_task("with-async")
+        assert ended is not None and ended.status == SubagentStatus.COMPLETED
+
+    asyncio.run(main())
+    with pytest.raises(RuntimeError):
+        session.spawn_subagent_task(answers, "outside-a-loop")
+    assert session.subagent_task("outside-a-loop") is None

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from subagent_tracker._errors import TaskCancelledError
+from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
 from subagent_tracker._native import _EVENT_STREAM_BUSY, _check_seconds
 from subagent_tracker._native import Session as _NativeSession
 
@@ -16,6 +16,8 @@ if TYPE_CHECKING:
         CancellationToken,
         EventSubscription,
         RedisEventReader,
+        RedisSession,
+        RedisTaskHandle,
         SubagentEvent,
         SubagentTask,
         SubagentTaskHandle,
@@ -75,11 +77,11 @@ class Session(_NativeSession):
         ``grace`` seconds later, its asyncio task is cancelled by force and the snapshot shows
         ``escalated``. Await the returned object for the final snapshot.
         """
-        _check_seconds(grace, "grace")
-        # Asked before the start, so that a call outside a running loop leaves no task behind.
-        loop = asyncio.get_running_loop()
-        handle = self.start_subagent_task(
+        return spawn_subagent_task(
+            self,
+            function,
             task_id,
+            grace=grace,
             parent_id=parent_id,
             agent=agent,
             description=description,
@@ -89,7 +91,6 @@ class Session(_NativeSession):
             detached=detached,
             linked=linked,
         )
-        return SpawnedSubagent(handle, function, grace, loop)
 
     def events(self) -> EventStream:
         """An async iterator of lifecycle events from this call on (the subscription starts here, not at
@@ -108,6 +109,39 @@ class Session(_NativeSession):
         self.close()
 
 
+def spawn_subagent_task(
+    session: Session | RedisSession,
+    function: Callable[[Any], Awaitable[Any]],
+    task_id: str | None = None,
+    *,
+    grace: float = DEFAULT_GRACE_SECONDS,
+    parent_id: str | None = None,
+    agent: str | None = None,
+    description: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    deadline: float | None = None,
+    detached: bool = False,
+    linked: Iterable[CancellationToken] | None = None,
+) -> SpawnedSubagent:
+    """``spawn_subagent_task`` of an in-memory ``Session`` and of a ``RedisSession``."""
+    _check_seconds(grace, "grace")
+    # Asked before the start, so that a call outside a running loop leaves no task behind.
+    loop = asyncio.get_running_loop()
+    handle = session.start_subagent_task(
+        task_id,
+        parent_id=parent_id,
+        agent=agent,
+        description=description,
+        metadata=metadata,
+        timeout=timeout,
+        deadline=deadline,
+        detached=detached,
+        linked=linked,
+    )
+    return SpawnedSubagent(handle, function, grace, loop)
+
+
 class SpawnedSubagent:
     """A subagent running as an asyncio task; ``await`` it for its final snapshot."""
 
@@ -115,8 +149,8 @@ class SpawnedSubagent:
 
     def __init__(
         self,
-        handle: SubagentTaskHandle,
-        function: Callable[[SubagentTaskHandle], Awaitable[Any]],
+        handle: SubagentTaskHandle | RedisTaskHandle,
+        function: Callable[[Any], Awaitable[Any]],
         grace: float,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
@@ -141,7 +175,7 @@ class SpawnedSubagent:
 
         handle.token.on_cancel(on_cancel)
 
-    async def _run(self, function: Callable[[SubagentTaskHandle], Awaitable[Any]]) -> SubagentTask:
+    async def _run(self, function: Callable[[Any], Awaitable[Any]]) -> SubagentTask:
         handle = self.handle
         try:
             async with handle:
@@ -152,7 +186,11 @@ class SpawnedSubagent:
                 raise
         except (TaskCancelledError, Exception):
             pass  # The handle recorded the outcome; the snapshot tells it.
-        return handle.snapshot()
+        snapshot = handle.snapshot()
+        if snapshot is None:
+            # Only a Redis task can be gone: its session kept no finished task (`max_finished_tasks=0`).
+            raise UnknownTaskError(f"task {handle.task_id!r} finished and is no longer retained")
+        return snapshot
 
     @property
     def task_id(self) -> str:

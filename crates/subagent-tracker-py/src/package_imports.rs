@@ -54,16 +54,22 @@ pub(crate) fn status_member(py: Python<'_>, status: SubagentStatus) -> PyResult<
 /// `subagent_tracker.Session`, which registries hand out.
 pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    session_module_class(py, &CLASS, "Session")
+    session_module_attribute(py, &CLASS, "Session")
 }
 
 /// `subagent_tracker.EventStream`, which Redis sessions hand out as in-memory ones do.
 pub(crate) fn event_stream_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    session_module_class(py, &CLASS, "EventStream")
+    session_module_attribute(py, &CLASS, "EventStream")
 }
 
-fn session_module_class<'py>(
+/// `subagent_tracker._session.spawn_subagent_task`, which Redis sessions share with in-memory ones.
+pub(crate) fn spawn_function(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    session_module_attribute(py, &FUNCTION, "spawn_subagent_task")
+}
+
+fn session_module_attribute<'py>(
     py: Python<'py>,
     class: &'static PyOnceLock<Py<PyAny>>,
     name: &str,

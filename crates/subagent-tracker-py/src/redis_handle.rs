@@ -6,6 +6,7 @@ use subagent_tracker_redis::{RedisSession, RedisTaskHandle as CoreHandle};
 use crate::arguments;
 use crate::errors::{redis_error, runner_exit, RunnerExit};
 use crate::python_types::python_repr;
+use crate::ready::Ready;
 use crate::redis_registry::snapshot;
 use crate::runtime::{block_on, MadeIn};
 use crate::snapshot::SubagentTask;
@@ -95,6 +96,16 @@ impl RedisTaskHandle {
         self.end(py, RunnerExit::Failed(text), None)
     }
 
+    /// Records that the runner did not stop within its grace period after a cancel and is being stopped by
+    /// force; snapshots show it as `escalated`.
+    fn record_escalation(&self, py: Python<'_>) -> PyResult<()> {
+        block_on(py, self.made_in, async {
+            self.handle.lock().await.record_escalation().await
+        })?
+        .map(drop)
+        .map_err(|error| redis_error(py, error))
+    }
+
     fn snapshot(&self, py: Python<'_>) -> PyResult<Option<SubagentTask>> {
         block_on(py, self.made_in, self.session.get(&self.task_id))?
             .map_err(|error| redis_error(py, error))?
@@ -116,6 +127,26 @@ impl RedisTaskHandle {
     ) -> PyResult<bool> {
         self.end(py, runner_exit(py, exception)?, None)?;
         Ok(false)
+    }
+
+    /// `async with handle:` ends the task as `with` does (the end is one short call to Redis).
+    fn __aenter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Ready>> {
+        Py::new(py, Ready::new(slf.into_any()))
+    }
+
+    #[pyo3(signature = (_exception_type, exception, _traceback))]
+    fn __aexit__(
+        &self,
+        py: Python<'_>,
+        _exception_type: &Bound<'_, PyAny>,
+        exception: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<Ready>> {
+        self.end(py, runner_exit(py, exception)?, None)?;
+        Py::new(
+            py,
+            Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()),
+        )
     }
 
     fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {

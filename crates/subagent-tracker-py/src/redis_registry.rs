@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList, PyTuple};
 use subagent_tracker::{SubagentTaskSnapshot, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{
     RedisOptions, RedisRegistry as CoreRegistry, RedisSession as CoreSession,
@@ -18,7 +18,7 @@ use crate::arguments::{
     TimeoutArgument, WorkerIdArgument,
 };
 use crate::errors::redis_error;
-use crate::package_imports::{event_stream_class, json_function};
+use crate::package_imports::{event_stream_class, json_function, spawn_function};
 use crate::python_types::PyValue;
 use crate::redis_events::RedisEventReader;
 use crate::redis_handle::RedisTaskHandle;
@@ -409,6 +409,21 @@ impl RedisSession {
                 timeout.as_secs_f64()
             ))),
         })
+    }
+
+    /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as
+    /// `Session.spawn_subagent_task` does (the same code runs both).
+    #[pyo3(signature = (*args, **kwargs))]
+    fn spawn_subagent_task<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let mut arguments = vec![slf.as_any().clone()];
+        arguments.extend(args.iter());
+        let arguments = PyTuple::new(py, arguments)?;
+        spawn_function(py)?.call(arguments, kwargs)
     }
 
     /// An async iterator of the session's lifecycle events from this call on, whichever process makes them:

@@ -443,6 +443,15 @@ local function st_progress(keys, args)
   return 1
 end
 
+-- st_escalate(session_key; task_id, run): records that the run's runner was stopped by force after its grace
+-- (snapshots show it as escalated). Returns 1, or 0 when that run is no longer the task's current one.
+local function st_escalate(keys, args)
+  local key = task_key(base_of(keys[1]), args[1])
+  if redis.call('HGET', key, 'run') ~= args[2] then return 0 end
+  redis.call('HSET', key, 'escalated', '1')
+  return 1
+end
+
 local function snapshot(base, task_id)
   return redis.call('HGETALL', task_key(base, task_id))
 end
@@ -692,6 +701,7 @@ redis.register_function('st_cancel_all', st_cancel_all)
 redis.register_function('st_end', st_end)
 redis.register_function('st_claim', st_claim)
 redis.register_function('st_progress', st_progress)
+redis.register_function('st_escalate', st_escalate)
 redis.register_function{ function_name = 'st_get', callback = st_get, flags = { 'no-writes' } }
 redis.register_function{ function_name = 'st_list', callback = st_list, flags = { 'no-writes' } }
 redis.register_function{ function_name = 'st_status', callback = st_status, flags = { 'no-writes' } }

@@ -84,6 +84,17 @@ impl RedisTaskHandle {
             .await
     }
 
+    /// Records that the runner did not stop within its grace period after a cancel and is being stopped by
+    /// force; snapshots show it as `escalated`. False when this run is no longer the task's current one.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn record_escalation(&self) -> Result<bool, RedisTrackerError> {
+        self.session
+            .record_escalation(&self.run.task_id, &self.run.run)
+            .await
+    }
+
     /// Reports success. True exactly when this moved the task to `Completed`.
     ///
     /// # Errors

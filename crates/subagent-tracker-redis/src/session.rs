@@ -341,6 +341,21 @@ impl RedisSession {
         Ok(transitioned == 1)
     }
 
+    pub(crate) async fn record_escalation(
+        &self,
+        task_id: &str,
+        run: &str,
+    ) -> Result<bool, RedisTrackerError> {
+        let recorded: i64 = store::call(
+            &mut self.connection(),
+            "st_escalate",
+            &self.key,
+            &[task_id, run],
+        )
+        .await?;
+        Ok(recorded == 1)
+    }
+
     pub(crate) async fn record_progress(
         &self,
         task_id: &str,

@@ -172,6 +172,7 @@ impl TaskFields {
             .and_then(|cause| CancelCause::from_name(cause));
         snapshot.deadline = self.time("deadline");
         snapshot.detached = self.flag("detached");
+        snapshot.escalated = self.flag("escalated");
         snapshot.progress = self.text("progress");
         snapshot.progress_count = self
             .0
