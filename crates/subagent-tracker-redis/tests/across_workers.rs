@@ -871,3 +871,27 @@ async fn ids_and_reasons_with_separators_reach_the_runner_by_the_push() {
         Some("reason\twith:colons")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_escalation_is_recorded_for_the_current_run_only() {
+    let server = RedisServer::start();
+    let worker = server.worker("t30:", "a").await;
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    let mut first = session
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    assert!(session.cancel("job", None).await.unwrap());
+    assert!(first.record_escalation().await.unwrap());
+    first.stopped(None).await.unwrap();
+    let snapshot = session.get("job").await.unwrap().unwrap();
+    assert!(snapshot.escalated && snapshot.status == SubagentStatus::Cancelled);
+    // A restarted id is a new run: the old handle's escalation no longer touches it.
+    let mut second = session
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    assert!(!first.record_escalation().await.unwrap());
+    assert!(!session.get("job").await.unwrap().unwrap().escalated);
+    assert!(second.complete(None).await.unwrap());
+}
