@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from subagent_tracker._loopback import free_port
 from subagent_tracker.dashboard import ACTION_HEADER, app
-from subagent_tracker.dashboard._serve import free_port
 
 #: Where the browser tests leave their screenshots and figures.
 ARTIFACTS = Path(__file__).resolve().parents[1] / "target" / "dashboard-artifacts"

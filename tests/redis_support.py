@@ -16,14 +16,9 @@ from typing import Any
 
 import pytest
 
+from subagent_tracker._loopback import free_port
+
 WORKER = Path(__file__).with_name("redis_worker.py")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 class RedisServer:
@@ -31,7 +26,7 @@ class RedisServer:
     ``aof_directory`` written before each answer."""
 
     def __init__(self, aof_directory: Path | None = None, port: int | None = None) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.aof_directory = aof_directory
         persistence = (
             ["--appendonly", "no"]

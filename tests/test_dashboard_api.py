@@ -16,8 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from redis_support import RedisServer, Worker
 
 from subagent_tracker import Registry, SubagentStatus
+from subagent_tracker._loopback import free_port
 from subagent_tracker.dashboard import ACTION_HEADER, DASHBOARD_CANCEL_REASON, app
-from subagent_tracker.dashboard._serve import free_port
 
 
 @pytest.fixture

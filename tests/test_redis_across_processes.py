@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
-from redis_support import RedisServer, Worker, _free_port
+from redis_support import RedisServer, Worker
 
 from subagent_tracker import (
     CLAIM_TIMEOUT_ERROR,
@@ -26,6 +26,7 @@ from subagent_tracker import (
     SubagentTrackerError,
     UnknownTaskError,
 )
+from subagent_tracker._loopback import free_port
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +218,7 @@ def test_an_unreachable_redis_raises_registry_unavailable_within_the_timeout() -
     assert isinstance(raised.value, ConnectionError)
     assert time.monotonic() - started < 3
     with pytest.raises(RegistryUnavailableError):
-        RedisRegistry(f"redis://127.0.0.1:{_free_port()}/0", timeout=0.5)
+        RedisRegistry(f"redis://127.0.0.1:{free_port()}/0", timeout=0.5)
 
 
 def test_a_wait_returns_once_the_runner_in_another_process_has_stopped(

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import Proxy, RedisServer, Worker, _free_port
+from redis_support import Proxy, RedisServer, Worker
 
 from subagent_tracker import (
     LEASE_LOST_REASON,
@@ -22,6 +22,7 @@ from subagent_tracker import (
     RegistryUnavailableError,
     SubagentStatus,
 )
+from subagent_tracker._loopback import free_port
 
 
 @pytest.fixture
@@ -216,7 +217,7 @@ class _NotRedis:
 def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisServer, describe: str) -> None:
     not_redis = _NotRedis()
     urls = {
-        "unreachable": f"redis://127.0.0.1:{_free_port()}/0",
+        "unreachable": f"redis://127.0.0.1:{free_port()}/0",
         "not redis": f"redis://127.0.0.1:{not_redis.port}/0",
         "wrong password": f"redis://:wrong@127.0.0.1:{redis_server.port}/0",
     }

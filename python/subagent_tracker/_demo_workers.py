@@ -31,6 +31,7 @@ from subagent_tracker import (
     SubagentTask,
     TaskCancelledError,
 )
+from subagent_tracker._loopback import free_port
 
 SESSION = "demo"
 LEASE = 1.0
@@ -50,9 +51,7 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
         raise SystemExit(
             "the multi-process demo needs redis-server (Debian: apt-get install redis-server), or --redis URL"
         )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = subprocess.Popen(
         ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

@@ -27,6 +27,45 @@ if TYPE_CHECKING:
 DEFAULT_GRACE_SECONDS = 5.0
 
 
+def _spawn_subagent_task(
+    session: Session | RedisSession,
+    function: Callable[[Any], Awaitable[Any]],
+    task_id: str | None = None,
+    *,
+    grace: float = DEFAULT_GRACE_SECONDS,
+    parent_id: str | None = None,
+    agent: str | None = None,
+    description: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    deadline: float | None = None,
+    detached: bool = False,
+    linked: Iterable[CancellationToken] | None = None,
+) -> SpawnedSubagent:
+    """Starts a task and runs ``await function(handle)`` as an asyncio task of the running loop.
+
+    The task completes with the function's return value, fails with its exception, or ends cancelled. A
+    cancel is cooperative first (the function sees its token fire); if the function has not returned
+    ``grace`` seconds later, its asyncio task is cancelled by force and the snapshot shows ``escalated``.
+    Await the returned object for the final snapshot.
+    """
+    _check_seconds(grace, "grace")
+    # Asked before the start, so that a call outside a running loop leaves no task behind.
+    loop = asyncio.get_running_loop()
+    handle = session.start_subagent_task(
+        task_id,
+        parent_id=parent_id,
+        agent=agent,
+        description=description,
+        metadata=metadata,
+        timeout=timeout,
+        deadline=deadline,
+        detached=detached,
+        linked=linked,
+    )
+    return SpawnedSubagent(handle, function, grace, loop)
+
+
 class Session(_NativeSession):
     """A scope that owns subagent tasks: start them, cancel one, a subtree or all, query them, await them.
 
@@ -55,42 +94,8 @@ class Session(_NativeSession):
                 ) from None
         return watch.snapshot()
 
-    def spawn_subagent_task(
-        self,
-        function: Callable[[SubagentTaskHandle], Awaitable[Any]],
-        task_id: str | None = None,
-        *,
-        grace: float = DEFAULT_GRACE_SECONDS,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-    ) -> SpawnedSubagent:
-        """Starts a task and runs ``await function(handle)`` as an asyncio task of the running loop.
-
-        The task completes with the function's return value, fails with its exception, or ends cancelled.
-        A cancel is cooperative first (the function sees its token fire); if the function has not returned
-        ``grace`` seconds later, its asyncio task is cancelled by force and the snapshot shows
-        ``escalated``. Await the returned object for the final snapshot.
-        """
-        return spawn_subagent_task(
-            self,
-            function,
-            task_id,
-            grace=grace,
-            parent_id=parent_id,
-            agent=agent,
-            description=description,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            detached=detached,
-            linked=linked,
-        )
+    # The same function serves `RedisSession.spawn_subagent_task`.
+    spawn_subagent_task = _spawn_subagent_task
 
     def events(self) -> EventStream:
         """An async iterator of lifecycle events from this call on (the subscription starts here, not at
@@ -107,39 +112,6 @@ class Session(_NativeSession):
 
     def __exit__(self, *_exception: object) -> None:
         self.close()
-
-
-def spawn_subagent_task(
-    session: Session | RedisSession,
-    function: Callable[[Any], Awaitable[Any]],
-    task_id: str | None = None,
-    *,
-    grace: float = DEFAULT_GRACE_SECONDS,
-    parent_id: str | None = None,
-    agent: str | None = None,
-    description: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    timeout: float | None = None,
-    deadline: float | None = None,
-    detached: bool = False,
-    linked: Iterable[CancellationToken] | None = None,
-) -> SpawnedSubagent:
-    """``spawn_subagent_task`` of an in-memory ``Session`` and of a ``RedisSession``."""
-    _check_seconds(grace, "grace")
-    # Asked before the start, so that a call outside a running loop leaves no task behind.
-    loop = asyncio.get_running_loop()
-    handle = session.start_subagent_task(
-        task_id,
-        parent_id=parent_id,
-        agent=agent,
-        description=description,
-        metadata=metadata,
-        timeout=timeout,
-        deadline=deadline,
-        detached=detached,
-        linked=linked,
-    )
-    return SpawnedSubagent(handle, function, grace, loop)
 
 
 class SpawnedSubagent:

@@ -124,7 +124,7 @@ impl SubagentTaskHandle {
     }
 
     fn __aenter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Ready>> {
-        Py::new(py, Ready::new(slf.into_any()))
+        Ready::entered(py, slf.into_any())
     }
 
     #[pyo3(signature = (_exception_type, exception, _traceback))]
@@ -136,10 +136,7 @@ impl SubagentTaskHandle {
         _traceback: &Bound<'_, PyAny>,
     ) -> PyResult<Py<Ready>> {
         self.exit(py, exception)?;
-        Py::new(
-            py,
-            Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()),
-        )
+        Ready::exited(py)
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

@@ -63,10 +63,10 @@ pub(crate) fn event_stream_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> 
     session_module_attribute(py, &CLASS, "EventStream")
 }
 
-/// `subagent_tracker._session.spawn_subagent_task`, which Redis sessions share with in-memory ones.
+/// `subagent_tracker._session._spawn_subagent_task`, which Redis sessions share with in-memory ones.
 pub(crate) fn spawn_function(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    session_module_attribute(py, &FUNCTION, "spawn_subagent_task")
+    session_module_attribute(py, &FUNCTION, "_spawn_subagent_task")
 }
 
 fn session_module_attribute<'py>(

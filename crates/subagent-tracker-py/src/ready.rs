@@ -15,6 +15,17 @@ impl Ready {
     pub(crate) fn new(value: Py<PyAny>) -> Ready {
         Ready { value }
     }
+
+    /// What a runner handle's `__aenter__` returns: the handle itself.
+    pub(crate) fn entered(py: Python<'_>, handle: Py<PyAny>) -> PyResult<Py<Ready>> {
+        Py::new(py, Ready::new(handle))
+    }
+
+    /// What a runner handle's `__aexit__` returns: `False`, so the exception (if any) propagates.
+    pub(crate) fn exited(py: Python<'_>) -> PyResult<Py<Ready>> {
+        let propagate = false.into_pyobject(py)?.to_owned().into_any().unbind();
+        Py::new(py, Ready::new(propagate))
+    }
 }
 
 #[pymethods]

@@ -131,7 +131,7 @@ impl RedisTaskHandle {
 
     /// `async with handle:` ends the task as `with` does (the end is one short call to Redis).
     fn __aenter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Ready>> {
-        Py::new(py, Ready::new(slf.into_any()))
+        Ready::entered(py, slf.into_any())
     }
 
     #[pyo3(signature = (_exception_type, exception, _traceback))]
@@ -143,10 +143,7 @@ impl RedisTaskHandle {
         _traceback: &Bound<'_, PyAny>,
     ) -> PyResult<Py<Ready>> {
         self.end(py, runner_exit(py, exception)?, None)?;
-        Py::new(
-            py,
-            Ready::new(false.into_pyobject(py)?.to_owned().into_any().unbind()),
-        )
+        Ready::exited(py)
     }
 
     fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {

@@ -895,3 +895,64 @@ async fn an_escalation_is_recorded_for_the_current_run_only() {
     assert!(!session.get("job").await.unwrap().unwrap().escalated);
     assert!(second.complete(None).await.unwrap());
 }
+
+/// A pushed cancel carries each task's own reason and origin: a cascade names its root, a session cancel names
+/// each task itself (the message's fields are framed once per root and cause, never shared across those).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushed_cancels_carry_each_task_s_reason_and_origin() {
+    let server = RedisServer::start();
+    let a = server.worker("t31:", "a").await;
+    let b = server.worker("t31:", "b").await;
+    let session_a = a.session(Some("s"), config()).await.unwrap();
+    let session_b = b.session(Some("s"), config()).await.unwrap();
+    let mut roots = Vec::new();
+    let mut children = Vec::new();
+    for root in ["r1", "r2"] {
+        roots.push(
+            session_a
+                .start(TaskStart::new().task_id(root))
+                .await
+                .unwrap(),
+        );
+        for index in 0..3 {
+            let child = TaskStart::new()
+                .task_id(format!("{root}-{index}"))
+                .parent_id(root);
+            children.push(session_b.start(child).await.unwrap());
+        }
+    }
+    let loose = [
+        session_b
+            .start(TaskStart::new().task_id("loose-1"))
+            .await
+            .unwrap(),
+        session_b
+            .start(TaskStart::new().task_id("loose-2"))
+            .await
+            .unwrap(),
+    ];
+    assert!(session_a.cancel("r1", Some("r1 reason")).await.unwrap());
+    assert!(session_a.cancel("r2", Some("r2 reason")).await.unwrap());
+    assert_eq!(session_a.cancel_all(Some("everything")).await.unwrap(), 2);
+    assert!(
+        eventually(|| children
+            .iter()
+            .chain(&loose)
+            .all(|handle| handle.is_cancelled()))
+        .await
+    );
+    for child in &children {
+        let root = &child.task_id()[..2];
+        let token = child.token();
+        assert_eq!(token.origin().as_deref(), Some(root));
+        assert_eq!(
+            token.reason().as_deref(),
+            Some(format!("{root} reason").as_str())
+        );
+    }
+    for handle in &loose {
+        assert_eq!(handle.token().origin().as_deref(), Some(handle.task_id()));
+        assert_eq!(handle.token().reason().as_deref(), Some("everything"));
+    }
+    drop((roots, children, loose));
+}

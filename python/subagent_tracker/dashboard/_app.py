@@ -62,8 +62,6 @@ class Dashboard:
         self.watch = Watch(registry)
         self._overview: tuple[float, list[dict[str, Any]]] | None = None
         self._overview_lock = asyncio.Lock()
-        # The sessions read for the scrape in progress: the gauges' collector runs in a worker thread.
-        self.gauge_source: list[dict[str, Any]] = []
         self.watch.metrics.registry.register(_TaskGauges(self))
 
     # --- reading the registry (in a worker thread: a Redis registry blocks on the network)
@@ -82,11 +80,12 @@ class Dashboard:
         async with self._overview_lock:
             if self._overview is not None and time.monotonic() - self._overview[0] < 0.5:
                 return self._overview[1]
-            views = await run_in_threadpool(self._read_sessions)
+            views = await run_in_threadpool(self.read_sessions)
             self._overview = (time.monotonic(), views)
             return views
 
-    def _read_sessions(self) -> list[dict[str, Any]]:
+    def read_sessions(self) -> list[dict[str, Any]]:
+        """Every session with its counts by status, read now (a Redis registry blocks on the network)."""
         views = []
         for session_id in sorted(self.registry.sessions()):
             session = self.registry.get_session(session_id)
@@ -138,7 +137,7 @@ class Dashboard:
         return JSONResponse({"cancelled": await run_in_threadpool(session.cancel, reason)})
 
     async def metrics(self, _request: Request) -> Response:
-        self.gauge_source = await self.sessions()
+        # The gauges' collector reads the registry: in a worker thread, with the rest of the scrape.
         body = await run_in_threadpool(generate_latest, self.watch.metrics.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
@@ -243,7 +242,7 @@ class _TaskGauges(Collector):
         self.dashboard = dashboard
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
-        sessions = self.dashboard.gauge_source
+        sessions = self.dashboard.read_sessions()
         tasks = GaugeMetricFamily(
             "subagent_tracker_tasks", "Tasks retained in the registry, by status.", labels=["status"]
         )

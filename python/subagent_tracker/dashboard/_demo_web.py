@@ -7,7 +7,8 @@ import contextlib
 
 from subagent_tracker import Registry
 from subagent_tracker._demo import DemoOptions, DemoSummary, run_demo
-from subagent_tracker.dashboard._serve import free_port, server, start_serving
+from subagent_tracker._loopback import free_port
+from subagent_tracker.dashboard._serve import server, start_serving
 
 
 async def run_demo_with_dashboard(options: DemoOptions, port: int, linger: float | None) -> DemoSummary:

@@ -36,13 +36,6 @@ def check_binding(host: str, token: str | None) -> None:
         )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def server(registry: Any, *, host: str, port: int, token: str | None, details: bool) -> uvicorn.Server:
     """A uvicorn server of the dashboard over ``registry``; ``await server.serve()`` runs it."""
     check_binding(host, token)
