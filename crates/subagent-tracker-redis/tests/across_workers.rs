@@ -938,7 +938,7 @@ async fn pushed_cancels_carry_each_task_s_reason_and_origin() {
         eventually(|| children
             .iter()
             .chain(&loose)
-            .all(|handle| handle.is_cancelled()))
+            .all(subagent_tracker_redis::RedisTaskHandle::is_cancelled))
         .await
     );
     for child in &children {
