@@ -35,6 +35,7 @@ mod error;
 mod event;
 mod event_bus;
 mod handle;
+mod pending_index;
 mod registry;
 mod retention;
 mod snapshot;

@@ -55,6 +55,9 @@ pub(crate) struct TaskEntry<V> {
     pub(crate) detached: bool,
     /// Reserved (it started `Queued`), so a runner must claim it.
     pub(crate) reserved: bool,
+    /// Its stripe in the session's index of pending tasks: that of the thread that started it. (A byte, so
+    /// that it fits beside the flags above rather than growing every retained record.)
+    pub(crate) pending_stripe: u8,
     pub(crate) signal: Arc<CancelSignal>,
     /// Where this run stands in the session's retention window (`retention::state`).
     pub(crate) retention: AtomicU8,
@@ -167,6 +170,7 @@ impl<V> TaskEntry<V> {
             deadline,
             detached,
             reserved,
+            pending_stripe: crate::pending_index::current_stripe(),
             signal: Arc::new(CancelSignal::new(if reserved {
                 SubagentStatus::Queued
             } else {

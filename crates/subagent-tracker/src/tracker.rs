@@ -1,9 +1,17 @@
 //! The in-memory tracker of one session's subagent tasks.
+//!
+//! # Lock order
+//!
+//! A task's record lock (see `task_entry`) may be held while one of the session's own locks is taken: a shard
+//! of the id map, a stripe of the pending index, or the retention window. Those three are leaves: none is
+//! held while any other lock is taken. (The loom models see the stripes and the window, but not the id map's
+//! shard locks, so under a shard lock the core does nothing but the map operation and one status read.)
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
+use crossbeam_utils::CachePadded;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 // Seeded per process, so ids chosen by users cannot be crafted to collide; several times faster than SipHash
@@ -14,6 +22,7 @@ use crate::cancel_signal::{CancelRecord, Dependent, Registration, SourceLink};
 use crate::deadline_timer::{self, Expire};
 use crate::delivery::Delivery;
 use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
+use crate::pending_index::PendingIndex;
 use crate::registry::RegistryShared;
 use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
 use crate::sync::AtomicU64;
@@ -126,11 +135,13 @@ pub(crate) struct TrackerShared<V> {
     session_id: Arc<str>,
     config: TrackerConfig,
     tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
-    /// The pending (queued or running, not cancelled) tasks, by start sequence, so that listing them costs
-    /// what is pending, not what is retained.
-    running: DashMap<u64, Arc<TaskEntry<V>>, RandomState>,
-    finished: FinishedTasks<V>,
-    next_sequence: AtomicU64,
+    /// The pending (queued or running, not cancelled) tasks.
+    pending: PendingIndex<V>,
+    // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
+    // reference counts on theirs): a write by one thread then never evicts the read-mostly fields above from
+    // the other threads' caches.
+    finished: CachePadded<FinishedTasks<V>>,
+    next_sequence: CachePadded<AtomicU64>,
     /// Set once, by `close`, to the reason given.
     closed: OnceLock<Arc<str>>,
     bus: Arc<EventBus>,
@@ -165,11 +176,11 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         InMemorySubagentTaskTracker {
             shared: Arc::new(TrackerShared {
                 session_id,
-                finished: FinishedTasks::new(config.max_finished_tasks),
+                finished: CachePadded::new(FinishedTasks::new(config.max_finished_tasks)),
                 config,
                 tasks: DashMap::with_hasher(RandomState::default()),
-                running: DashMap::with_hasher(RandomState::default()),
-                next_sequence: AtomicU64::new(0),
+                pending: PendingIndex::new(),
+                next_sequence: CachePadded::new(AtomicU64::new(0)),
                 closed: OnceLock::new(),
                 bus: Arc::new(EventBus::new()),
                 registry: OnceLock::new(),
@@ -365,14 +376,9 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// p of pending tasks, whatever the number retained.
     #[must_use]
     pub fn pending(&self) -> Vec<SubagentTaskSnapshot<V>> {
-        let mut entries: Vec<Arc<TaskEntry<V>>> = self
-            .shared
-            .running
-            .iter()
-            .map(|item| item.value().clone())
-            .collect();
-        entries.sort_unstable_by_key(|entry| entry.sequence);
-        entries
+        self.shared
+            .pending
+            .entries()
             .iter()
             .map(|entry| entry.snapshot(&self.shared.session_id))
             // A task cancelled a moment ago may still be indexed; the snapshot tells.
@@ -485,17 +491,24 @@ impl<V> TrackerShared<V> {
                 Err(OpenRefusal::DuplicateTask)
             }
             slot => {
-                if let Entry::Occupied(replaced) = &slot {
-                    // The finished run it replaces stops counting against the retention bound now.
-                    self.finished.forget(&replaced.get().entry);
-                }
-                if !starts_cancelled {
-                    self.running.insert(entry.sequence, entry.clone());
-                }
+                let replaced = match &slot {
+                    Entry::Occupied(replaced) => Some(replaced.get().entry.clone()),
+                    Entry::Vacant(_) => None,
+                };
                 slot.insert(RetainedRun {
                     sequence: entry.sequence,
                     entry: entry.clone(),
                 });
+                // The rest runs out of the map's lock (a leaf); still under the entry's record lock, so no
+                // cancel of this task can look for it in the pending index before it is there.
+                if let Some(replaced) = replaced {
+                    // The finished run it replaced stops counting against the retention bound (unless an
+                    // eviction has just let it go: then this does nothing).
+                    self.finished.forget(&replaced);
+                }
+                if !starts_cancelled {
+                    self.pending.insert(entry);
+                }
                 Ok(())
             }
         }
@@ -546,7 +559,7 @@ impl<V> TrackerShared<V> {
                     continue;
                 }
                 moved += 1;
-                self.running.remove(&entry.sequence);
+                self.pending.remove(&entry);
                 stack.append(&mut children);
                 if let CancelOutcome::CancelledUnclaimed(effects) = outcome {
                     finished_unclaimed.push((entry, effects));
@@ -563,11 +576,7 @@ impl<V> TrackerShared<V> {
     }
 
     fn cancel_running(&self, reason: &Arc<str>) -> usize {
-        let running: Vec<Arc<TaskEntry<V>>> = self
-            .running
-            .iter()
-            .map(|item| item.value().clone())
-            .collect();
+        let running = self.pending.entries();
         let mut delivery = Delivery::default();
         let moved = self.cancel_trees(running, reason, CancelCause::Session, None, &mut delivery);
         delivery.deliver();
@@ -617,7 +626,7 @@ impl<V> TrackerShared<V> {
     /// children go to its nearest unfinished ancestor), retention, its timers, and the registry.
     fn settle(&self, entry: &Arc<TaskEntry<V>>, effects: EndEffects<V>, delivery: &mut Delivery) {
         if effects.transitioned {
-            self.running.remove(&entry.sequence);
+            self.pending.remove(entry);
         }
         if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);

@@ -140,6 +140,56 @@ fn queries_list_in_start_order_and_pending_lists_running_only() {
     assert!(tracker.get("nobody").is_none());
 }
 
+/// Tasks started from many threads (each thread indexes its pending tasks apart), some ended on other
+/// threads: the pending list holds exactly the unfinished ones, in start order, and a session cancel reaches
+/// every one of them.
+#[test]
+fn pending_tasks_started_on_many_threads_are_listed_in_start_order_and_all_cancelled() {
+    let tracker = tracker(1_000);
+    let mut handles = Vec::new();
+    // One thread after another: each start happens before the next, so their start order is defined.
+    for thread in 0..8 {
+        let tracker = tracker.clone();
+        let started = std::thread::spawn(move || {
+            (0..4)
+                .map(|index| {
+                    tracker
+                        .start(TaskStart::new().task_id(format!("{thread}-{index}")))
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        handles.extend(started);
+    }
+    // Every other task ends on a thread that did not start it.
+    let (ended, kept): (Vec<_>, Vec<_>) = handles
+        .into_iter()
+        .enumerate()
+        .partition(|(index, _)| index % 2 == 0);
+    std::thread::spawn(move || {
+        for (_, handle) in ended {
+            assert!(handle.complete(None));
+        }
+    })
+    .join()
+    .unwrap();
+    let expected: Vec<String> = kept
+        .iter()
+        .map(|(_, handle)| handle.task_id().to_string())
+        .collect();
+    let pending: Vec<String> = tracker
+        .pending()
+        .iter()
+        .map(|task| task.task_id.to_string())
+        .collect();
+    assert_eq!(pending, expected);
+    assert_eq!(tracker.cancel_all(None), expected.len());
+    assert!(tracker.pending().is_empty());
+    assert!(kept.iter().all(|(_, handle)| handle.is_cancelled()));
+}
+
 #[test]
 fn retention_evicts_the_oldest_finished_and_never_an_unfinished_task() {
     let tracker = tracker(3);
