@@ -486,28 +486,35 @@ impl<V> TrackerShared<V> {
         entry: &Arc<TaskEntry<V>>,
         starts_cancelled: bool,
     ) -> Result<(), OpenRefusal> {
+        // A finished run of this id stops counting against the retention bound before it is replaced, so
+        // that a restart never evicts another task, and a closed session never counts the new run as
+        // finished. Done before taking the map's lock, which nests no other. (If the run is not replaced
+        // after all, another start replaced it.)
+        if let Some(previous) = self.lookup(&entry.task_id) {
+            if previous.is_finished() {
+                self.finished.forget(&previous);
+            }
+        }
         match self.tasks.entry(entry.task_id.clone()) {
             Entry::Occupied(occupied) if !occupied.get().entry.is_finished() => {
                 Err(OpenRefusal::DuplicateTask)
             }
             slot => {
-                let replaced = match &slot {
-                    Entry::Occupied(replaced) => Some(replaced.get().entry.clone()),
-                    Entry::Vacant(_) => None,
-                };
                 slot.insert(RetainedRun {
                     sequence: entry.sequence,
                     entry: entry.clone(),
                 });
-                // The rest runs out of the map's lock (a leaf); still under the entry's record lock, so no
-                // cancel of this task can look for it in the pending index before it is there.
-                if let Some(replaced) = replaced {
-                    // The finished run it replaced stops counting against the retention bound (unless an
-                    // eviction has just let it go: then this does nothing).
-                    self.finished.forget(&replaced);
-                }
+                #[cfg(all(test, not(subagent_tracker_loom)))]
+                tests::pause_between_map_and_index();
                 if !starts_cancelled {
+                    // Out of the map's lock, so another thread may already have found the task by id and
+                    // ended or cancelled it, its removal from the index finding nothing. The stripe's lock
+                    // orders the two: whichever comes second sees the other's work, so a task that stopped
+                    // being pending meanwhile is taken out again here.
                     self.pending.insert(entry);
+                    if !entry.status().is_pending() {
+                        self.pending.remove(entry);
+                    }
                 }
                 Ok(())
             }
@@ -954,4 +961,47 @@ impl<V: Send + Sync + 'static> Expire for DeadlineExpiry<V> {
 
 fn cancel_reason(reason: Option<&str>) -> Arc<str> {
     Arc::from(reason.unwrap_or(DEFAULT_CANCEL_REASON))
+}
+
+#[cfg(all(test, not(subagent_tracker_loom)))]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    static PAUSE: AtomicBool = AtomicBool::new(false);
+
+    /// Widens the window in which a start is in the id map but not yet in the pending index.
+    pub(super) fn pause_between_map_and_index() {
+        if PAUSE.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// An end by id that finds a task between its entering the id map and its entering the pending index
+    /// must not leave it in the index for good (the start takes it out again).
+    #[test]
+    fn an_end_racing_a_start_leaves_nothing_in_the_pending_index() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        PAUSE.store(true, Ordering::Relaxed);
+        for round in 0..20 {
+            let task_id = format!("t{round}");
+            std::thread::scope(|scope| {
+                let ender = scope.spawn(|| {
+                    let began = Instant::now();
+                    while !tracker.end(&task_id, Ok(None)) {
+                        if began.elapsed() > Duration::from_secs(5) {
+                            panic!("the start never became visible");
+                        }
+                        std::hint::spin_loop();
+                    }
+                });
+                let handle = tracker.start(TaskStart::new().task_id(task_id.as_str()));
+                ender.join().unwrap();
+                drop(handle);
+            });
+        }
+        PAUSE.store(false, Ordering::Relaxed);
+        assert!(tracker.shared.pending.entries().is_empty());
+    }
 }
