@@ -485,6 +485,7 @@ impl<V> TrackerShared<V> {
         &self,
         entry: &Arc<TaskEntry<V>>,
         starts_cancelled: bool,
+        replaced: &mut Option<Arc<TaskEntry<V>>>,
     ) -> Result<(), OpenRefusal> {
         // A finished run of this id stops counting against the retention bound before it is replaced, so
         // that a restart never evicts another task, and a closed session never counts the new run as
@@ -494,6 +495,8 @@ impl<V> TrackerShared<V> {
             if previous.is_finished() {
                 self.finished.forget(&previous);
             }
+            // Kept by the caller until no lock is held: an eviction may have let go of every other reference.
+            *replaced = Some(previous);
         }
         match self.tasks.entry(entry.task_id.clone()) {
             Entry::Occupied(occupied) if !occupied.get().entry.is_finished() => {
@@ -782,12 +785,15 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
             )
         });
         let mut delivery = Delivery::default();
+        let mut replaced = None;
         let opened = entry.open(
             parent.as_ref(),
-            |starts_cancelled| self.make_visible(&entry, starts_cancelled),
+            |starts_cancelled| self.make_visible(&entry, starts_cancelled, &mut replaced),
             &self.bus,
             &mut delivery,
         );
+        // With no lock held: it may be the last reference to a run that owns foreign objects.
+        drop(replaced);
         let finished_unclaimed = match opened {
             Ok(effects) => effects,
             Err(refusal) => {
