@@ -5,7 +5,7 @@
 //! A task's record lock (see `task_entry`) may be held while one of the session's own locks is taken: a shard
 //! of the id map, a stripe of the pending index, or the retention window. Those three are leaves: none is
 //! held while any other lock is taken. (The loom models see the stripes and the window, but not the id map's
-//! shard locks, so under a shard lock the core does nothing but the map operation and one status read.)
+//! shard locks, so under a shard lock the core does nothing but the map operation and reads of the run there.)
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
@@ -480,48 +480,55 @@ impl<V> TrackerShared<V> {
         entries
     }
 
-    /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock.
+    /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock when `open` takes
+    /// it (not for a parentless start that nobody listens to). A finished run it replaces goes to `replaced`,
+    /// for the caller to drop once no lock is held: an eviction may have let go of every other reference.
     fn make_visible(
         &self,
         entry: &Arc<TaskEntry<V>>,
         starts_cancelled: bool,
-        replaced: &mut Option<Arc<TaskEntry<V>>>,
+        replaced: &mut Vec<Arc<TaskEntry<V>>>,
     ) -> Result<(), OpenRefusal> {
-        // A finished run of this id stops counting against the retention bound before it is replaced, so
-        // that a restart never evicts another task, and a closed session never counts the new run as
-        // finished. Done before taking the map's lock, which nests no other. (If the run is not replaced
-        // after all, another start replaced it.)
-        if let Some(previous) = self.lookup(&entry.task_id) {
-            if previous.is_finished() {
-                self.finished.forget(&previous);
-            }
-            // Kept by the caller until no lock is held: an eviction may have let go of every other reference.
-            *replaced = Some(previous);
-        }
-        match self.tasks.entry(entry.task_id.clone()) {
-            Entry::Occupied(occupied) if !occupied.get().entry.is_finished() => {
-                Err(OpenRefusal::DuplicateTask)
-            }
-            slot => {
-                slot.insert(RetainedRun {
-                    sequence: entry.sequence,
-                    entry: entry.clone(),
-                });
-                #[cfg(all(test, not(subagent_tracker_loom)))]
-                tests::pause_between_map_and_index();
-                if !starts_cancelled {
-                    // Out of the map's lock, so another thread may already have found the task by id and
-                    // ended or cancelled it, its removal from the index finding nothing. The stripe's lock
-                    // orders the two: whichever comes second sees the other's work, so a task that stopped
-                    // being pending meanwhile is taken out again here.
-                    self.pending.insert(entry);
-                    if !entry.status().is_pending() {
-                        self.pending.remove(entry);
-                    }
+        loop {
+            match self.tasks.entry(entry.task_id.clone()) {
+                Entry::Occupied(occupied) if !occupied.get().entry.is_finished() => {
+                    return Err(OpenRefusal::DuplicateTask)
                 }
-                Ok(())
+                // A finished run of this id stops counting against the retention bound before it is replaced,
+                // so that a restart never evicts another task and a closed session never counts the new run
+                // as finished; out of the map's lock, which nests no other. Then the entry is looked at again.
+                Entry::Occupied(occupied)
+                    if replaced
+                        .last()
+                        .is_none_or(|forgotten| forgotten.sequence != occupied.get().sequence) =>
+                {
+                    let previous = occupied.get().entry.clone();
+                    drop(occupied);
+                    self.finished.forget(&previous);
+                    replaced.push(previous);
+                }
+                slot => {
+                    slot.insert(RetainedRun {
+                        sequence: entry.sequence,
+                        entry: entry.clone(),
+                    });
+                    break;
+                }
             }
         }
+        #[cfg(all(test, not(subagent_tracker_loom)))]
+        tests::pause_between_map_and_index();
+        if !starts_cancelled {
+            // Out of the map's lock, so another thread may already have found the task by id and ended or
+            // cancelled it, its removal from the index finding nothing. The stripe's lock orders the two:
+            // whichever comes second sees the other's work, so a task that stopped being pending meanwhile is
+            // taken out again here.
+            self.pending.insert(entry);
+            if !entry.status().is_pending() {
+                self.pending.remove(entry);
+            }
+        }
+        Ok(())
     }
 
     /// Cancels each pending root with its pending descendants, all at one instant; returns how many tasks
@@ -785,7 +792,7 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
             )
         });
         let mut delivery = Delivery::default();
-        let mut replaced = None;
+        let mut replaced = Vec::new();
         let opened = entry.open(
             parent.as_ref(),
             |starts_cancelled| self.make_visible(&entry, starts_cancelled, &mut replaced),
