@@ -103,18 +103,22 @@ def server_side_cancel_latency(url: str, port: int, rounds: int) -> list[float]:
     of the latency that is the server's work, without our client on either side."""
     session = RedisRegistry(url, worker_id="bench-ghost").session("server-side")
     handles = [session.start_subagent_task(f"job-{index}") for index in range(rounds)]
+    client = redis.Redis(port=port, decode_responses=True)
+    # The keys and channel as the store lays them out (crates/subagent-tracker-redis/src/store.rs).
+    session_key = "subagent-tracker:v2:{s:server-side}:session"
+    incarnation = client.hget(session_key, "inc")
+    process_key = client.hget("subagent-tracker:v2:{s:server-side}:t:job-0", "worker")
     parent, child = multiprocessing.Pipe()
     process = multiprocessing.get_context("spawn").Process(
-        target=subscriber_process, args=(port, rounds, child, "subagent-tracker:worker:bench-ghost")
+        target=subscriber_process, args=(port, rounds, child, f"subagent-tracker:v2:worker:{process_key}")
     )
     process.start()
-    client = redis.Redis(port=port)
     samples = []
     for handle in handles:
         assert parent.recv() == "ready"
         sent = time.monotonic()
         client.execute_command(  # type: ignore[no-untyped-call]
-            "FCALL", "st_cancel", 1, "subagent-tracker:{server-side}:session", handle.task_id, "stop", "user"
+            "FCALL", "stv2_cancel", 1, session_key, incarnation, handle.task_id, "stop", "user"
         )
         received: float = parent.recv()
         samples.append(received - sent)

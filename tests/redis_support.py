@@ -25,8 +25,11 @@ class RedisServer:
     """A ``redis-server`` on 127.0.0.1, on a free port: with no persistence, or with an append-only file in
     ``aof_directory`` written before each answer."""
 
-    def __init__(self, aof_directory: Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, aof_directory: Path | None = None, port: int | None = None, extra_arguments: tuple[str, ...] = ()
+    ) -> None:
         self.port = port or free_port()
+        self.extra_arguments = extra_arguments
         self.aof_directory = aof_directory
         persistence = (
             ["--appendonly", "no"]
@@ -42,6 +45,7 @@ class RedisServer:
             "--save",
             "",
             *persistence,
+            *extra_arguments,
         ]
         try:
             self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
@@ -49,14 +53,19 @@ class RedisServer:
             pytest.fail(
                 "redis-server is missing: ./scripts/check.sh installs it (Debian's redis-server package)"
             )
+        # Ready once it answers PING (a server that wants a password refuses it, so any answer but LOADING):
+        # a server loading its append-only file accepts connections before that.
         deadline = time.monotonic() + 10
         while True:
             try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as connection:
+                    connection.sendall(b"PING\r\n")
+                    if not connection.recv(64).startswith(b"-LOADING"):
+                        break
             except OSError:
-                assert time.monotonic() < deadline, "redis-server did not start"
-                time.sleep(0.01)
+                pass
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.01)
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
     def stop(self) -> None:
@@ -66,7 +75,7 @@ class RedisServer:
     def restart(self) -> RedisServer:
         """Kills the server (no shutdown save) and starts it again on its port, from its append-only file."""
         self.stop()
-        return RedisServer(self.aof_directory, self.port)
+        return RedisServer(self.aof_directory, self.port, self.extra_arguments)
 
     def signal(self, number: int) -> None:
         os.kill(self.process.pid, number)
@@ -121,6 +130,7 @@ class Proxy:
         self.port: int = self.listener.getsockname()[1]
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.blackholed = threading.Event()
+        self.cut_marker: bytes | None = None
         self.connections: list[socket.socket] = []
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -156,6 +166,21 @@ class Proxy:
                 sink.sendall(data)
             except OSError:
                 return
+            marker = self.cut_marker
+            if marker is not None and marker in data:
+                # The request reached the server; its reply is swallowed, then the connections drop.
+                self.cut_marker = None
+                self.blackholed.set()
+                threading.Timer(0.2, self._cut).start()
+
+    def cut_after(self, marker: bytes) -> None:
+        """The next request that contains ``marker`` reaches the server, but its reply never comes back: every
+        connection is reset 0.2 s later, and traffic passes again."""
+        self.cut_marker = marker
+
+    def _cut(self) -> None:
+        self.reset()
+        self.blackholed.clear()
 
     def reset(self) -> None:
         """Closes every connection through the proxy at once (new ones are accepted)."""

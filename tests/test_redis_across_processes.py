@@ -391,8 +391,8 @@ def test_one_snapshot_and_one_listing_cost_one_call_each(redis_server: RedisServ
     assert len(session.pending_subagent_tasks()) == 1
     log: list[dict[str, bytes]] = admin.slowlog_get(1000)  # type: ignore[assignment]
     called = [entry["command"].split()[:2] for entry in log]
-    assert called.count([b"FCALL", b"st_get"]) == 1
-    assert called.count([b"FCALL", b"st_list"]) == 1
+    assert called.count([b"FCALL", b"stv2_get"]) == 1
+    assert called.count([b"FCALL", b"stv2_list"]) == 1
     admin.config_set("slowlog-log-slower-than", 10_000)
     handle.complete()
 

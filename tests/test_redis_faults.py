@@ -303,7 +303,7 @@ def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(redis_serve
 
 
 def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisServer) -> None:
-    assert _admin(redis_server, "SET", "shared:workers", "other-data") == b"+OK"
+    assert _admin(redis_server, "SET", "shared:v2:{registry}:workers", "other-data") == b"+OK"
     with pytest.raises(ValueError, match="used by other data"):
         RedisRegistry(redis_server.url, key_prefix="shared:", timeout=1)
     with pytest.raises(ValueError, match="must not contain"):

@@ -14,6 +14,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, Py
 use subagent_tracker::TrackerError;
 
 use crate::errors::tracker_error;
+use crate::package_imports::json_function;
 
 /// The name of an argument, for messages.
 pub(crate) trait ArgumentName {
@@ -192,14 +193,53 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Metadata {
     type Error = PyErr;
 
     fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let py = value.py();
-        if !value.is_instance(mapping_type(py)?)? {
-            return Err(PyTypeError::new_err(format!(
-                "metadata must be a mapping (such as a dict) or None, got {}",
-                type_name(&value)
-            )));
-        }
-        Ok(Metadata(frozen_copy(&value, 0)?.unbind()))
+        check_mapping(&value)?;
+        Ok(Metadata(
+            nested_copy(&value, "metadata", Copy::Frozen, 0)?.unbind(),
+        ))
+    }
+}
+
+/// Metadata for a session kept in Redis, as the JSON text that crosses processes: the rules of [`Metadata`],
+/// and JSON's own: keys are `str`, and values are mappings, lists, tuples, `str`, `int`, `float`, `bool` or
+/// `None`, so that every process reads back what was given.
+pub(crate) struct JsonMetadata(pub(crate) String);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for JsonMetadata {
+    type Error = PyErr;
+
+    fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        check_mapping(&value)?;
+        json_text(&value, "metadata").map(JsonMetadata)
+    }
+}
+
+/// `value` (a task's result, or metadata) as JSON text, under the rules of [`JsonMetadata`].
+pub(crate) fn json_text(value: &Bound<'_, PyAny>, what: &'static str) -> PyResult<String> {
+    let plain = nested_copy(value, what, Copy::Json, 0)?;
+    json_function(value.py(), "dumps")?
+        .call1((plain,))?
+        .extract()
+}
+
+/// The value JSON text stands for; as read-only as [`Metadata`] keeps it when `frozen`.
+pub(crate) fn from_json_text(py: Python<'_>, text: &str, frozen: bool) -> PyResult<Py<PyAny>> {
+    let value = json_function(py, "loads")?.call1((text,))?;
+    Ok(if frozen {
+        nested_copy(&value, "metadata", Copy::Frozen, 0)?.unbind()
+    } else {
+        value.unbind()
+    })
+}
+
+fn check_mapping(value: &Bound<'_, PyAny>) -> PyResult<()> {
+    if value.is_instance(mapping_type(value.py())?)? {
+        Ok(())
+    } else {
+        Err(PyTypeError::new_err(format!(
+            "metadata must be a mapping (such as a dict) or None, got {}",
+            type_name(value)
+        )))
     }
 }
 
@@ -208,40 +248,83 @@ fn mapping_type(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     MAPPING.import(py, "collections.abc", "Mapping")
 }
 
-/// How deep nested containers are frozen; deeper ones are refused rather than recursed into.
-const MAX_METADATA_DEPTH: usize = 64;
+/// How deep nested containers are copied; deeper ones are refused rather than recursed into.
+const MAX_NESTING: usize = 64;
 
-fn frozen_copy<'py>(value: &Bound<'py, PyAny>, depth: usize) -> PyResult<Bound<'py, PyAny>> {
+/// What a nested copy is made of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Copy {
+    /// Read-only containers (for snapshots in memory); other values kept as given.
+    Frozen,
+    /// JSON's types only, refusing what JSON would change or cannot hold (for sessions in Redis).
+    Json,
+}
+
+fn nested_copy<'py>(
+    value: &Bound<'py, PyAny>,
+    what: &'static str,
+    copy: Copy,
+    depth: usize,
+) -> PyResult<Bound<'py, PyAny>> {
     let py = value.py();
-    if depth > MAX_METADATA_DEPTH {
+    if depth > MAX_NESTING {
         return Err(PyValueError::new_err(format!(
-            "metadata must not nest containers more than {MAX_METADATA_DEPTH} deep"
+            "{what} must not nest containers more than {MAX_NESTING} deep"
         )));
     }
     if value.is_instance(mapping_type(py)?)? {
         static MAPPING_PROXY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        let copy = PyDict::new(py);
+        let dict = PyDict::new(py);
         for item in value.call_method0("items")?.try_iter()? {
             let (key, item) = item?.extract::<(Bound<'_, PyAny>, Bound<'_, PyAny>)>()?;
-            copy.set_item(key, frozen_copy(&item, depth + 1)?)?;
+            if copy == Copy::Json && !key.is_instance_of::<PyString>() {
+                // JSON would turn the key into a string, and `1` and `'1'` into one key.
+                return Err(PyTypeError::new_err(format!(
+                    "{what} keys must be str on a Redis session, since it crosses processes as JSON; got a key \
+                     of type {}",
+                    type_name(&key)
+                )));
+            }
+            dict.set_item(key, nested_copy(&item, what, copy, depth + 1)?)?;
         }
-        return MAPPING_PROXY
-            .import(py, "types", "MappingProxyType")?
-            .call1((copy,));
+        return match copy {
+            Copy::Frozen => MAPPING_PROXY
+                .import(py, "types", "MappingProxyType")?
+                .call1((dict,)),
+            Copy::Json => Ok(dict.into_any()),
+        };
     }
     if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
         let items = value
             .try_iter()?
-            .map(|item| frozen_copy(&item?, depth + 1))
+            .map(|item| nested_copy(&item?, what, copy, depth + 1))
             .collect::<PyResult<Vec<_>>>()?;
-        return Ok(PyTuple::new(py, items)?.into_any());
+        return match copy {
+            Copy::Frozen => Ok(PyTuple::new(py, items)?.into_any()),
+            Copy::Json => Ok(PyList::new(py, items)?.into_any()),
+        };
     }
-    if value.is_instance_of::<PySet>() {
-        return Ok(
-            PyFrozenSet::new(py, value.try_iter()?.collect::<PyResult<Vec<_>>>()?)?.into_any(),
-        );
+    match copy {
+        Copy::Frozen if value.is_instance_of::<PySet>() => Ok(PyFrozenSet::new(
+            py,
+            value.try_iter()?.collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any()),
+        Copy::Frozen => Ok(value.clone()),
+        Copy::Json
+            if value.is_none()
+                || value.is_instance_of::<PyString>()
+                || value.is_instance_of::<PyInt>()
+                || value.is_instance_of::<PyFloat>() =>
+        {
+            Ok(value.clone())
+        }
+        Copy::Json => Err(PyTypeError::new_err(format!(
+            "{what} must be JSON-serialisable on a Redis session, since it crosses processes as JSON: \
+             mappings with str keys, lists, tuples, str, int, float, bool or None; got a value of type {}",
+            type_name(value)
+        ))),
     }
-    Ok(value.clone())
 }
 
 /// The text of a failure: a `str`, or an exception rendered as `Type: message`. An exception whose `str()`

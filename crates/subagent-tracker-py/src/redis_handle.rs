@@ -85,7 +85,7 @@ impl RedisTaskHandle {
     #[pyo3(signature = (result=None))]
     fn complete(&self, py: Python<'_>, result: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let result = match result.filter(|result| !result.is_none()) {
-            Some(result) => Some(crate::redis_registry::to_json(py, result)?),
+            Some(result) => Some(crate::arguments::json_text(result, "result")?),
             None => None,
         };
         self.end(py, RunnerExit::Completed, result)

@@ -13,12 +13,12 @@ use subagent_tracker_redis::{
 };
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, ParentIdArgument,
-    ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
-    TimeoutArgument, WorkerIdArgument,
+    self, from_json_text, json_text, ClaimTimeoutArgument, EpochDeadline, Id, JsonMetadata,
+    LeaseArgument, ParentIdArgument, ReconcileIntervalArgument, Seconds, SessionIdArgument,
+    SessionTtlArgument, TaskIdArgument, TimeoutArgument, WorkerIdArgument,
 };
 use crate::errors::redis_error;
-use crate::package_imports::{event_stream_class, json_function, spawn_function};
+use crate::package_imports::{event_stream_class, spawn_function};
 use crate::python_types::PyValue;
 use crate::redis_events::RedisEventReader;
 use crate::redis_handle::RedisTaskHandle;
@@ -142,7 +142,6 @@ impl RedisRegistry {
 /// The description of a task to start or reserve, with its metadata as JSON.
 #[allow(clippy::too_many_arguments)]
 fn task_start(
-    py: Python<'_>,
     task_id: Option<Id<TaskIdArgument>>,
     parent_id: Option<Id<ParentIdArgument>>,
     agent: Option<&Bound<'_, PyAny>>,
@@ -155,7 +154,11 @@ fn task_start(
 ) -> PyResult<TaskStart<String>> {
     let metadata = metadata
         .filter(|metadata| !metadata.is_none())
-        .map(|metadata| to_json(py, metadata))
+        .map(|metadata| {
+            metadata
+                .extract::<JsonMetadata>()
+                .map(|metadata| metadata.0)
+        })
         .transpose()?;
     crate::session::task_start(
         task_id,
@@ -170,27 +173,25 @@ fn task_start(
     )
 }
 
-pub(crate) fn to_json(py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<String> {
-    json_function(py, "dumps")?.call1((value,))?.extract()
-}
-
-fn from_json(py: Python<'_>, text: &str) -> PyResult<Py<PyAny>> {
-    Ok(json_function(py, "loads")?.call1((text,))?.unbind())
-}
-
-/// A snapshot of the store's task, with its metadata and result decoded from JSON.
+/// A snapshot of the store's task, with its metadata (read-only, as in memory) and result decoded from JSON.
 pub(crate) fn snapshot(
     py: Python<'_>,
-    snapshot: SubagentTaskSnapshot<String>,
+    mut snapshot: SubagentTaskSnapshot<String>,
 ) -> PyResult<SubagentTask> {
     let mut failure = None;
-    let decoded = snapshot.map_values(|text| match from_json(py, &text) {
+    let metadata = snapshot
+        .metadata
+        .take()
+        .map(|text| from_json_text(py, &text, true))
+        .transpose()?;
+    let mut decoded = snapshot.map_values(|text| match from_json_text(py, &text, false) {
         Ok(value) => PyValue::new(value),
         Err(error) => {
             failure.get_or_insert(error);
             PyValue::new(py.None())
         }
     });
+    decoded.metadata = metadata.map(PyValue::new);
     match failure {
         Some(error) => Err(error),
         None => Ok(SubagentTask::new(py, decoded)),
@@ -235,7 +236,6 @@ impl RedisSession {
         linked: Option<Tokens>,
     ) -> PyResult<RedisTaskHandle> {
         let start = task_start(
-            py,
             task_id,
             parent_id,
             agent,
@@ -272,7 +272,6 @@ impl RedisSession {
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<String> {
         let start = task_start(
-            py,
             task_id,
             parent_id,
             agent,
@@ -330,7 +329,7 @@ impl RedisSession {
         result: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let ended = arguments::end_outcome(result, error, |result| to_json(py, result))?;
+        let ended = arguments::end_outcome(result, error, |result| json_text(result, "result"))?;
         let outcome = match &ended {
             Ok(result) => Ok(result.as_deref()),
             Err(error) => Err(error.as_str()),

@@ -1,5 +1,6 @@
 //! Errors of the Redis store.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use subagent_tracker::TrackerError;
@@ -19,9 +20,11 @@ pub enum RedisTrackerError {
         #[source]
         source: redis::RedisError,
     },
-    /// A setting that cannot work, and why.
+    /// A setting that cannot work (a URL that does not parse or names no database, a password the server
+    /// refuses, a key prefix that other data uses, another build of the server functions), and why. Retrying
+    /// cannot help.
     #[error("{0}")]
-    InvalidOption(&'static str),
+    InvalidOption(Cow<'static, str>),
     /// The server answered something this crate did not send for (a different version of its functions).
     #[error("unexpected answer from Redis: {0}")]
     Protocol(Arc<str>),

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamId, StreamRangeReply, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
-use subagent_tracker::{SubagentEvent, SubagentEventKind, SubagentStatus};
+use subagent_tracker::{SubagentEvent, SubagentEventKind, SubagentStatus, TrackerError};
 
 use crate::RedisTrackerError;
 
@@ -20,13 +20,20 @@ const READ_COUNT: usize = 256;
 
 /// The lifecycle events of one session from the moment of subscribing, in the order they took effect in
 /// Redis, whichever process made them. A reader that the stream's trimming overtook gets one `Lagged` event
-/// with the exact number it missed, then goes on.
+/// with the exact number it missed, then goes on. A subscription belongs to the incarnation of the session
+/// object that made it: once that incarnation has ended, reading fails with
+/// [`TrackerError::SessionClosed`].
 pub struct RedisEventSubscription {
     client: redis::Client,
     timeout: Duration,
     /// `None` after a read failed: the next read connects again and goes on from `last_id`.
     connection: Option<MultiplexedConnection>,
     key: String,
+    /// The session's hash, where a reader with nothing to read checks that its incarnation lives on.
+    session_key: String,
+    session_id: Arc<str>,
+    /// The incarnation read: the first part of each of its events' ids.
+    incarnation: Arc<str>,
     /// The id of the last entry read (or of the stream's last entry when subscribing).
     last_id: String,
     /// The number of the last event read.
@@ -38,23 +45,64 @@ impl RedisEventSubscription {
     pub(crate) async fn open(
         client: redis::Client,
         timeout: Duration,
-        key: String,
+        [key, session_key]: [String; 2],
+        session_id: Arc<str>,
+        incarnation: Arc<str>,
     ) -> Result<RedisEventSubscription, RedisTrackerError> {
         let mut connection = connect(&client, timeout).await?;
         let newest: StreamRangeReply = connection.xrevrange_count(&key, "+", "-", 1).await?;
-        let (last_id, last_number) = match newest.ids.first() {
-            Some(entry) => (entry.id.clone(), number(entry)),
-            None => ("0-0".to_owned(), Some(0)),
-        };
-        Ok(RedisEventSubscription {
+        let mut subscription = RedisEventSubscription {
             client,
             timeout,
             connection: Some(connection),
             key,
-            last_id,
-            last_number,
+            session_key,
+            session_id,
+            last_id: "0-0".to_owned(),
+            incarnation,
+            last_number: Some(0),
             ready: VecDeque::new(),
-        })
+        };
+        match newest.ids.first() {
+            Some(entry) if subscription.numbered(entry).is_some() => {
+                subscription.last_id.clone_from(&entry.id);
+                subscription.last_number = subscription.numbered(entry);
+            }
+            Some(_) => return Err(subscription.ended()),
+            None => subscription.check_incarnation().await?,
+        }
+        Ok(subscription)
+    }
+
+    /// The error of a read whose session incarnation has ended.
+    fn ended(&self) -> RedisTrackerError {
+        TrackerError::SessionClosed {
+            session_id: self.session_id.clone(),
+        }
+        .into()
+    }
+
+    /// Fails once the session's keys are gone or belong to another incarnation.
+    async fn check_incarnation(&mut self) -> Result<(), RedisTrackerError> {
+        let Some(connection) = &mut self.connection else {
+            return Ok(());
+        };
+        let stored: Option<String> = connection.hget(&self.session_key, "inc").await?;
+        if stored.as_deref() == Some(&*self.incarnation) {
+            Ok(())
+        } else {
+            Err(self.ended())
+        }
+    }
+
+    /// The number of an event of this subscription's incarnation, counted from 1 (its id is
+    /// `<incarnation>-<number - 1>`: the server numbers the first entry of a part 0).
+    fn numbered(&self, entry: &StreamId) -> Option<u64> {
+        let (incarnation, sequence) = entry.id.split_once('-')?;
+        if incarnation != &*self.incarnation {
+            return None;
+        }
+        sequence.parse::<u64>().ok()?.checked_add(1)
     }
 
     /// The next event; waits for one as long as it takes.
@@ -87,19 +135,31 @@ impl RedisEventSubscription {
                     return Err(error.into());
                 }
             };
-            for entry in reply
+            let entries: Vec<StreamId> = reply
                 .into_iter()
                 .flat_map(|reply| reply.keys)
                 .flat_map(|key| key.ids)
-            {
-                self.take(&entry);
+                .collect();
+            if entries.is_empty() {
+                // Nothing within a whole block: a session that is gone sends nothing ever again.
+                self.check_incarnation().await?;
+            }
+            for entry in &entries {
+                if self.numbered(entry).is_none() {
+                    // An event of a later incarnation: everything this subscription could read was read.
+                    if self.ready.is_empty() {
+                        return Err(self.ended());
+                    }
+                    break;
+                }
+                self.take(entry);
             }
         }
     }
 
     fn take(&mut self, entry: &StreamId) {
         self.last_id.clone_from(&entry.id);
-        let number = number(entry);
+        let number = self.numbered(entry);
         if let (Some(last), Some(number)) = (self.last_number, number) {
             if number > last + 1 {
                 let mut lagged = SubagentEvent::new(
@@ -139,11 +199,6 @@ async fn connect(
 
 fn text(entry: &StreamId, name: &str) -> Option<String> {
     entry.get(name)
-}
-
-/// The event's number: the sequence part of its id, `0-<n>`.
-fn number(entry: &StreamId) -> Option<u64> {
-    entry.id.strip_prefix("0-")?.parse().ok()
 }
 
 fn event(entry: &StreamId) -> Option<SubagentEvent> {

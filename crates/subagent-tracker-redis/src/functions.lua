@@ -1,37 +1,56 @@
-#!lua name=subagent_tracker_v1
+#!lua name=subagent_tracker_v2
 --[[
 The transitions of subagent-tracker sessions stored in Redis: each function runs atomically on the server, so
 the first transition out of a pending status wins across every process.
 
-Keys. Every key of a session shares the session's hash tag, so a session lives in one cluster slot. KEYS[1] is
-the session's hash (`<prefix>{<session>}:session`); the other keys are named from it:
+Version. The library's name, its function names (`stv2_*`) and the key layout (`<prefix>v2:...`) carry one version
+together: a library of another version loads beside this one, calls none of its functions and reads none of its
+keys, so two fleets of different versions never run each other's rules (see docs/across-processes.md).
 
-  <base>session        hash: seq (start counter), retained (finished runs counted against the bound),
-                       closed (the first close reason), max (max_finished_tasks), touched (the server's time of
-                       the last change, in milliseconds)
+Keys. Every key of a session shares the session's hash tag, `{s:<session>}`, with the session's id percent-encoded
+(`%`, `{` and `}` only), so no id can close the tag early or reach another session's keys, and a session lives in
+one cluster slot. Registry-wide keys share the tag `{registry}`. Every function touches the keys of one slot. KEYS[1]
+is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other keys are named from it:
+
+  <base>session        hash: inc (the incarnation: the first run number, the server's clock in milliseconds times
+                       1000 when the session's keys were made; event ids start with it), seq (the last run number),
+                       retained (finished runs counted against the bound), closed (the first close reason), max
+                       (max_finished_tasks), touched (the server's time of the last change, in milliseconds)
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
   <base>pending        sorted set: pending, uncancelled task ids by run
   <base>all            sorted set: retained task ids by run (start order)
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
-  <base>wr:<worker>    set: ids of the tasks whose current run the worker runs (started or claimed), until they
-                       finish; what the reaper fails when the worker's lease expires
+  <base>wr:<process>   set: ids of the tasks whose current run the worker process runs (started or claimed),
+                       until they finish; what the reaper fails when the process's lease expires
   <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
-                       when they fall due, in milliseconds since the epoch; `st_fire` fires the due ones
-  <base>workers        set: the workers that ran tasks in the session (whose `wr:` sets to remove with it)
-  <base>events         stream: the session's lifecycle events in the order they took effect, with ids 0-1, 0-2,
-                       ..., so a reader that was trimmed past knows how many it missed; trimmed to about
-                       EVENT_LIMIT entries
+                       when they fall due, in milliseconds since the epoch; `stv2_fire` fires the due ones
+  <base>workers        set: the worker processes that ran tasks in the session (whose `wr:` sets to remove with it)
+  <base>events         stream: the session's lifecycle events in the order they took effect, with ids <inc>-0,
+                       <inc>-1, ..., so a reader that was trimmed past knows how many it missed, and a reader of an
+                       earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries
+
+Run numbers are unique across the incarnations of a session id and across server restarts: each incarnation
+counts from the server's clock (times 1000, far above the starts a session can make per millisecond), so a
+runner, a notification or an end of an earlier incarnation never matches a run of a later one.
+
+A worker process is named by its own key: the worker id users gave, a slash and a per-process nonce. It names the
+process's lease, its running sets and its channel, so that two processes given one id never take each other's runs
+for their own; snapshots show the id alone.
 
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
-worker, started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
+worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
 progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1" once it has had attached children).
 
-Cancels of tasks that a worker runs are published to "<prefix>worker:<id>", one message per worker and cancel,
-each run as its session, task, run, reason, origin and cause (see `fields_message`); a lost message is found by
-the worker's reconcile (`st_status`).
+Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
+process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see
+`fields_message`); a lost message is found by the process's reconcile (`stv2_status`).
+
+Every session function takes as its first argument the incarnation that the caller's session object belongs to
+('' where the caller follows whatever incarnation is there: a worker's housekeeping). A transition or query for
+another incarnation, or for a session whose keys are gone, is refused with GONE: the caller's session has ended.
 ]]
 
 local PENDING = { queued = true, running = true }
@@ -47,6 +66,29 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- A whole number as its decimal digits: Lua's own conversion writes numbers past 10^14 in exponent form.
+local function digits(number) return string.format('%d', number) end
+
+-- The id of the next event of the session being changed: set by `session_function` from the session's incarnation.
+local event_id = nil
+
+-- Wraps a function of one session: its events get ids of the session's incarnation.
+local function session_function(callback)
+  return function(keys, args)
+    local inc = redis.call('HGET', keys[1], 'inc')
+    event_id = inc and (inc .. '-*') or nil
+    return callback(keys, args)
+  end
+end
+
+-- True when the caller's session object (incarnation `inc`, '' for any) is the session stored under the key.
+local function same_incarnation(session_key, inc)
+  local stored = redis.call('HGET', session_key, 'inc')
+  return stored ~= false and (inc == '' or stored == inc)
+end
+
+local function gone() return redis.error_reply('GONE') end
+
 local function timer(kind, task_id, run) return kind .. '\t' .. task_id .. '\t' .. run end
 
 -- Records a change of the session now: a session is idle from its last change.
@@ -61,10 +103,10 @@ end
 local function task_key(base, task_id) return base .. 't:' .. task_id end
 local function children_key(base, run) return base .. 'c:' .. run end
 
--- The prefix of worker channels: everything before the session's hash tag.
-local function channel_of(base, worker)
+-- The channel of a worker process: the keys' prefix (everything before the session's hash tag) names it too.
+local function channel_of(base, process)
   local prefix = string.match(base, '^(.-){')
-  return prefix .. 'worker:' .. worker
+  return prefix .. 'worker:' .. process
 end
 
 local function fields(key, ...)
@@ -73,20 +115,20 @@ end
 
 -- Appends one lifecycle event to the session's stream; `extra` is the reason or the progress message.
 local function emit(base, task_id, kind, status, at, extra_name, extra)
-  -- The entry id `0-<n>` numbers the session's events (the server picks n, one past the last), so a reader knows
-  -- how many it missed from the ids alone.
+  -- The entry id `<inc>-<n>` numbers the session's events (the server picks n: 0, then one past the last), so a
+  -- reader knows how many it missed from the ids alone.
   if extra_name then
-    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, event_id, 'task', task_id, 'kind', kind,
       'status', status, 'at', at, extra_name, extra)
   else
-    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, '0-*', 'task', task_id, 'kind', kind,
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, event_id, 'task', task_id, 'kind', kind,
       'status', status, 'at', at)
   end
 end
 
 -- A cascade's event for each task it cancels: untrimmed, since the cascade trims the stream once at its end.
 local function emit_cancelled(base, task_id, at, reason)
-  redis.call('XADD', base .. 'events', '0-*', 'task', task_id, 'kind', 'cancelled', 'status', 'cancelled',
+  redis.call('XADD', base .. 'events', event_id, 'task', task_id, 'kind', 'cancelled', 'status', 'cancelled',
     'at', at, 'reason', reason)
 end
 
@@ -151,8 +193,8 @@ end
 
 local function finish(base, session_key, key, task_id, run, at)
   redis.call('ZREM', base .. 'timers', timer('d', task_id, run), timer('c', task_id, run))
-  local worker = redis.call('HGET', key, 'worker')
-  if worker then redis.call('SREM', base .. 'wr:' .. worker, task_id) end
+  local process = redis.call('HGET', key, 'worker')
+  if process then redis.call('SREM', base .. 'wr:' .. process, task_id) end
   redis.call('HSET', key, 'fin', '1', 'ended_at', at)
   redis.call('ZREM', base .. 'pending', task_id)
   emit(base, task_id, 'ended', redis.call('HGET', key, 'status'), at)
@@ -178,7 +220,8 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   -- Removed from the pending index in batches, not one call per task.
   local unlisted = {}
   local unclaimed = {}
-  local session_field = fields_message(string.sub(base, string.find(base, '{', 1, true) + 1, -3))
+  -- The session as its keys encode it (between `{s:` and `}:`); the worker decodes it.
+  local session_field = fields_message(string.sub(base, string.find(base, '{', 1, true) + 3, -3))
   for _, root in ipairs(roots) do
     local tails = {}
     local stack = { root }
@@ -186,7 +229,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
       local task_id = table.remove(stack)
       local key = task_key(base, task_id)
       local state = fields(key, 'status', 'run', 'worker', 'parent_of')
-      local status, run, worker, parent_of = state[1], state[2], state[3], state[4]
+      local status, run, process, parent_of = state[1], state[2], state[3], state[4]
       if status and PENDING[status] then
         local entry_cause, origin = cause, root
         if cause == 'session' then origin = task_id
@@ -199,11 +242,11 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
         if status == 'queued' then
           -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.
           table.insert(unclaimed, { key = key, task_id = task_id, run = run })
-        elseif worker then
-          local messages = notifications[worker]
+        elseif process then
+          local messages = notifications[process]
           if not messages then
             messages = {}
-            notifications[worker] = messages
+            notifications[process] = messages
           end
           -- Framing each message's fields anew took a third of a 10,000-task cascade: the session, reason,
           -- origin and cause are framed once per root and cause instead (a session cancel, whose every task is
@@ -233,25 +276,25 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   end
   -- LIMIT 0: a trim otherwise removes at most 100 nodes' worth of entries, less than a large cascade added.
   redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
-  for worker, messages in pairs(notifications) do
-    redis.call('PUBLISH', channel_of(base, worker), table.concat(messages))
+  for process, messages in pairs(notifications) do
+    redis.call('PUBLISH', channel_of(base, process), table.concat(messages))
   end
   return moved
 end
 
--- st_open(session_key; task_id, parent_id, agent, description, metadata, detached, reserved, worker,
--- deadline_ms, max_finished, claim_timeout_ms, claim_error, deadline_reason): a start or a reservation, with an
--- optional deadline (milliseconds since the epoch; a child's is bounded by its parent's unless detached) and, for
--- a reservation, a claim timeout. Returns {run, status, reason, next timer due or "", "1" if this made the
--- session} or an error reply whose
--- message starts with DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
+-- stv2_open(session_key; inc, task_id, parent_id, agent, description, metadata, detached, reserved, process,
+-- deadline_ms, claim_timeout_ms, claim_error, deadline_reason): a start or a reservation, with an optional
+-- deadline (milliseconds since the epoch; a child's is bounded by its parent's unless detached) and, for a
+-- reservation, a claim timeout. Returns {run, status, reason, next timer due or ""} or an error reply whose message
+-- starts with GONE, DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
 local function st_open(keys, args)
-  touch(keys[1])
   local session_key = keys[1]
+  if not same_incarnation(session_key, args[1]) then return gone() end
+  touch(session_key)
   local base = base_of(session_key)
-  local task_id, parent_id, agent, description, metadata = args[1], args[2], args[3], args[4], args[5]
-  local detached, reserved, worker, deadline = args[6] == '1', args[7] == '1', args[8], args[9]
-  local created = redis.call('HSETNX', session_key, 'max', args[10])
+  local task_id, parent_id, agent, description, metadata = args[2], args[3], args[4], args[5], args[6]
+  local detached, reserved = args[7] == '1', args[8] == '1'
+  local process, deadline = args[9], args[10]
   if redis.call('HEXISTS', session_key, 'closed') == 1 then
     return redis.error_reply('CLOSED')
   end
@@ -281,20 +324,20 @@ local function st_open(keys, args)
     redis.call('DEL', key)
     redis.call('HINCRBY', session_key, 'retained', -1)
   end
-  local run = redis.call('HINCRBY', session_key, 'seq', 1)
+  local run = digits(redis.call('HINCRBY', session_key, 'seq', 1))
   local at = now()
   local status = reserved and 'queued' or 'running'
   redis.call('HSET', key, 'id', task_id, 'run', run, 'status', status, 'started_at', at)
   local optional = { parent = parent_id, agent = agent, description = description, metadata = metadata,
-    worker = worker }
+    worker = process }
   for name, value in pairs(optional) do
     if value ~= '' then redis.call('HSET', key, name, value) end
   end
   if detached then redis.call('HSET', key, 'detached', '1') end
   if reserved then redis.call('HSET', key, 'reserved', '1') end
-  if worker ~= '' then
-    redis.call('SADD', base .. 'wr:' .. worker, task_id)
-    redis.call('SADD', base .. 'workers', worker)
+  if process ~= '' then
+    redis.call('SADD', base .. 'wr:' .. process, task_id)
+    redis.call('SADD', base .. 'workers', process)
   end
   if parent_run and not detached then
     redis.call('SADD', children_key(base, parent_run), task_id)
@@ -338,30 +381,32 @@ local function st_open(keys, args)
     redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
     if next_due == '' or due < tonumber(next_due) then next_due = tostring(due) end
   end
-  return { run, status, reason, next_due, tostring(created) }
+  return { run, status, reason, next_due }
 end
 
--- st_cancel(session_key; task_id, reason, cause): a cancel of one task and its pending descendants. Returns
--- 1 when the task itself moved, 0 otherwise.
+-- stv2_cancel(session_key; inc, task_id, reason, cause): a cancel of one task and its pending descendants.
+-- Returns 1 when the task itself moved, 0 otherwise.
 local function st_cancel(keys, args)
-  touch(keys[1])
   local session_key = keys[1]
+  if not same_incarnation(session_key, args[1]) then return gone() end
+  touch(session_key)
   local base = base_of(session_key)
-  local key = task_key(base, args[1])
+  local key = task_key(base, args[2])
   local status = redis.call('HGET', key, 'status')
   if not status or not PENDING[status] then return 0 end
-  cancel_trees(base, session_key, { args[1] }, args[2], args[3], now())
+  cancel_trees(base, session_key, { args[2] }, args[3], args[4], now())
   return 1
 end
 
--- st_cancel_all(session_key; reason, close): cancels every pending task; with close = "1", first records the
--- session as closed (keeping the first reason). Returns how many moved.
+-- stv2_cancel_all(session_key; inc, reason, close): cancels every pending task; with close = "1", first records
+-- the session as closed (keeping the first reason). Returns how many moved.
 local function st_cancel_all(keys, args)
-  touch(keys[1])
   local session_key = keys[1]
+  if not same_incarnation(session_key, args[1]) then return gone() end
+  touch(session_key)
   local base = base_of(session_key)
-  local reason = args[1]
-  if args[2] == '1' then
+  local reason = args[2]
+  if args[3] == '1' then
     redis.call('HSETNX', session_key, 'closed', reason)
     reason = redis.call('HGET', session_key, 'closed')
   end
@@ -369,15 +414,20 @@ local function st_cancel_all(keys, args)
   return cancel_trees(base, session_key, roots, reason, 'session', now())
 end
 
--- st_end(session_key; task_id, run, outcome, value): the runner's end (outcome completed, failed, or stopped with
--- the reason as value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim
+-- stv2_end(session_key; inc, task_id, run, outcome, value): the runner's end (outcome completed, failed, or stopped
+-- with the reason as value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim
 -- (claim_expired: fails only a queued task).
--- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one.
+-- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one. An end
+-- by id through an object of an ended incarnation is refused with GONE; a runner's end of such a run is {0, 0}.
 local function st_end(keys, args)
-  touch(keys[1])
   local session_key = keys[1]
+  local task_id, run, outcome, value = args[2], args[3], args[4], args[5]
+  if not same_incarnation(session_key, args[1]) then
+    if run == '' then return gone() end
+    return { 0, 0 }
+  end
+  touch(session_key)
   local base = base_of(session_key)
-  local task_id, run, outcome, value = args[1], args[2], args[3], args[4]
   local key = task_key(base, task_id)
   local state = fields(key, 'run', 'status', 'fin')
   if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then return { 0, 0 } end
@@ -407,12 +457,15 @@ local function st_end(keys, args)
   return { transitioned, 1 }
 end
 
--- st_claim(session_key; task_id, worker): a runner takes a reserved task. Returns {run, status, reason}; errors
--- UNKNOWN, CLAIMED or ENDED <status>.
+-- stv2_claim(session_key; inc, task_id, process): a runner takes a reserved task. Returns {run, status,
+-- reason}; errors GONE, UNKNOWN, CLAIMED or ENDED <status>.
 local function st_claim(keys, args)
-  touch(keys[1])
-  local base = base_of(keys[1])
-  local key = task_key(base, args[1])
+  local session_key = keys[1]
+  if not same_incarnation(session_key, args[1]) then return gone() end
+  touch(session_key)
+  local task_id, process = args[2], args[3]
+  local base = base_of(session_key)
+  local key = task_key(base, task_id)
   local state = fields(key, 'run', 'status', 'reserved', 'claimed_at', 'reason')
   if not state[1] then return redis.error_reply('UNKNOWN') end
   if state[3] ~= '1' or state[4] then return redis.error_reply('CLAIMED') end
@@ -420,34 +473,36 @@ local function st_claim(keys, args)
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
   if status == 'queued' then status = 'running' end
   local at = now()
-  redis.call('ZREM', base .. 'timers', timer('c', args[1], state[1]))
-  redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', args[2])
+  redis.call('ZREM', base .. 'timers', timer('c', task_id, state[1]))
+  redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', process)
   if status == 'running' then
-    redis.call('SADD', base .. 'wr:' .. args[2], args[1])
-    redis.call('SADD', base .. 'workers', args[2])
+    redis.call('SADD', base .. 'wr:' .. process, task_id)
+    redis.call('SADD', base .. 'workers', process)
   end
-  emit(base, args[1], 'claimed', status, at)
+  emit(base, task_id, 'claimed', status, at)
   return { state[1], status, state[5] or '' }
 end
 
--- st_progress(session_key; task_id, run, message): records a progress message on an unfinished run.
+-- stv2_progress(session_key; inc, task_id, run, message): records a progress message on an unfinished run.
 local function st_progress(keys, args)
-  touch(keys[1])
+  if not same_incarnation(keys[1], args[1]) then return 0 end
   local base = base_of(keys[1])
-  local key = task_key(base, args[1])
+  local key = task_key(base, args[2])
   local state = fields(key, 'run', 'fin', 'status')
-  if state[1] ~= args[2] or state[2] == '1' then return 0 end
-  redis.call('HSET', key, 'progress', args[3])
+  if state[1] ~= args[3] or state[2] == '1' then return 0 end
+  touch(keys[1])
+  redis.call('HSET', key, 'progress', args[4])
   redis.call('HINCRBY', key, 'progress_count', 1)
-  emit(base, args[1], 'progress', state[3], now(), 'message', args[3])
+  emit(base, args[2], 'progress', state[3], now(), 'message', args[4])
   return 1
 end
 
--- st_escalate(session_key; task_id, run): records that the run's runner was stopped by force after its grace
--- (snapshots show it as escalated). Returns 1, or 0 when that run is no longer the task's current one.
+-- stv2_escalate(session_key; inc, task_id, run): records that the run's runner was stopped by force after its
+-- grace (snapshots show it as escalated). Returns 1, or 0 when that run is no longer the task's current one.
 local function st_escalate(keys, args)
-  local key = task_key(base_of(keys[1]), args[1])
-  if redis.call('HGET', key, 'run') ~= args[2] then return 0 end
+  if not same_incarnation(keys[1], args[1]) then return 0 end
+  local key = task_key(base_of(keys[1]), args[2])
+  if redis.call('HGET', key, 'run') ~= args[3] then return 0 end
   redis.call('HSET', key, 'escalated', '1')
   return 1
 end
@@ -456,23 +511,27 @@ local function snapshot(base, task_id)
   return redis.call('HGETALL', task_key(base, task_id))
 end
 
--- st_get(session_key; task_id): the task's fields as a flat list, empty when not retained.
+-- stv2_get(session_key; inc, task_id): the task's fields as a flat list, empty when not retained.
 local function st_get(keys, args)
-  return snapshot(base_of(keys[1]), args[1])
+  if not same_incarnation(keys[1], args[1]) then return gone() end
+  return snapshot(base_of(keys[1]), args[2])
 end
 
--- st_list(session_key; which): the fields of every pending ("pending") or retained ("all") task, in start order.
+-- stv2_list(session_key; inc, which): the fields of every pending ("pending") or retained ("all") task, in start
+-- order.
 local function st_list(keys, args)
+  if not same_incarnation(keys[1], args[1]) then return gone() end
   local base = base_of(keys[1])
   local listed = {}
-  for _, task_id in ipairs(redis.call('ZRANGE', base .. args[1], 0, -1)) do
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. args[2], 0, -1)) do
     table.insert(listed, snapshot(base, task_id))
   end
   return listed
 end
 
--- st_status(session_key; task_id, run, ...): for each run a worker runs, {status, reason, origin, cause}, or
--- {"gone"} when that run is no longer the task's current one.
+-- stv2_status(session_key; task_id, run, ...): for each run a worker runs, {status, reason, origin, cause}, or
+-- {"gone"} when that run is no longer the task's current one (run numbers are never reused, whatever happened to
+-- the session).
 local function st_status(keys, args)
   local base = base_of(keys[1])
   local statuses = {}
@@ -495,118 +554,165 @@ local function remove_session(base, session_key)
     if run then redis.call('DEL', children_key(base, run)) end
     redis.call('DEL', key)
   end
-  for _, worker in ipairs(redis.call('SMEMBERS', base .. 'workers')) do
-    redis.call('DEL', base .. 'wr:' .. worker)
+  for _, process in ipairs(redis.call('SMEMBERS', base .. 'workers')) do
+    redis.call('DEL', base .. 'wr:' .. process)
   end
   redis.call('DEL', session_key, base .. 'pending', base .. 'all', base .. 'finished', base .. 'events',
     base .. 'timers', base .. 'workers')
 end
 
--- st_session(session_key): {closed ("1" or "0"), unfinished task count}, or {} for no session.
+-- {incarnation, closed ("1" or "0"), unfinished task count} of the session under `session_key`, or {} for none.
+local function session_state(session_key)
+  local inc = redis.call('HGET', session_key, 'inc')
+  if not inc then return {} end
+  local retained = tonumber(redis.call('HGET', session_key, 'retained') or '0')
+  local unfinished = redis.call('ZCARD', base_of(session_key) .. 'all') - retained
+  return { inc, tostring(redis.call('HEXISTS', session_key, 'closed')), tostring(unfinished) }
+end
+
+-- stv2_session(session_key): {incarnation, closed ("1" or "0"), unfinished task count}, or {} for no session.
 local function st_session(keys)
-  local base = base_of(keys[1])
-  if redis.call('EXISTS', keys[1]) == 0 then return {} end
-  local retained = tonumber(redis.call('HGET', keys[1], 'retained') or '0')
-  return { redis.call('HEXISTS', keys[1], 'closed'), redis.call('ZCARD', base .. 'all') - retained }
+  return session_state(keys[1])
 end
 
--- st_touch(session_key; max_finished): makes the session exist, with its bound unless it has one. Returns
--- {closed ("1" or "0"), unfinished task count}.
+-- stv2_touch(session_key; max_finished): makes the session exist, with its bound, unless it does. A closed
+-- session whose tasks are all finished has left: its keys go, and its id names a new incarnation, whose run
+-- numbers start past the old one's. Returns what `stv2_session` does.
 local function st_touch(keys, args)
-  local state = st_session(keys)
-  if state[1] == 1 and state[2] == 0 then
-    -- Closed, with every task finished: the session has left, and its id names a new one.
-    remove_session(base_of(keys[1]), keys[1])
+  local session_key = keys[1]
+  local state = session_state(session_key)
+  local after = 0
+  if state[2] == '1' and state[3] == '0' then
+    after = tonumber(redis.call('HGET', session_key, 'seq'))
+    remove_session(base_of(session_key), session_key)
+    state = {}
   end
-  redis.call('HSETNX', keys[1], 'max', args[1])
-  touch(keys[1])
-  return st_session(keys)
+  if not state[1] then
+    local inc = digits(math.max(now_ms() * 1000, after + 1))
+    redis.call('HSET', session_key, 'inc', inc, 'seq', inc, 'max', args[1], 'retained', 0)
+  end
+  touch(session_key)
+  return session_state(session_key)
 end
 
--- st_reap(session_key; worker, error, expired_at_ms): the worker's lease expired at `expired_at_ms`. Its running
--- tasks begun before then fail with `error`, its cancelled ones become finished. Returns how many it finished.
+-- stv2_reap(session_key; process, error, expired_at_ms): the worker process's lease expired at `expired_at_ms`.
+-- Its running tasks begun before then fail with `error`, its cancelled ones become finished. Returns how many it
+-- finished.
 local function st_reap(keys, args)
-  touch(keys[1])
   local session_key = keys[1]
   local base = base_of(session_key)
-  local held = base .. 'wr:' .. args[1]
+  local process, error, expired_at = args[1], args[2], tonumber(args[3])
   local reaped = 0
   local at = now()
-  local expired_at = tonumber(args[3])
-  for _, task_id in ipairs(redis.call('SMEMBERS', held)) do
+  for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. process)) do
     local key = task_key(base, task_id)
     local state = fields(key, 'run', 'status', 'fin', 'worker', 'started_at', 'claimed_at')
-    local since = tonumber(state[7] or state[6] or '0') * 1000
+    local run, status, finished, owner, started_at, claimed_at = state[1], state[2], state[3], state[4],
+      state[5], state[6]
+    local since = tonumber(claimed_at or started_at or '0') * 1000
     -- A run begun after the lease expired is the work of a worker that came back: not the lost one's.
-    if state[1] and state[3] ~= '1' and state[4] == args[1] and since < expired_at then
-      if state[2] == 'running' then
-        redis.call('HSET', key, 'status', 'failed', 'error', args[2])
+    if run and finished ~= '1' and owner == process and since < expired_at then
+      touch(session_key)
+      if status == 'running' then
+        redis.call('HSET', key, 'status', 'failed', 'error', error)
       end
-      finish(base, session_key, key, task_id, state[1], at)
+      finish(base, session_key, key, task_id, run, at)
       reaped = reaped + 1
     end
   end
   return reaped
 end
 
--- st_orphans(session_key; worker, grace_ms, error, held...): the runs recorded as the worker's that it does not
--- hold (its start or claim took effect but the reply never reached it), once older than `grace_ms`: a running
--- one fails with `error`, a cancelled one finishes. Returns how many it ended.
+-- stv2_orphans(session_key; process, grace_ms, error, held...): the runs recorded as the worker process's that it
+-- does not hold (its start or claim took effect but the reply never reached it), once older than `grace_ms`: a
+-- running one fails with `error`, a cancelled one finishes. Returns {how many it ended, how many unheld runs are
+-- younger than the grace and left for a later look}.
 local function st_orphans(keys, args)
   local session_key = keys[1]
   local base = base_of(session_key)
-  local worker, grace, error = args[1], tonumber(args[2]), args[3]
+  local process, grace, error = args[1], tonumber(args[2]), args[3]
   local held = {}
   for index = 4, #args do held[args[index]] = true end
-  local ended = 0
+  local ended, young = 0, 0
   local current_ms = now_ms()
-  for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. worker)) do
+  for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. process)) do
     if not held[task_id] then
       local key = task_key(base, task_id)
       local state = fields(key, 'run', 'status', 'fin', 'worker', 'started_at', 'claimed_at')
-      local since = tonumber(state[6] or state[5] or '0') * 1000
-      if state[1] and state[3] ~= '1' and state[4] == worker and current_ms - since > grace then
-        touch(session_key)
-        if state[2] == 'running' then
-          redis.call('HSET', key, 'status', 'failed', 'error', error)
+      local run, status, finished, owner, started_at, claimed_at = state[1], state[2], state[3], state[4],
+        state[5], state[6]
+      local since = tonumber(claimed_at or started_at or '0') * 1000
+      if run and finished ~= '1' and owner == process then
+        if current_ms - since > grace then
+          touch(session_key)
+          if status == 'running' then
+            redis.call('HSET', key, 'status', 'failed', 'error', error)
+          end
+          finish(base, session_key, key, task_id, run, now())
+          ended = ended + 1
+        else
+          young = young + 1
         end
-        finish(base, session_key, key, task_id, state[1], now())
-        ended = ended + 1
       end
     end
   end
-  return ended
+  return { ended, young }
 end
 
--- st_lease(workers_key; worker, lease_ms): renews the worker's lease to `lease_ms` from the server's clock.
+-- stv2_lease(workers_key; process, lease_ms): renews the worker process's lease to `lease_ms` from the server's
+-- clock. Returns {the server's time, 1 if the lease was there (0: it was reaped and forgotten, or is new)}.
 local function st_lease(keys, args)
-  local time = redis.call('TIME')
-  local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-  redis.call('ZADD', keys[1], now_ms + tonumber(args[2]), args[1])
-  return now_ms
+  local current = now_ms()
+  local existed = redis.call('ZSCORE', keys[1], args[1]) and 1 or 0
+  redis.call('ZADD', keys[1], current + tonumber(args[2]), args[1])
+  return { current, existed }
 end
 
--- st_forget(workers_key; worker): drops a reaped worker's lease, unless it renewed meanwhile (it came back).
+-- stv2_forget(workers_key, announced_key; process): drops a reaped worker process's lease and what it announced,
+-- unless it renewed meanwhile (it came back). Both keys are registry-wide, in one slot.
 local function st_forget(keys, args)
   local expiry = tonumber(redis.call('ZSCORE', keys[1], args[1]))
-  if expiry and expiry <= now_ms() then return redis.call('ZREM', keys[1], args[1]) end
+  if expiry and expiry <= now_ms() then
+    redis.call('DEL', keys[2])
+    return redis.call('ZREM', keys[1], args[1])
+  end
   return 0
 end
 
--- st_expired(workers_key): the workers whose lease has passed, by the server's clock, each with its expiry.
+-- stv2_announce(announced_key; session): records that the worker process runs tasks in the session, stamped with
+-- the server's time (so `stv2_unannounce` never drops an announcement newer than what it was asked about).
+local function st_announce(keys, args)
+  return redis.call('ZADD', keys[1], now_ms(), args[1])
+end
+
+-- stv2_unannounce(announced_key; grace_ms, session...): drops the sessions announced more than `grace_ms` ago: the
+-- worker process holds nothing in them any more; one announced again meanwhile stays.
+local function st_unannounce(keys, args)
+  local before = now_ms() - tonumber(args[1])
+  local dropped = 0
+  for index = 2, #args do
+    local stamp = tonumber(redis.call('ZSCORE', keys[1], args[index]))
+    if stamp and stamp < before then dropped = dropped + redis.call('ZREM', keys[1], args[index]) end
+  end
+  return dropped
+end
+
+-- stv2_expired(workers_key): the worker processes whose lease has passed, by the server's clock, each with its
+-- expiry.
 local function st_expired(keys)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'WITHSCORES')
 end
 
--- st_fire(session_key; deadline_reason): fires the session's due timers: a deadline cancels its task's tree (cause
--- deadline), a claim timeout fails a task still queued. Returns when the next timer falls due, or -1.
+-- stv2_fire(session_key; deadline_reason): fires the session's due timers: a deadline cancels its task's tree
+-- (cause deadline), a claim timeout fails a task still queued. Returns when the next timer falls due, or -1.
 local function st_fire(keys, args)
-  touch(keys[1])
   local session_key = keys[1]
+  if redis.call('EXISTS', session_key) == 0 then return -1 end
   local base = base_of(session_key)
   local at = now()
   local due = {}
   local listed = redis.call('ZRANGEBYSCORE', base .. 'timers', '-inf', now_ms(), 'WITHSCORES')
+  if #listed > 0 then touch(session_key) end
   for index = 1, #listed, 2 do
     local kind, task_id, run = string.match(listed[index], '^(%a)\t(.*)\t(%d+)$')
     table.insert(due, { member = listed[index], at = tonumber(listed[index + 1]), kind = kind, task_id = task_id,
@@ -637,12 +743,12 @@ local function st_fire(keys, args)
   return -1
 end
 
--- st_due(timers_key): the sessions with a timer due, by the server's clock.
+-- stv2_due(timers_key): the sessions with a timer due, by the server's clock.
 local function st_due(keys)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms())
 end
 
--- st_retime(timers_key; session_id, next): records when the session's next timer falls due (-1: none), unless
+-- stv2_retime(timers_key; session_id, next): records when the session's next timer falls due (-1: none), unless
 -- a newer timer of the session was recorded meanwhile.
 local function st_retime(keys, args)
   local current = tonumber(redis.call('ZSCORE', keys[1], args[1]))
@@ -656,53 +762,64 @@ local function st_retime(keys, args)
   return 1
 end
 
--- st_idle(sessions_key; ttl_ms): sessions of the index whose recorded last change is older than `ttl_ms`, by the
--- server's clock: the candidates for `st_sweep` (at most 100 per call).
+-- stv2_idle(sessions_key; ttl_ms, count): up to `count` sessions of the index whose recorded last change is older
+-- than `ttl_ms`, by the server's clock: the candidates for `stv2_sweep`.
 local function st_idle(keys, args)
-  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms() - tonumber(args[1]), 'LIMIT', 0, 100)
+  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms() - tonumber(args[1]), 'LIMIT', 0, tonumber(args[2]))
 end
 
--- st_sweep(session_key; ttl_ms): removes the session, every key of it, if nothing changed in it for `ttl_ms`
--- and none of its tasks is unfinished. Returns -1 when removed, otherwise the time of its last change (or 0 for
--- a session that does not exist).
+-- stv2_sweep(session_key; ttl_ms): removes the session, every key of it, if nothing changed in it for `ttl_ms`
+-- and none of its tasks is unfinished. Returns -1 when removed (or when there was no such session), otherwise
+-- when to look again: the time of its last change, or now for a session kept by an unfinished task (so that it
+-- goes to the back of the index instead of coming first in every round).
 local function st_sweep(keys, args)
   local session_key = keys[1]
+  if redis.call('EXISTS', session_key) == 0 then return -1 end
   local base = base_of(session_key)
   local touched = tonumber(redis.call('HGET', session_key, 'touched') or '0')
-  if redis.call('EXISTS', session_key) == 0 then return 0 end
+  local current = now_ms()
   local retained = tonumber(redis.call('HGET', session_key, 'retained') or '0')
-  local unfinished = redis.call('ZCARD', base .. 'all') - retained
-  if now_ms() - touched < tonumber(args[1]) or unfinished > 0 then return touched end
+  if redis.call('ZCARD', base .. 'all') - retained > 0 then return current end
+  if current - touched < tonumber(args[1]) then return touched end
   remove_session(base, session_key)
   return -1
 end
 
--- st_unlock(lock_key; holder): releases a lock only if `holder` still holds it.
+-- stv2_unlock(lock_key; holder): releases a lock only if `holder` still holds it.
 local function st_unlock(keys, args)
   if redis.call('GET', keys[1]) == args[1] then return redis.call('DEL', keys[1]) end
   return 0
 end
 
-redis.register_function('st_fire', st_fire)
-redis.register_function{ function_name = 'st_due', callback = st_due, flags = { 'no-writes' } }
-redis.register_function('st_retime', st_retime)
-redis.register_function('st_reap', st_reap)
-redis.register_function('st_orphans', st_orphans)
-redis.register_function('st_unlock', st_unlock)
-redis.register_function('st_sweep', st_sweep)
-redis.register_function{ function_name = 'st_idle', callback = st_idle, flags = { 'no-writes' } }
-redis.register_function('st_lease', st_lease)
-redis.register_function('st_forget', st_forget)
-redis.register_function{ function_name = 'st_expired', callback = st_expired, flags = { 'no-writes' } }
-redis.register_function('st_open', st_open)
-redis.register_function('st_touch', st_touch)
-redis.register_function('st_cancel', st_cancel)
-redis.register_function('st_cancel_all', st_cancel_all)
-redis.register_function('st_end', st_end)
-redis.register_function('st_claim', st_claim)
-redis.register_function('st_progress', st_progress)
-redis.register_function('st_escalate', st_escalate)
-redis.register_function{ function_name = 'st_get', callback = st_get, flags = { 'no-writes' } }
-redis.register_function{ function_name = 'st_list', callback = st_list, flags = { 'no-writes' } }
-redis.register_function{ function_name = 'st_status', callback = st_status, flags = { 'no-writes' } }
-redis.register_function{ function_name = 'st_session', callback = st_session, flags = { 'no-writes' } }
+local function register(name, callback, read_only)
+  local flags = read_only and { 'no-writes' } or {}
+  redis.register_function{ function_name = 'stv2_' .. name, callback = callback, flags = flags }
+end
+
+-- Registry-wide functions.
+register('due', st_due, true)
+register('retime', st_retime)
+register('unlock', st_unlock)
+register('idle', st_idle, true)
+register('lease', st_lease)
+register('forget', st_forget)
+register('announce', st_announce)
+register('unannounce', st_unannounce)
+register('expired', st_expired, true)
+-- Functions of one session.
+register('fire', session_function(st_fire))
+register('reap', session_function(st_reap))
+register('orphans', session_function(st_orphans))
+register('sweep', session_function(st_sweep))
+register('open', session_function(st_open))
+register('touch', session_function(st_touch))
+register('cancel', session_function(st_cancel))
+register('cancel_all', session_function(st_cancel_all))
+register('end', session_function(st_end))
+register('claim', session_function(st_claim))
+register('progress', session_function(st_progress))
+register('escalate', session_function(st_escalate))
+register('get', st_get, true)
+register('list', st_list, true)
+register('status', st_status, true)
+register('session', st_session, true)

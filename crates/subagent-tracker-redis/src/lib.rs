@@ -13,6 +13,7 @@
 mod error;
 mod events;
 mod handle;
+mod mirrors;
 mod options;
 mod registry;
 mod session;

@@ -21,12 +21,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::AsyncCommands;
-use subagent_tracker::{
-    generate_id, validate_task_id, CancelCause, InMemoryRegistry, TrackerConfig,
-};
+use subagent_tracker::{generate_id, validate_task_id, CancelCause, TrackerConfig};
 use tokio::task::JoinHandle;
 
+use crate::mirrors::Mirrors;
 use crate::store::{self, Keys};
 use crate::{RedisOptions, RedisSession, RedisTrackerError};
 
@@ -52,9 +50,13 @@ const TIMER_TICK: Duration = Duration::from_millis(50);
 /// How long the listener waits before it reconnects to a server that dropped it.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
+/// How many sessions one round trip of the sweep or the reaper handles.
+const BATCH: usize = 500;
+
 /// Sessions kept in Redis, shared by every process that connects to the same server with the same prefix.
 ///
-/// Each registry is a worker with an id: the tasks it starts or claims are its runs, and the cancels of those
+/// Each registry is a worker: a process with an id (shown in snapshots, and shared by several processes if they
+/// are given one) and a lease of its own. The tasks it starts or claims are its runs, and the cancels of those
 /// runs reach its tokens wherever the cancel was made. Cheap to clone; the worker stops when the last clone is
 /// dropped.
 #[derive(Clone)]
@@ -71,20 +73,22 @@ pub(crate) struct RunKey {
 }
 
 pub(crate) struct Worker {
+    /// The worker id users gave (or a generated one): what snapshots show.
     pub(crate) id: Arc<str>,
+    /// This process's own name in Redis: the id, a slash and a nonce. It names the lease, the running sets and
+    /// the notification channel, so processes that share an id never take each other's runs for their own.
+    pub(crate) process: Arc<str>,
     /// For the connections of their own that event subscriptions need (a blocking read holds its connection).
     pub(crate) client: redis::Client,
     pub(crate) keys: Keys,
     pub(crate) connection: ConnectionManager,
     pub(crate) options: RedisOptions,
     /// The in-memory mirrors of the sessions this worker runs tasks in.
-    pub(crate) mirrors: InMemoryRegistry<String>,
+    pub(crate) mirrors: Mirrors,
     runs: Mutex<Runs>,
     /// The runtime the worker's background tasks (and the ends of dropped handles) run on.
     pub(crate) runtime: tokio::runtime::Handle,
     background: Mutex<Vec<JoinHandle<()>>>,
-    /// The sessions this worker has announced it runs tasks in (so a reaper finds them).
-    announced: Mutex<HashSet<Arc<str>>>,
     /// When the lease was last renewed, by this process's monotonic clock.
     renewed_at: Mutex<Instant>,
 }
@@ -94,6 +98,64 @@ struct Runs {
     held: HashSet<RunKey>,
     /// Notifications that arrived before their run was registered, oldest first.
     unmatched: VecDeque<RunKey>,
+    /// What this process has to do with each session it uses; an entry leaves once nothing is left to do, so
+    /// the worker's memory and its periodic work follow what it runs now, not every session it ever touched.
+    sessions: HashMap<Arc<str>, SessionUse>,
+}
+
+/// This process's business with one session.
+#[derive(Default)]
+struct SessionUse {
+    /// Runs of the session this process holds.
+    held: usize,
+    /// Starts and claims under way.
+    in_flight: usize,
+    /// When this process last recorded in Redis (`announced`) that it runs tasks in the session, for the reaper.
+    announced_at: Option<Instant>,
+    /// Since when a start or claim of this process may have taken effect without its reply arriving: its run
+    /// may be recorded in Redis with no handle here, an orphan for the reconcile to end.
+    unsettled_since: Option<Instant>,
+    /// A start or reservation took effect, or may have, without its timer reaching the registry's index of
+    /// timers: the reconcile puts it back.
+    unscheduled: bool,
+}
+
+impl SessionUse {
+    fn idle(&self, unannounce_after: Duration) -> bool {
+        self.held == 0
+            && self.in_flight == 0
+            && self.unsettled_since.is_none()
+            && !self.unscheduled
+            && self
+                .announced_at
+                .is_none_or(|at| at.elapsed() >= unannounce_after)
+    }
+}
+
+/// A start or claim under way in a session: it keeps the session's announcement and, if it never learns its
+/// outcome (an error, or the caller stopped waiting), leaves the session for the orphan check.
+pub(crate) struct SessionCall {
+    worker: Arc<Worker>,
+    session_id: Arc<str>,
+    settled: bool,
+}
+
+impl SessionCall {
+    /// The call's outcome is known: it took effect with its reply here, or it was refused.
+    pub(crate) fn settle(mut self) {
+        self.settled = true;
+    }
+}
+
+impl Drop for SessionCall {
+    fn drop(&mut self) {
+        let mut runs = lock(&self.worker.runs);
+        let session = runs.sessions.entry(self.session_id.clone()).or_default();
+        session.in_flight -= 1;
+        if !self.settled {
+            session.unsettled_since = Some(Instant::now());
+        }
+    }
 }
 
 impl RedisRegistry {
@@ -101,8 +163,10 @@ impl RedisRegistry {
     /// the worker: its notification listener and its reconcile timer, on the current tokio runtime.
     ///
     /// # Errors
-    /// [`RedisTrackerError::Unavailable`] when the server cannot be reached within the timeout;
-    /// [`RedisTrackerError::InvalidOption`] for a key prefix with braces.
+    /// [`RedisTrackerError::InvalidOption`] for what retrying cannot fix: a URL that does not parse, a database
+    /// the server does not have, a password it refuses or wants, a key prefix with braces or used by other
+    /// data, another build of the server functions; [`RedisTrackerError::Unavailable`] when the server cannot
+    /// be reached within the timeout.
     ///
     /// # Panics
     /// Outside a tokio runtime.
@@ -110,10 +174,13 @@ impl RedisRegistry {
         if options.key_prefix.contains(['{', '}']) {
             // A session's hash tag is the first `{...}` of its keys: the prefix must not hold one.
             return Err(RedisTrackerError::InvalidOption(
-                "key_prefix must not contain '{' or '}': the session's id is the keys' hash tag",
+                "key_prefix must not contain '{' or '}': the session's id is the keys' hash tag"
+                    .into(),
             ));
         }
-        let client = redis::Client::open(url)?;
+        let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
+        validate_task_id("worker_id", &id)?;
+        let client = redis::Client::open(url).map_err(|error| configuration_error(url, &error))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.timeout))
             .set_response_timeout(Some(options.timeout))
@@ -123,22 +190,30 @@ impl RedisRegistry {
             client.get_connection_manager_with_config(config),
         )
         .await
-        .map_err(|_| timeout_error())??;
+        .map_err(|_| timeout_error())?
+        .map_err(|error| configuration_error(url, &error))?;
+        // A small command first: a server that wants a password refuses a large unauthenticated one with a
+        // protocol error that names no password.
+        redis::cmd("PING")
+            .query_async::<String>(&mut connection)
+            .await
+            .map_err(|error| configuration_error(url, &error))?;
         store::load(&mut connection).await?;
-        check_prefix_is_ours(&mut connection, &Keys::new(&options.key_prefix)).await?;
-        let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
-        validate_task_id("worker_id", &id)?;
+        let keys = Keys::new(&options.key_prefix);
+        check_prefix_is_ours(&mut connection, &keys).await?;
+        // Sixteen hex digits: no two processes of one worker id meet the same nonce in practice.
+        let process: Arc<str> = Arc::from(format!("{id}/{}", &generate_id()[..16]));
         let worker = Arc::new(Worker {
             client: client.clone(),
-            keys: Keys::new(&options.key_prefix),
+            keys,
             id,
+            process,
             connection,
             options,
-            mirrors: InMemoryRegistry::new(),
+            mirrors: Mirrors::default(),
             runs: Mutex::new(Runs::default()),
             runtime: tokio::runtime::Handle::current(),
             background: Mutex::new(Vec::new()),
-            announced: Mutex::new(HashSet::new()),
             renewed_at: Mutex::new(Instant::now()),
         });
         worker.renew_lease().await?;
@@ -156,8 +231,19 @@ impl RedisRegistry {
         &self.worker.id
     }
 
+    /// How many sessions this process keeps anything for now (mirrors of its runs' tokens, or business with
+    /// Redis): follows what it runs, not every session it ever touched.
+    #[must_use]
+    pub fn sessions_in_use(&self) -> usize {
+        self.worker
+            .mirrors
+            .len()
+            .max(lock(&self.worker.runs).sessions.len())
+    }
+
     /// The session `session_id`, created with `config` if no process has made it (an existing session keeps
-    /// its own bound). `None` creates one with a generated id.
+    /// its own bound). `None` creates one with a generated id. A closed session whose tasks are all finished
+    /// has left: its id names a new one.
     ///
     /// # Errors
     /// [`RedisTrackerError::Tracker`] for an invalid id; [`RedisTrackerError::Unavailable`].
@@ -175,15 +261,22 @@ impl RedisRegistry {
         };
         let key = self.worker.keys.session(&session_id);
         let max = config.max_finished_tasks.to_string();
-        let _: Vec<i64> = store::call(
+        let state: Vec<String> = store::call(
             &mut self.worker.connection.clone(),
-            "st_touch",
-            &key,
+            "touch",
+            &[&key],
             &[&max],
         )
         .await?;
+        let [incarnation, _closed, _unfinished] = session_state(state)?
+            .ok_or_else(|| RedisTrackerError::Protocol(Arc::from("stv2_touch")))?;
         self.worker.index_session(&session_id).await?;
-        Ok(RedisSession::new(self.worker.clone(), session_id, key))
+        Ok(RedisSession::new(
+            self.worker.clone(),
+            session_id,
+            key,
+            incarnation,
+        ))
     }
 
     /// The session `session_id` if some process made it and it has not left (a closed session leaves once
@@ -197,14 +290,12 @@ impl RedisRegistry {
     ) -> Result<Option<RedisSession>, RedisTrackerError> {
         validate_task_id("session_id", session_id)?;
         let key = self.worker.keys.session(session_id);
-        let state: Vec<i64> =
-            store::call(&mut self.worker.connection.clone(), "st_session", &key, &[]).await?;
-        Ok(match state.as_slice() {
-            [closed, unfinished] if *closed == 0 || *unfinished > 0 => Some(RedisSession::new(
-                self.worker.clone(),
-                Arc::from(session_id),
-                key,
-            )),
+        let state: Vec<String> =
+            store::call(&mut self.worker.connection.clone(), "session", &[&key], &[]).await?;
+        Ok(match session_state(state)? {
+            Some([incarnation, closed, unfinished]) if closed == "0" || unfinished != "0" => Some(
+                RedisSession::new(self.worker.clone(), Arc::from(session_id), key, incarnation),
+            ),
             _ => None,
         })
     }
@@ -215,15 +306,26 @@ impl RedisRegistry {
     /// [`RedisTrackerError::Unavailable`].
     pub async fn sessions(&self) -> Result<Vec<String>, RedisTrackerError> {
         let mut connection = self.worker.connection.clone();
-        let indexed: Vec<String> = connection
-            .zrange(self.worker.keys.sessions(), 0, -1)
+        let indexed: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.worker.keys.sessions())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut connection)
             .await?;
         let mut live = Vec::new();
-        for session_id in indexed {
-            let key = self.worker.keys.session(&session_id);
-            let state: Vec<i64> = store::call(&mut connection, "st_session", &key, &[]).await?;
-            if matches!(state.as_slice(), [closed, unfinished] if *closed == 0 || *unfinished > 0) {
-                live.push(session_id);
+        for chunk in indexed.chunks(BATCH) {
+            let keys: Vec<String> = chunk
+                .iter()
+                .map(|session_id| self.worker.keys.session(session_id))
+                .collect();
+            let calls: Vec<_> = keys.iter().map(|key| (vec![&**key], vec![])).collect();
+            let states: Vec<Vec<String>> =
+                store::call_each(&mut connection, "session", &calls).await?;
+            for (session_id, state) in chunk.iter().zip(states) {
+                if matches!(session_state(state)?, Some([_, closed, unfinished]) if closed == "0" || unfinished != "0")
+                {
+                    live.push(session_id.clone());
+                }
             }
         }
         live.sort_unstable();
@@ -231,19 +333,69 @@ impl RedisRegistry {
     }
 }
 
+/// A session's `{incarnation, closed, unfinished}` as the functions give it; `None` for no session.
+fn session_state(state: Vec<String>) -> Result<Option<[String; 3]>, RedisTrackerError> {
+    if state.is_empty() {
+        return Ok(None);
+    }
+    state
+        .try_into()
+        .map(Some)
+        .map_err(|_| RedisTrackerError::Protocol(Arc::from("a session's state")))
+}
+
 impl Worker {
-    /// Records in Redis that this worker runs tasks in `session_id`, once per session.
-    pub(crate) async fn announce(&self, session_id: &Arc<str>) -> Result<(), RedisTrackerError> {
-        if lock(&self.announced).contains(session_id) {
-            return Ok(());
+    /// Begins a start or claim in `session_id`: announces to Redis, once, that this process runs tasks there (so
+    /// that a reaper finds them should it die), and marks the call under way until it settles.
+    pub(crate) async fn begin_call(
+        self: &Arc<Self>,
+        session_id: &Arc<str>,
+    ) -> Result<SessionCall, RedisTrackerError> {
+        let announced = {
+            let mut runs = lock(&self.runs);
+            let session = runs.sessions.entry(session_id.clone()).or_default();
+            session.in_flight += 1;
+            session.announced_at.is_some()
+        };
+        // Made before the announcement, so the call counts as under way while it is sent.
+        let call = SessionCall {
+            worker: self.clone(),
+            session_id: session_id.clone(),
+            settled: false,
+        };
+        if !announced {
+            self.announce(std::slice::from_ref(session_id)).await?;
         }
-        let _: i64 = self
-            .connection
-            .clone()
-            .sadd(self.keys.worker_sessions(&self.id), &**session_id)
-            .await?;
-        lock(&self.announced).insert(session_id.clone());
+        Ok(call)
+    }
+
+    /// Records in Redis that this process runs tasks in `sessions`.
+    async fn announce(&self, sessions: &[Arc<str>]) -> Result<(), RedisTrackerError> {
+        let key = self.keys.announced(&self.process);
+        let calls: Vec<_> = sessions
+            .iter()
+            .map(|session_id| (vec![&*key], vec![&**session_id]))
+            .collect();
+        let _: Vec<i64> =
+            store::call_each(&mut self.connection.clone(), "announce", &calls).await?;
+        let now = Instant::now();
+        let mut runs = lock(&self.runs);
+        for session_id in sessions {
+            runs.sessions
+                .entry(session_id.clone())
+                .or_default()
+                .announced_at = Some(now);
+        }
         Ok(())
+    }
+
+    /// Notes that a timer of `session_id` may be missing from the registry's index: the reconcile puts it back.
+    pub(crate) fn timer_unscheduled(&self, session_id: &Arc<str>) {
+        lock(&self.runs)
+            .sessions
+            .entry(session_id.clone())
+            .or_default()
+            .unscheduled = true;
     }
 
     /// Lists session `session_id` in the registry's index, unless it is there (a score of 0 asks the sweeper to
@@ -259,35 +411,51 @@ impl Worker {
         Ok(())
     }
 
-    /// Removes the sessions that nothing changed for a whole `session_ttl` and that have no unfinished task.
+    /// Removes the sessions that nothing changed for a whole `session_ttl` and that have no unfinished task, in
+    /// batches of one round trip each, for at most `budget`.
     async fn sweep_idle_sessions(
         &self,
         connection: &mut ConnectionManager,
-    ) -> Result<(), RedisTrackerError> {
+        budget: Duration,
+    ) -> Result<usize, RedisTrackerError> {
+        let began = Instant::now();
         let index = self.keys.sessions();
         let ttl = self.options.session_ttl.as_millis().to_string();
-        let idle: Vec<String> = store::call(connection, "st_idle", &index, &[&ttl]).await?;
-        for session_id in idle {
-            let touched: i64 = store::call(
-                connection,
-                "st_sweep",
-                &self.keys.session(&session_id),
-                &[&ttl],
-            )
-            .await?;
-            if touched > 0 {
-                let _: i64 = redis::cmd("ZADD")
-                    .arg(&index)
-                    .arg("XX")
-                    .arg(touched)
-                    .arg(&session_id)
-                    .query_async(connection)
-                    .await?;
-            } else {
-                let _: i64 = connection.zrem(&index, &session_id).await?;
+        let batch = BATCH.to_string();
+        let mut removed = 0;
+        loop {
+            let idle: Vec<String> =
+                store::call(connection, "idle", &[&index], &[&ttl, &batch]).await?;
+            let keys: Vec<String> = idle
+                .iter()
+                .map(|session_id| self.keys.session(session_id))
+                .collect();
+            let calls: Vec<_> = keys.iter().map(|key| (vec![&**key], vec![&*ttl])).collect();
+            let next_looks: Vec<i64> = store::call_each(connection, "sweep", &calls).await?;
+            let mut index_updates = redis::pipe();
+            for (session_id, next_look) in idle.iter().zip(&next_looks) {
+                if *next_look >= 0 {
+                    index_updates
+                        .cmd("ZADD")
+                        .arg(&index)
+                        .arg("XX")
+                        .arg(next_look)
+                        .arg(session_id)
+                        .ignore();
+                } else {
+                    removed += 1;
+                    index_updates
+                        .cmd("ZREM")
+                        .arg(&index)
+                        .arg(session_id)
+                        .ignore();
+                }
+            }
+            let () = index_updates.query_async(connection).await?;
+            if idle.len() < BATCH || began.elapsed() >= budget {
+                return Ok(removed);
             }
         }
-        Ok(())
     }
 
     /// Records that session `session_id` has a timer due at `due_ms` (unless one is due earlier).
@@ -309,46 +477,65 @@ impl Worker {
     /// Fires the due timers of every session; any worker may, and firing twice changes nothing.
     async fn fire_due_timers(&self) -> Result<(), RedisTrackerError> {
         let mut connection = self.connection.clone();
-        let timers = self.keys.timers();
-        let due: Vec<String> = store::call(&mut connection, "st_due", &timers, &[]).await?;
+        let due: Vec<String> =
+            store::call(&mut connection, "due", &[&self.keys.timers()], &[]).await?;
         for session_id in due {
-            let next: i64 = store::call(
-                &mut connection,
-                "st_fire",
-                &self.keys.session(&session_id),
-                &[subagent_tracker::DEADLINE_REASON],
-            )
-            .await?;
-            let _: i64 = store::call(
-                &mut connection,
-                "st_retime",
-                &timers,
-                &[&session_id, &next.to_string()],
-            )
-            .await?;
+            self.fire_and_retime(&mut connection, &session_id).await?;
         }
+        Ok(())
+    }
+
+    /// Fires the session's due timers and records in the index when its next one falls due.
+    async fn fire_and_retime(
+        &self,
+        connection: &mut ConnectionManager,
+        session_id: &str,
+    ) -> Result<(), RedisTrackerError> {
+        let next: i64 = store::call(
+            connection,
+            "fire",
+            &[&self.keys.session(session_id)],
+            &[subagent_tracker::DEADLINE_REASON],
+        )
+        .await?;
+        let _: i64 = store::call(
+            connection,
+            "retime",
+            &[&self.keys.timers()],
+            &[session_id, &next.to_string()],
+        )
+        .await?;
         Ok(())
     }
 
     async fn renew_lease(&self) -> Result<(), RedisTrackerError> {
         let lease = self.options.lease.as_millis().to_string();
-        let _: i64 = store::call(
+        let [_server_time, existed]: [i64; 2] = store::call(
             &mut self.connection.clone(),
-            "st_lease",
-            &self.keys.workers(),
-            &[&self.id, &lease],
+            "lease",
+            &[&self.keys.workers()],
+            &[&self.process, &lease],
         )
         .await?;
         *lock(&self.renewed_at) = Instant::now();
-        // What the worker announced outlives it by ten leases, long enough for any reaper to read it.
-        let _: i64 = self
-            .connection
-            .clone()
-            .pexpire(
-                self.keys.worker_sessions(&self.id),
-                i64::try_from(self.options.lease.as_millis() * 10).unwrap_or(i64::MAX),
-            )
-            .await?;
+        if existed == 0 {
+            // A new lease, or a reaper took this process for dead and forgot its lease and announcements:
+            // announce again where it still has business, so that a later death is found there too.
+            let sessions: Vec<Arc<str>> = {
+                let mut runs = lock(&self.runs);
+                runs.sessions
+                    .iter_mut()
+                    .filter_map(|(session_id, session)| {
+                        session.announced_at = None;
+                        let busy = session.held > 0
+                            || session.in_flight > 0
+                            || session.unsettled_since.is_some();
+                        busy.then(|| session_id.clone())
+                    })
+                    .collect()
+            };
+            self.announce(&sessions).await?;
+        }
         Ok(())
     }
 
@@ -357,12 +544,9 @@ impl Worker {
         if lock(&self.renewed_at).elapsed() < self.options.lease {
             return;
         }
-        // A reaper may have cleared what this worker announced: announce its sessions again on their next use,
-        // so that a later death of this worker is found in them too.
-        lock(&self.announced).clear();
         for run in self.held_runs() {
-            if let Some(mirror) = self.mirrors.get_session(&run.session_id) {
-                mirror.apply_remote_cancel(
+            if let Some(mirror) = self.mirrors.get(&run.session_id) {
+                mirror.tracker.apply_remote_cancel(
                     &run.task_id,
                     LEASE_LOST_REASON,
                     CancelCause::Lease,
@@ -372,31 +556,37 @@ impl Worker {
         }
     }
 
-    /// Fails the tasks of the workers whose lease has passed, unless another worker is reaping now.
+    /// Fails the tasks of the workers whose lease has passed and sweeps idle sessions, unless another worker is
+    /// doing so now.
     async fn reap(&self) -> Result<(), RedisTrackerError> {
         let mut connection = self.connection.clone();
-        // Held for one round of reaping (it expires by itself should this worker die meanwhile), so that every
-        // worker reaps on its own ticks: the dead are found at the pace of the shortest lease.
+        // Held for one round (it expires by itself should this worker die meanwhile), so that every worker
+        // reaps on its own ticks: the dead are found at the pace of the shortest lease.
+        let round = self.options.lease / 3;
         let lock_held: Option<String> = redis::cmd("SET")
             .arg(self.keys.reaper())
-            .arg(&*self.id)
+            .arg(&*self.process)
             .arg("NX")
             .arg("PX")
-            .arg((self.options.lease / 3).as_millis().max(1).to_string())
+            .arg(round.as_millis().max(1).to_string())
             .query_async(&mut connection)
             .await?;
         if lock_held.is_none() {
             return Ok(());
         }
+        // Half a round for the sweep, so that the round ends before the lock expires.
         let reaped = match self.reap_expired(&mut connection).await {
-            Ok(()) => self.sweep_idle_sessions(&mut connection).await,
+            Ok(()) => self
+                .sweep_idle_sessions(&mut connection, round / 2)
+                .await
+                .map(drop),
             failed => failed,
         };
         let _: i64 = store::call(
             &mut connection,
-            "st_unlock",
-            &self.keys.reaper(),
-            &[&self.id],
+            "unlock",
+            &[&self.keys.reaper()],
+            &[&self.process],
         )
         .await?;
         reaped
@@ -407,26 +597,43 @@ impl Worker {
         connection: &mut ConnectionManager,
     ) -> Result<(), RedisTrackerError> {
         let expired: Vec<(String, String)> =
-            store::call(connection, "st_expired", &self.keys.workers(), &[]).await?;
-        for (worker_id, expired_at) in expired
+            store::call(connection, "expired", &[&self.keys.workers()], &[]).await?;
+        for (process, expired_at) in expired
             .iter()
-            .filter(|(worker_id, _)| **worker_id != *self.id)
+            .filter(|(process, _)| **process != *self.process)
         {
-            let sessions_key = self.keys.worker_sessions(worker_id);
-            let sessions: Vec<String> = connection.smembers(&sessions_key).await?;
-            for session_id in sessions {
-                let _: i64 = store::call(
-                    connection,
-                    "st_reap",
-                    &self.keys.session(&session_id),
-                    &[worker_id, WORKER_LOST_ERROR, expired_at],
-                )
+            let announced = self.keys.announced(process);
+            let sessions: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&announced)
+                .arg(0)
+                .arg(-1)
+                .query_async(connection)
                 .await?;
+            for chunk in sessions.chunks(BATCH) {
+                let keys: Vec<String> = chunk
+                    .iter()
+                    .map(|session_id| self.keys.session(session_id))
+                    .collect();
+                let calls: Vec<_> = keys
+                    .iter()
+                    .map(|key| {
+                        (
+                            vec![&**key],
+                            vec![&**process, WORKER_LOST_ERROR, &**expired_at],
+                        )
+                    })
+                    .collect();
+                let _: Vec<i64> = store::call_each(connection, "reap", &calls).await?;
             }
-            // The sessions set stays (it expires ten leases after the worker's last renewal): a worker that
-            // comes back keeps what it announced, and its lease is dropped only if it has not renewed.
-            let _: i64 =
-                store::call(connection, "st_forget", &self.keys.workers(), &[worker_id]).await?;
+            // Dropped together with its announcements, unless it renewed meanwhile (it came back, and keeps
+            // both). What it announced stays as long as its lease does, however long no worker is alive.
+            let _: i64 = store::call(
+                connection,
+                "forget",
+                &[&self.keys.workers(), &announced],
+                &[process],
+            )
+            .await?;
         }
         Ok(())
     }
@@ -436,12 +643,21 @@ impl Worker {
         let mut runs = lock(&self.runs);
         let announced = runs.unmatched.contains(&run);
         runs.unmatched.retain(|unmatched| *unmatched != run);
+        runs.sessions
+            .entry(run.session_id.clone())
+            .or_default()
+            .held += 1;
         runs.held.insert(run);
         announced
     }
 
     pub(crate) fn release(&self, run: &RunKey) {
-        lock(&self.runs).held.remove(run);
+        let mut runs = lock(&self.runs);
+        if runs.held.remove(run) {
+            if let Some(session) = runs.sessions.get_mut(&run.session_id) {
+                session.held -= 1;
+            }
+        }
     }
 
     /// Compares `runs` with Redis and cancels the mirror of each one cancelled there.
@@ -461,15 +677,17 @@ impl Worker {
                 .collect();
             let key = self.keys.session(&session_id);
             let statuses: Vec<Vec<String>> =
-                store::call(&mut connection, "st_status", &key, &args).await?;
-            let Some(mirror) = self.mirrors.get_session(&session_id) else {
+                store::call(&mut connection, "status", &[&key], &args).await?;
+            let Some(mirror) = self.mirrors.get(&session_id) else {
                 continue;
             };
             for (run, status) in runs.iter().zip(statuses) {
                 if let [status, reason, origin, cause] = status.as_slice() {
                     if status == "cancelled" && lock(&self.runs).held.contains(run) {
                         let cause = CancelCause::from_name(cause).unwrap_or(CancelCause::Requested);
-                        mirror.apply_remote_cancel(&run.task_id, reason, cause, origin);
+                        mirror
+                            .tracker
+                            .apply_remote_cancel(&run.task_id, reason, cause, origin);
                     }
                 }
             }
@@ -477,29 +695,105 @@ impl Worker {
         Ok(())
     }
 
-    /// Ends the runs Redis records as this worker's that it does not hold: their start or claim took effect,
-    /// but the reply was lost, so no runner will ever end them. Runs younger than twice the call timeout may
-    /// still have their reply on the way, and are left alone.
+    /// Ends the runs Redis records as this process's that it does not hold: their start or claim took effect,
+    /// but the reply was lost, so no runner will ever end them. Only sessions where a call went unanswered are
+    /// looked at; runs younger than twice the call timeout may still have their reply on the way, and are left
+    /// for a later look.
     async fn end_orphans(&self) -> Result<(), RedisTrackerError> {
-        let sessions: Vec<Arc<str>> = lock(&self.announced).iter().cloned().collect();
-        let grace = (self.options.timeout * 2).as_millis().to_string();
-        let mut connection = self.connection.clone();
-        for session_id in sessions {
-            let held: Vec<Arc<str>> = lock(&self.runs)
-                .held
+        let grace = self.options.timeout * 2;
+        let unsettled: Vec<(Arc<str>, Vec<Arc<str>>)> = {
+            let runs = lock(&self.runs);
+            runs.sessions
                 .iter()
-                .filter(|run| run.session_id == session_id)
-                .map(|run| run.task_id.clone())
-                .collect();
-            let mut args: Vec<&str> = vec![&self.id, &grace, ORPHANED_RUN_ERROR];
+                .filter(|(_, session)| session.unsettled_since.is_some())
+                .map(|(session_id, _)| {
+                    let held = runs
+                        .held
+                        .iter()
+                        .filter(|run| run.session_id == *session_id)
+                        .map(|run| run.task_id.clone())
+                        .collect();
+                    (session_id.clone(), held)
+                })
+                .collect()
+        };
+        let grace_ms = grace.as_millis().to_string();
+        let mut connection = self.connection.clone();
+        for (session_id, held) in unsettled {
+            let looked_at = Instant::now();
+            let mut args: Vec<&str> = vec![&self.process, &grace_ms, ORPHANED_RUN_ERROR];
             args.extend(held.iter().map(|task_id| &**task_id));
-            let _: i64 = store::call(
+            let [_ended, young]: [i64; 2] = store::call(
                 &mut connection,
-                "st_orphans",
-                &self.keys.session(&session_id),
+                "orphans",
+                &[&self.keys.session(&session_id)],
                 &args,
             )
             .await?;
+            let mut runs = lock(&self.runs);
+            if let Some(session) = runs.sessions.get_mut(&session_id) {
+                // Settled once no unheld run is left and no unanswered call is younger than the grace: a call
+                // that took effect later than that would have been refused by its own timeout.
+                let settled = young == 0
+                    && session
+                        .unsettled_since
+                        .is_some_and(|since| looked_at.duration_since(since) > grace);
+                if settled {
+                    session.unsettled_since = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts back the registry's index entries of timers that a failed call may have left out.
+    async fn reschedule_timers(&self) -> Result<(), RedisTrackerError> {
+        let unscheduled: Vec<Arc<str>> = lock(&self.runs)
+            .sessions
+            .iter()
+            .filter(|(_, session)| session.unscheduled)
+            .map(|(session_id, _)| session_id.clone())
+            .collect();
+        let mut connection = self.connection.clone();
+        for session_id in unscheduled {
+            // Cleared first: a start that fails to schedule meanwhile marks it again.
+            if let Some(session) = lock(&self.runs).sessions.get_mut(&session_id) {
+                session.unscheduled = false;
+            }
+            if let Err(error) = self.fire_and_retime(&mut connection, &session_id).await {
+                self.timer_unscheduled(&session_id);
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of the sessions this process has no business with any more, and withdraws their announcements.
+    async fn forget_idle_sessions(&self) -> Result<(), RedisTrackerError> {
+        // An announcement stays for two call timeouts at least, so that a withdrawal never overtakes a newer
+        // announcement on its way.
+        let grace = self.options.timeout * 2;
+        let withdrawn: Vec<Arc<str>> = {
+            let mut runs = lock(&self.runs);
+            let mut withdrawn = Vec::new();
+            runs.sessions.retain(|session_id, session| {
+                if !session.idle(grace * 2) {
+                    return true;
+                }
+                if session.announced_at.is_some() {
+                    withdrawn.push(session_id.clone());
+                }
+                false
+            });
+            withdrawn
+        };
+        let grace_ms = grace.as_millis().to_string();
+        let key = self.keys.announced(&self.process);
+        for chunk in withdrawn.chunks(BATCH) {
+            let mut args: Vec<&str> = vec![&grace_ms];
+            args.extend(chunk.iter().map(|session_id| &**session_id));
+            let _: i64 =
+                store::call(&mut self.connection.clone(), "unannounce", &[&key], &args).await?;
         }
         Ok(())
     }
@@ -521,10 +815,10 @@ impl Worker {
                 return;
             }
         }
-        if let Some(mirror) = self.mirrors.get_session(&run.session_id) {
+        if let Some(mirror) = self.mirrors.get(&run.session_id) {
             let cause =
                 CancelCause::from_name(&notification.cause).unwrap_or(CancelCause::Requested);
-            mirror.apply_remote_cancel(
+            mirror.tracker.apply_remote_cancel(
                 &run.task_id,
                 &notification.reason,
                 cause,
@@ -555,7 +849,7 @@ impl Drop for Worker {
 async fn listen(worker: Weak<Worker>, client: redis::Client) {
     loop {
         let channel = match worker.upgrade() {
-            Some(worker) => worker.keys.worker_channel(&worker.id),
+            Some(worker) => worker.keys.worker_channel(&worker.process),
             None => return,
         };
         if let Ok(mut pubsub) = client.get_async_pubsub().await {
@@ -579,7 +873,7 @@ async fn listen(worker: Weak<Worker>, client: redis::Client) {
 }
 
 /// The runs a notification names: six fields each, every field written `<byte length>:<bytes>` (`fields_message`
-/// in `functions.lua`). A malformed message yields what came before the fault.
+/// in `functions.lua`), the session as its keys encode it. A malformed message yields what came before the fault.
 fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
     let Ok(payload) = message.get_payload::<Vec<u8>>() else {
         return Vec::new();
@@ -597,7 +891,7 @@ fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
         let mut next = || -> Option<Notification> {
             Some(Notification {
                 run: RunKey {
-                    session_id: Arc::from(session_id.as_str()),
+                    session_id: Arc::from(store::decode_session_id(&session_id)?),
                     task_id: Arc::from(field()?),
                     run: field()?,
                 },
@@ -662,23 +956,88 @@ async fn reconcile_periodically(worker: Weak<Worker>) {
         };
         let _ = worker.reconcile(worker.held_runs()).await;
         let _ = worker.end_orphans().await;
+        let _ = worker.reschedule_timers().await;
+        let _ = worker.forget_idle_sessions().await;
     }
 }
 
-/// Refuses a key prefix whose registry keys hold other data (they would fail every call with a type error).
+/// Refuses a key prefix whose registry-wide keys hold other data: calls would fail with a type error, or, for
+/// the reaper's lock, reaping and sweeping would silently never happen.
 async fn check_prefix_is_ours(
     connection: &mut ConnectionManager,
     keys: &Keys,
 ) -> Result<(), RedisTrackerError> {
-    for key in [keys.workers(), keys.timers(), keys.sessions()] {
+    for (key, ours) in keys.registry_keys() {
         let kind: String = redis::cmd("TYPE").arg(&key).query_async(connection).await?;
-        if kind != "none" && kind != "zset" {
+        // The reaper's lock is a string that always expires; one that never does is someone else's.
+        let foreign = match kind.as_str() {
+            "none" => false,
+            "string" if ours == "string" => {
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query_async(connection).await?;
+                ttl == -1
+            }
+            kind => kind != ours,
+        };
+        if foreign {
             return Err(RedisTrackerError::InvalidOption(
-                "key_prefix is used by other data in this Redis: choose a prefix of its own",
+                format!(
+                    "key_prefix is used by other data in this Redis (key {key:?} holds a {kind}): choose a \
+                     prefix of its own"
+                )
+                .into(),
             ));
         }
     }
     Ok(())
+}
+
+/// The error for a URL or server that cannot work as configured, or [`RedisTrackerError::Unavailable`] for what
+/// may pass (the server is down, or slow).
+fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerError {
+    // The URL as the user wrote it, but never its password.
+    let shown = redis::parse_redis_url(url).map_or_else(
+        || {
+            if url.contains('@') {
+                "the URL".to_owned()
+            } else {
+                format!("{url:?}")
+            }
+        },
+        |mut parsed| {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            format!("{parsed}")
+        },
+    );
+    let problem = if error.kind() == redis::ErrorKind::InvalidClientConfig {
+        format!(
+            "{shown} is not a Redis URL ({error}): expected redis://[[user]:password@]host[:port][/db], \
+             rediss://... or unix:///path/to/socket"
+        )
+    } else if error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+        || error.detail().is_some_and(|detail| {
+            detail.contains("invalid password") || detail.contains("invalid username-password")
+        })
+    {
+        format!(
+            "the Redis server at {shown} refused to authenticate ({error}): give the password in the URL, \
+             as redis://:password@host:port/db or redis://user:password@host:port/db"
+        )
+    } else if error
+        .detail()
+        .is_some_and(|detail| detail.contains("DB index is out of range"))
+    {
+        format!(
+            "the Redis server at {shown} has no such database ({error}): choose a database it has"
+        )
+    } else {
+        return RedisTrackerError::Unavailable {
+            source: error.clone(),
+        };
+    };
+    RedisTrackerError::InvalidOption(problem.into())
 }
 
 pub(crate) fn timeout_error() -> RedisTrackerError {

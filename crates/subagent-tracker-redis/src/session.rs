@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    epoch_seconds, generate_id, validate_task_id, CancelCallback, ClaimProblem,
-    InMemorySubagentTaskTracker, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot,
-    SubagentTaskToken, TaskStart, TrackerConfig, TrackerError, DEADLINE_REASON,
-    DEFAULT_CANCEL_REASON,
+    epoch_seconds, generate_id, validate_task_id, CancelCallback, ClaimProblem, SubagentEventKind,
+    SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskStart, TrackerError,
+    DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
-use crate::registry::{RunKey, Worker};
+use crate::mirrors::Mirror;
+use crate::registry::{RunKey, SessionCall, Worker};
 use crate::store::{self, TaskFields};
 use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
 
@@ -20,6 +20,11 @@ const SUPERSEDED: &str = "superseded by a new run of the task in Redis";
 /// A session kept in Redis: every process that opens it sees the same tasks, and the rules of the in-memory
 /// tracker hold across all of them (the transitions are functions that run atomically on the server).
 ///
+/// An object belongs to one incarnation of its session id: the one that was live when the registry handed it
+/// out. Once that incarnation has ended (closed with every task finished and its id opened anew, swept after
+/// `session_ttl` idle, or lost with a server that restarted empty), its transitions and queries fail with
+/// [`TrackerError::SessionClosed`], and its runners' ends return false.
+///
 /// Cheap to clone. Every method is one round trip to Redis, except those that start or claim a run, which also
 /// set up the run's local token.
 #[derive(Clone)]
@@ -27,9 +32,19 @@ pub struct RedisSession {
     worker: Arc<Worker>,
     session_id: Arc<str>,
     key: Arc<str>,
+    /// The incarnation this object belongs to (the session's first run number).
+    incarnation: Arc<str>,
     /// The in-memory mirror of this worker's runs in the session: their tokens.
-    mirror: InMemorySubagentTaskTracker<String>,
+    mirror: Arc<Mirror>,
 }
+
+/// What `open` gives: the task's id, its run and status, the links' registrations, and a start's call.
+type Opened = (
+    Arc<str>,
+    [String; 2],
+    Vec<CancelCallback>,
+    Option<SessionCall>,
+);
 
 /// How a runner's end is written in Redis.
 pub(crate) enum Outcome<'a> {
@@ -42,24 +57,18 @@ pub(crate) enum Outcome<'a> {
 }
 
 impl RedisSession {
-    pub(crate) fn new(worker: Arc<Worker>, session_id: Arc<str>, key: String) -> RedisSession {
-        // The mirror retains nothing: queries go to Redis.
-        let mirror = worker
-            .mirrors
-            .session(
-                Some(&session_id),
-                TrackerConfig::default().with_max_finished_tasks(0),
-            )
-            .unwrap_or_else(|_| {
-                InMemorySubagentTaskTracker::with_config(
-                    Some(&session_id),
-                    TrackerConfig::default(),
-                )
-            });
+    pub(crate) fn new(
+        worker: Arc<Worker>,
+        session_id: Arc<str>,
+        key: String,
+        incarnation: String,
+    ) -> RedisSession {
+        let mirror = worker.mirrors.use_session(&session_id);
         RedisSession {
             worker,
             session_id,
             key: Arc::from(key),
+            incarnation: Arc::from(incarnation),
             mirror,
         }
     }
@@ -70,10 +79,12 @@ impl RedisSession {
         &self.session_id
     }
 
-    /// True when this and `other` are the same session seen through the same registry.
+    /// True when this and `other` are the same incarnation of a session seen through the same registry.
     #[must_use]
     pub fn same_session(&self, other: &RedisSession) -> bool {
-        Arc::ptr_eq(&self.worker, &other.worker) && self.session_id == other.session_id
+        Arc::ptr_eq(&self.worker, &other.worker)
+            && self.session_id == other.session_id
+            && self.incarnation == other.incarnation
     }
 
     /// Starts a task run by this process and returns the runner's handle (section 5 of the contract, across
@@ -85,9 +96,10 @@ impl RedisSession {
         &self,
         start: TaskStart<String>,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
-        let (task_id, [run, status], links) = self.open(start, None).await?;
+        let (task_id, [run, status], links, call) = self.open(start, None).await?;
         let mut handle = self.hold(task_id, run, &status).await?;
         handle.keep_links(links);
+        call.map(SessionCall::settle);
         Ok(handle)
     }
 
@@ -106,12 +118,12 @@ impl RedisSession {
     }
 
     /// A start (`reservation` `None`) or a reservation (with its claim timeout, if any). Returns the task's id,
-    /// run and status.
+    /// run and status, the links' registrations, and for a start the call, to settle once its run is held.
     async fn open(
         &self,
         start: TaskStart<String>,
         reservation: Option<Option<Duration>>,
-    ) -> Result<(Arc<str>, [String; 2], Vec<CancelCallback>), RedisTrackerError> {
+    ) -> Result<Opened, RedisTrackerError> {
         let reserved = reservation.is_some();
         let parts = start.into_parts();
         let task_id = match parts.task_id {
@@ -124,11 +136,14 @@ impl RedisSession {
         if let Some(parent_id) = &parts.parent_id {
             validate_task_id("parent_id", parent_id)?;
         }
-        let max = self.max_finished_tasks();
-        if !reserved {
-            self.worker.announce(&self.session_id).await?;
-        }
-        let worker = if reserved { "" } else { &self.worker.id };
+        // A start is this process's run from the moment it takes effect: until its reply arrives, the call is
+        // under way, and a reply that never arrives leaves its run to the orphan check.
+        let call = if reserved {
+            None
+        } else {
+            Some(self.worker.begin_call(&self.session_id).await?)
+        };
+        let process = if reserved { "" } else { &*self.worker.process };
         // Deadlines are wall-clock instants (a timeout was turned into one by the caller's clock): Redis fires
         // them by its own clock, so they are as exact as the two clocks agree.
         let deadline_ms = parts
@@ -143,6 +158,7 @@ impl RedisSession {
             .map(subagent_tracker::claim_timeout_error)
             .unwrap_or_default();
         let args = [
+            &*self.incarnation,
             &*task_id,
             parts.parent_id.as_deref().unwrap_or_default(),
             parts.agent.as_deref().unwrap_or_default(),
@@ -150,28 +166,37 @@ impl RedisSession {
             parts.metadata.as_deref().unwrap_or_default(),
             if parts.detached { "1" } else { "0" },
             if reserved { "1" } else { "0" },
-            worker,
+            process,
             &deadline_ms,
-            &max,
             &claim_timeout_ms,
             &claim_error,
             DEADLINE_REASON,
         ];
-        let reply: Vec<String> = store::call(&mut self.connection(), "st_open", &self.key, &args)
-            .await
-            .map_err(|error| {
-                self.refusal(&error, &task_id, parts.parent_id.as_deref())
-                    .unwrap_or_else(|| error.into())
-            })?;
-        let [run, status, _reason, next_due, created]: [String; 5] = reply
+        let timed = !deadline_ms.is_empty() || !claim_timeout_ms.is_empty();
+        let reply: Vec<String> = match self.call("open", &args).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                let error = self.refusal(error, &task_id, parts.parent_id.as_deref());
+                if timed && matches!(error, RedisTrackerError::Unavailable { .. }) {
+                    // It may have taken effect, timer and all, with the reply lost.
+                    self.worker.timer_unscheduled(&self.session_id);
+                }
+                if !matches!(error, RedisTrackerError::Unavailable { .. }) {
+                    call.map(SessionCall::settle);
+                }
+                return Err(error);
+            }
+        };
+        let [run, status, _reason, next_due]: [String; 4] = reply
             .try_into()
-            .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_open")))?;
-        if created == "1" {
-            // The session had been swept away (idle past its TTL) and this start made it again.
-            self.worker.index_session(&self.session_id).await?;
-        }
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_open")))?;
         if let Ok(next_due) = next_due.parse::<u64>() {
-            self.worker.schedule(&self.session_id, next_due).await?;
+            // The timer exists in the session; the registry's index of timers is another key (another slot), so
+            // a failure here is repaired by the reconcile.
+            if let Err(error) = self.worker.schedule(&self.session_id, next_due).await {
+                self.worker.timer_unscheduled(&self.session_id);
+                return Err(error);
+            }
         }
         let (links, fired) = self.link(&task_id, parts.linked).await?;
         // A link that had already fired cancelled the task after its start: the runner must get it cancelled.
@@ -180,7 +205,7 @@ impl RedisSession {
         } else {
             status
         };
-        Ok((task_id, [run, status], links))
+        Ok((task_id, [run, status], links, call))
     }
 
     /// Cancels the task (cause `linked`, with the token's reason) when any of `tokens` fires: at once for one
@@ -221,22 +246,24 @@ impl RedisSession {
     /// [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`].
     pub async fn claim(&self, task_id: &str) -> Result<RedisTaskHandle, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        self.worker.announce(&self.session_id).await?;
-        let reply: Vec<String> = store::call(
-            &mut self.connection(),
-            "st_claim",
-            &self.key,
-            &[task_id, &self.worker.id],
-        )
-        .await
-        .map_err(|error| {
-            self.refusal(&error, task_id, None)
-                .unwrap_or_else(|| error.into())
-        })?;
+        let call = self.worker.begin_call(&self.session_id).await?;
+        let args = [&*self.incarnation, task_id, &self.worker.process];
+        let reply: Vec<String> = match self.call("claim", &args).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                let error = self.refusal(error, task_id, None);
+                if !matches!(error, RedisTrackerError::Unavailable { .. }) {
+                    call.settle();
+                }
+                return Err(error);
+            }
+        };
         let [run, status, _reason]: [String; 3] = reply
             .try_into()
-            .map_err(|_| RedisTrackerError::Protocol(Arc::from("st_claim")))?;
-        self.hold(Arc::from(task_id), run, &status).await
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_claim")))?;
+        let handle = self.hold(Arc::from(task_id), run, &status).await?;
+        call.settle();
+        Ok(handle)
     }
 
     /// Mirrors a run this process now executes, and returns its handle.
@@ -246,12 +273,12 @@ impl RedisSession {
         run: String,
         status: &str,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
-        let local = match self.mirror.start(TaskStart::new().task_id(task_id.clone())) {
+        let mirror = &self.mirror.tracker;
+        let local = match mirror.start(TaskStart::new().task_id(task_id.clone())) {
             Err(TrackerError::DuplicateTask { .. }) => {
                 // An earlier run of this id ended in Redis while its runner here still runs.
-                self.mirror.end(&task_id, Err(SUPERSEDED));
-                self.mirror
-                    .start(TaskStart::new().task_id(task_id.clone()))?
+                mirror.end(&task_id, Err(SUPERSEDED));
+                mirror.start(TaskStart::new().task_id(task_id.clone()))?
             }
             started => started?,
         };
@@ -292,13 +319,9 @@ impl RedisSession {
         cause: &str,
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let moved: i64 = store::call(
-            &mut self.connection(),
-            "st_cancel",
-            &self.key,
-            &[task_id, reason, cause],
-        )
-        .await?;
+        let moved: i64 = self
+            .transition("cancel", &[&self.incarnation, task_id, reason, cause])
+            .await?;
         Ok(moved == 1)
     }
 
@@ -331,13 +354,9 @@ impl RedisSession {
             Outcome::Stopped(reason) => ("stopped", reason.unwrap_or_default()),
             Outcome::Dropped => ("dropped", subagent_tracker::DROPPED_HANDLE_ERROR),
         };
-        let [transitioned, _finished]: [i64; 2] = store::call(
-            &mut self.connection(),
-            "st_end",
-            &self.key,
-            &[task_id, run, name, value],
-        )
-        .await?;
+        let [transitioned, _finished]: [i64; 2] = self
+            .transition("end", &[&self.incarnation, task_id, run, name, value])
+            .await?;
         Ok(transitioned == 1)
     }
 
@@ -346,13 +365,9 @@ impl RedisSession {
         task_id: &str,
         run: &str,
     ) -> Result<bool, RedisTrackerError> {
-        let recorded: i64 = store::call(
-            &mut self.connection(),
-            "st_escalate",
-            &self.key,
-            &[task_id, run],
-        )
-        .await?;
+        let recorded: i64 = self
+            .call("escalate", &[&self.incarnation, task_id, run])
+            .await?;
         Ok(recorded == 1)
     }
 
@@ -362,17 +377,10 @@ impl RedisSession {
         run: &str,
         message: &str,
     ) -> Result<bool, RedisTrackerError> {
-        let recorded: i64 = store::call(
-            &mut self.connection(),
-            "st_progress",
-            &self.key,
-            &[
-                task_id,
-                run,
-                subagent_tracker::kept_progress_message(message),
-            ],
-        )
-        .await?;
+        let message = subagent_tracker::kept_progress_message(message);
+        let recorded: i64 = self
+            .call("progress", &[&self.incarnation, task_id, run, message])
+            .await?;
         Ok(recorded == 1)
     }
 
@@ -399,14 +407,9 @@ impl RedisSession {
         close: bool,
     ) -> Result<usize, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let moved: usize = store::call(
-            &mut self.connection(),
-            "st_cancel_all",
-            &self.key,
-            &[reason, if close { "1" } else { "0" }],
-        )
-        .await?;
-        Ok(moved)
+        let close = if close { "1" } else { "0" };
+        self.transition("cancel_all", &[&self.incarnation, reason, close])
+            .await
     }
 
     /// A snapshot of the retained task `task_id`, or `None`. One round trip.
@@ -418,8 +421,9 @@ impl RedisSession {
         task_id: &str,
     ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        let fields: Vec<String> =
-            store::call(&mut self.connection(), "st_get", &self.key, &[task_id]).await?;
+        let fields: Vec<String> = self
+            .transition("get", &[&self.incarnation, task_id])
+            .await?;
         TaskFields::from_flat(fields)
             .map(|fields| fields.snapshot(&self.session_id))
             .transpose()
@@ -445,8 +449,7 @@ impl RedisSession {
         &self,
         which: &str,
     ) -> Result<Vec<SubagentTaskSnapshot<String>>, RedisTrackerError> {
-        let listed: Vec<Vec<String>> =
-            store::call(&mut self.connection(), "st_list", &self.key, &[which]).await?;
+        let listed: Vec<Vec<String>> = self.transition("list", &[&self.incarnation, which]).await?;
         listed
             .into_iter()
             .filter_map(TaskFields::from_flat)
@@ -462,7 +465,12 @@ impl RedisSession {
         RedisEventSubscription::open(
             self.worker.client.clone(),
             self.worker.options.timeout,
-            self.worker.keys.events(&self.session_id),
+            [
+                self.worker.keys.events(&self.session_id),
+                self.key.to_string(),
+            ],
+            self.session_id.clone(),
+            self.incarnation.clone(),
         )
         .await
     }
@@ -505,33 +513,50 @@ impl RedisSession {
         &self.worker
     }
 
-    fn connection(&self) -> redis::aio::ConnectionManager {
-        self.worker.connection.clone()
+    /// Calls the session function `name` on this session.
+    async fn call<T: redis::FromRedisValue>(
+        &self,
+        name: &str,
+        args: &[&str],
+    ) -> Result<T, RedisTrackerError> {
+        store::call(
+            &mut self.worker.connection.clone(),
+            name,
+            &[&self.key],
+            args,
+        )
+        .await
     }
 
-    fn max_finished_tasks(&self) -> String {
-        // The bound is the session's, fixed by whoever made it; this only fills it in for a session that
-        // has none yet.
-        subagent_tracker::DEFAULT_MAX_FINISHED_TASKS.to_string()
+    /// Calls a session function whose only refusal is that this object's incarnation has ended.
+    async fn transition<T: redis::FromRedisValue>(
+        &self,
+        name: &str,
+        args: &[&str],
+    ) -> Result<T, RedisTrackerError> {
+        self.call(name, args)
+            .await
+            .map_err(|error| self.refusal(error, "", None))
     }
 
-    /// The contract's refusal that a function's error reply stands for, if it is one.
+    /// The contract's refusal that a function's error reply stands for, or the error as it was.
     fn refusal(
         &self,
-        error: &redis::RedisError,
+        error: RedisTrackerError,
         task_id: &str,
         parent_id: Option<&str>,
-    ) -> Option<RedisTrackerError> {
+    ) -> RedisTrackerError {
+        let RedisTrackerError::Unavailable { source } = &error else {
+            return error;
+        };
         let session_id = self.session_id.clone();
         let task_id: Arc<str> = Arc::from(task_id);
         // The server sends a function's error reply `<CODE> <detail>` as it is, and a lone `<CODE>` as
         // `ERR <CODE>`.
-        let (code, detail) = match error.code()? {
-            "ERR" => {
-                let reply = error.detail()?;
-                reply.split_once(' ').unwrap_or((reply, ""))
-            }
-            code => (code, error.detail().unwrap_or_default()),
+        let (code, detail) = match (source.code(), source.detail()) {
+            (Some("ERR"), Some(reply)) => reply.split_once(' ').unwrap_or((reply, "")),
+            (Some(code), detail) => (code, detail.unwrap_or_default()),
+            (None, _) => return error,
         };
         let refusal = match code {
             "DUPLICATE" => TrackerError::DuplicateTask {
@@ -550,7 +575,7 @@ impl RedisSession {
                 parent_id: Arc::from(parent_id.unwrap_or_default()),
                 session_id,
             },
-            "CLOSED" => TrackerError::SessionClosed { session_id },
+            "CLOSED" | "GONE" => TrackerError::SessionClosed { session_id },
             "CLAIMED" => TrackerError::NotClaimable {
                 task_id,
                 session_id,
@@ -563,9 +588,9 @@ impl RedisSession {
                     SubagentStatus::from_name(detail).unwrap_or(SubagentStatus::Failed),
                 ),
             },
-            _ => return None,
+            _ => return error,
         };
-        Some(refusal.into())
+        refusal.into()
     }
 }
 

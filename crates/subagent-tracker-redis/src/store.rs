@@ -11,92 +11,236 @@ use subagent_tracker::{CancelCause, SubagentStatus, SubagentTaskSnapshot};
 
 use crate::RedisTrackerError;
 
-/// The library of server-side functions, loaded (or replaced) when a registry connects, and again if a
-/// restarted server has lost it.
+/// The library of server-side functions, loaded when a registry connects (and again if a restarted server has lost
+/// it), never replacing another build of it.
 const FUNCTIONS: &str = include_str!("functions.lua");
 
+/// The version that the library's name, its function names and the key layout carry together: processes of
+/// different versions share a server without running each other's rules or reading each other's keys.
+pub(crate) const LAYOUT_VERSION: &str = "v2";
+
+/// The library's name, as the first line of `functions.lua` declares it.
+const LIBRARY: &str = "subagent_tracker_v2";
+
 /// Where a registry's keys live, and the names of one session's keys.
+///
+/// Ids are user input, so none may form another key: a session's id sits in its keys' hash tag, percent-encoded
+/// (`%`, `{` and `}`), so that the tag ends exactly where the id does; a task's id comes last, after a fixed name
+/// that no other key of the session starts with.
 #[derive(Clone, Debug)]
 pub(crate) struct Keys {
+    /// `<key_prefix>v2:`, in front of every key and channel.
     prefix: Arc<str>,
 }
 
 impl Keys {
-    pub(crate) fn new(prefix: &str) -> Keys {
+    pub(crate) fn new(key_prefix: &str) -> Keys {
         Keys {
-            prefix: Arc::from(prefix),
+            prefix: Arc::from(format!("{key_prefix}{LAYOUT_VERSION}:")),
         }
     }
 
     /// The hash of session `session_id`; the functions derive the session's other keys from it. The hash tag
     /// keeps all of them in one cluster slot.
     pub(crate) fn session(&self, session_id: &str) -> String {
-        format!("{}{{{session_id}}}:session", self.prefix)
+        format!("{}{{s:{}}}:session", self.prefix, encode(session_id))
     }
 
     /// The stream of session `session_id`'s lifecycle events.
     pub(crate) fn events(&self, session_id: &str) -> String {
-        format!("{}{{{session_id}}}:events", self.prefix)
+        format!("{}{{s:{}}}:events", self.prefix, encode(session_id))
     }
 
-    /// The channel on which the functions publish the cancels of tasks that `worker_id` runs.
-    pub(crate) fn worker_channel(&self, worker_id: &str) -> String {
-        format!("{}worker:{worker_id}", self.prefix)
+    /// The channel on which the functions publish the cancels of the runs of worker process `process`.
+    pub(crate) fn worker_channel(&self, process: &str) -> String {
+        format!("{}worker:{process}", self.prefix)
     }
 
     /// The index of sessions, by the last change seen of each (a hint: each session's own hash has the truth).
     pub(crate) fn sessions(&self) -> String {
-        format!("{}sessions", self.prefix)
+        format!("{}{{registry}}:sessions", self.prefix)
     }
 
-    /// The sorted set of worker leases, by expiry on the server's clock.
+    /// The sorted set of worker processes' leases, by expiry on the server's clock.
     pub(crate) fn workers(&self) -> String {
-        format!("{}workers", self.prefix)
+        format!("{}{{registry}}:workers", self.prefix)
     }
 
     /// The sorted set of sessions with timers (deadlines, claim timeouts), by when the next one falls due.
     pub(crate) fn timers(&self) -> String {
-        format!("{}timers", self.prefix)
+        format!("{}{{registry}}:timers", self.prefix)
     }
 
-    /// The lock that lets one worker at a time reap the tasks of expired workers.
+    /// The lock that lets one worker at a time reap the tasks of expired workers and sweep idle sessions.
     pub(crate) fn reaper(&self) -> String {
-        format!("{}reaper", self.prefix)
+        format!("{}{{registry}}:reaper", self.prefix)
     }
 
-    /// The sessions in which `worker_id` has run tasks.
-    pub(crate) fn worker_sessions(&self, worker_id: &str) -> String {
-        format!("{}worker:{worker_id}:sessions", self.prefix)
+    /// The sessions in which worker process `process` runs tasks, by when it announced each (server time): what a
+    /// reaper walks when its lease expires. In the registry's slot, so that its lease and this go together.
+    pub(crate) fn announced(&self, process: &str) -> String {
+        format!("{}{{registry}}:w:{process}", self.prefix)
+    }
+
+    /// Every registry-wide key, with the type it holds, for the check that a prefix is not another's.
+    pub(crate) fn registry_keys(&self) -> [(String, &'static str); 4] {
+        [
+            (self.workers(), "zset"),
+            (self.timers(), "zset"),
+            (self.sessions(), "zset"),
+            (self.reaper(), "string"),
+        ]
     }
 }
 
-/// Calls the function `name` with one key, loading the library first if the server does not have it.
+/// A session id as it stands in a key: `%`, `{` and `}` percent-encoded, so no id can end the hash tag early.
+fn encode(session_id: &str) -> std::borrow::Cow<'_, str> {
+    if !session_id.contains(['%', '{', '}']) {
+        return std::borrow::Cow::Borrowed(session_id);
+    }
+    let mut encoded = String::with_capacity(session_id.len() + 8);
+    for character in session_id.chars() {
+        match character {
+            '%' => encoded.push_str("%25"),
+            '{' => encoded.push_str("%7B"),
+            '}' => encoded.push_str("%7D"),
+            other => encoded.push(other),
+        }
+    }
+    std::borrow::Cow::Owned(encoded)
+}
+
+/// The session id that `encode` made `encoded`; `None` for text it cannot have made.
+pub(crate) fn decode_session_id(encoded: &str) -> Option<String> {
+    let mut decoded = String::with_capacity(encoded.len());
+    let mut rest = encoded;
+    while let Some(index) = rest.find('%') {
+        decoded.push_str(&rest[..index]);
+        let escape = rest.get(index..index + 3)?;
+        decoded.push(match escape {
+            "%25" => '%',
+            "%7B" => '{',
+            "%7D" => '}',
+            _ => return None,
+        });
+        rest = &rest[index + 3..];
+    }
+    decoded.push_str(rest);
+    Some(decoded)
+}
+
+/// Calls the library's function `name` (without its version prefix) on `keys`, loading the library first if the
+/// server does not have it.
 pub(crate) async fn call<T: FromRedisValue>(
     connection: &mut ConnectionManager,
     name: &str,
-    key: &str,
+    keys: &[&str],
     args: &[&str],
-) -> Result<T, redis::RedisError> {
-    let mut command = redis::cmd("FCALL");
-    command.arg(name).arg(1).arg(key).arg(args);
+) -> Result<T, RedisTrackerError> {
+    let command = function_call(name, keys, args);
     match command.query_async(connection).await {
         Err(error) if is_missing_function(&error) => {
             load(connection).await?;
-            command.query_async(connection).await
+            Ok(command.query_async(connection).await?)
         }
-        outcome => outcome,
+        outcome => Ok(outcome?),
     }
 }
 
-/// Loads the library, replacing an older version of it.
-pub(crate) async fn load(connection: &mut ConnectionManager) -> Result<(), redis::RedisError> {
-    redis::cmd("FUNCTION")
+/// Calls the function `name` once per entry of `calls` (its keys and arguments), in one round trip.
+pub(crate) async fn call_each<T: FromRedisValue>(
+    connection: &mut ConnectionManager,
+    name: &str,
+    calls: &[(Vec<&str>, Vec<&str>)],
+) -> Result<Vec<T>, RedisTrackerError> {
+    if calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipeline = redis::pipe();
+    for (keys, args) in calls {
+        pipeline.add_command(function_call(name, keys, args));
+    }
+    match pipeline.query_async(connection).await {
+        Err(error) if is_missing_function(&error) => {
+            load(connection).await?;
+            Ok(pipeline.query_async(connection).await?)
+        }
+        outcome => Ok(outcome?),
+    }
+}
+
+fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {
+    let mut command = redis::cmd("FCALL");
+    command
+        .arg(format!("st{LAYOUT_VERSION}_{name}"))
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args);
+    command
+}
+
+/// Loads the library unless the server has it. A library of this name whose code differs is another build of
+/// this version: it is never replaced, since the processes that loaded it run its rules.
+///
+/// # Errors
+/// [`RedisTrackerError::InvalidOption`] for another build of the library; [`RedisTrackerError::Unavailable`].
+pub(crate) async fn load(connection: &mut ConnectionManager) -> Result<(), RedisTrackerError> {
+    let loaded = redis::cmd("FUNCTION")
         .arg("LOAD")
-        .arg("REPLACE")
         .arg(FUNCTIONS)
         .query_async::<String>(connection)
-        .await
-        .map(drop)
+        .await;
+    match loaded {
+        Ok(_) => Ok(()),
+        Err(error)
+            if error
+                .detail()
+                .is_some_and(|detail| detail.contains("already exists")) =>
+        {
+            if loaded_code(connection).await?.as_deref() == Some(FUNCTIONS) {
+                Ok(())
+            } else {
+                Err(RedisTrackerError::InvalidOption(
+                    format!(
+                        "this Redis has another build of the {LIBRARY} functions loaded, which other processes \
+                         run; it is not replaced: deploy one build per version (see the upgrade steps in \
+                         docs/across-processes.md), or remove it with FUNCTION DELETE {LIBRARY} once no process \
+                         uses it"
+                    )
+                    .into(),
+                ))
+            }
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// The code of the library the server has under this version's name, if any.
+async fn loaded_code(
+    connection: &mut ConnectionManager,
+) -> Result<Option<String>, RedisTrackerError> {
+    let listed: redis::Value = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(LIBRARY)
+        .arg("WITHCODE")
+        .query_async(connection)
+        .await?;
+    // A list of libraries, each a map (RESP3) or a flat list of names and values (RESP2); the pattern of the
+    // name can match other libraries too.
+    let libraries: Vec<HashMap<String, redis::Value>> = redis::from_redis_value(listed)
+        .map_err(|_| RedisTrackerError::Protocol(Arc::from("FUNCTION LIST")))?;
+    for library in libraries {
+        let name: Option<String> = library
+            .get("library_name")
+            .and_then(|name| redis::from_redis_value_ref(name).ok());
+        if name.as_deref() == Some(LIBRARY) {
+            return Ok(library
+                .get("library_code")
+                .and_then(|code| redis::from_redis_value_ref(code).ok()));
+        }
+    }
+    Ok(None)
 }
 
 fn is_missing_function(error: &redis::RedisError) -> bool {
@@ -181,7 +325,14 @@ impl TaskFields {
             .unwrap_or_default();
         snapshot.result = self.0.get("result").cloned();
         snapshot.error = self.text("error");
-        snapshot.worker = self.text("worker");
+        // The process's key: the worker id, a slash and the process's nonce; users see the id.
+        snapshot.worker = self.0.get("worker").map(|process| {
+            Arc::from(
+                process
+                    .rsplit_once('/')
+                    .map_or(process.as_str(), |(id, _)| id),
+            )
+        });
         Ok(snapshot)
     }
 }

@@ -825,7 +825,7 @@ async fn an_idle_session_is_removed_once_its_tasks_are_finished() {
     for _ in 0..100 {
         tokio::time::sleep(Duration::from_millis(20)).await;
         let keys: Vec<String> = redis::cmd("KEYS")
-            .arg("t20:{idle}*")
+            .arg("t20:v2:{s:idle}*")
             .query_async(&mut admin)
             .await
             .unwrap();
@@ -842,7 +842,14 @@ async fn an_idle_session_is_removed_once_its_tasks_are_finished() {
         "a session with a running task stays"
     );
     assert!(!running.is_cancelled());
-    // A session that was swept away comes back when used again.
+    // The swept incarnation has ended for whoever still holds it; the id opens a new one.
+    assert!(matches!(
+        idle.start(TaskStart::new().task_id("again")).await,
+        Err(RedisTrackerError::Tracker(
+            TrackerError::SessionClosed { .. }
+        ))
+    ));
+    let idle = worker.session(Some("idle"), config()).await.unwrap();
     let again = idle.start(TaskStart::new().task_id("again")).await.unwrap();
     assert_eq!(worker.sessions().await.unwrap(), ["busy", "idle"]);
     drop((again, running));

@@ -188,22 +188,26 @@ async fn a_run_whose_reply_was_lost_is_ended_by_its_worker() {
         .start(TaskStart::new().task_id("held"))
         .await
         .unwrap();
-    // The same start the worker would send, whose reply is lost: Redis records the run as the worker's.
+    // A start whose reply is lost: the server holds writes past the call's timeout, then carries it out.
     let client = redis::Client::open(server.url()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let _: redis::Value = redis::cmd("FCALL")
-        .arg("st_open")
-        .arg(1)
-        .arg("r6:{s}:session")
-        .arg(&[
-            "lost", "", "", "", "", "0", "0", "runner", "", "10", "", "", "deadline",
-        ])
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "600", "WRITE"])
         .query_async(&mut admin)
         .await
         .unwrap();
+    let lost = session.start(TaskStart::new().task_id("lost")).await;
+    assert!(
+        matches!(lost, Err(RedisTrackerError::Unavailable { .. })),
+        "the start timed out"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
     let mut ended = None;
-    for _ in 0..200 {
-        let snapshot = session.get("lost").await.unwrap().unwrap();
+    for _ in 0..300 {
+        let Some(snapshot) = session.get("lost").await.unwrap() else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
         if snapshot.finished {
             ended = Some(snapshot);
             break;

@@ -3,6 +3,7 @@
 // Shared by several test binaries, each of which uses part of it.
 #![allow(dead_code)]
 
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -56,8 +57,9 @@ impl RedisServer {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed (the README's test command installs it)");
+        // Ready once it answers PING: a server loading its append-only file accepts connections before that.
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while !answers_ping(port) {
             assert!(Instant::now() < deadline, "redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -83,6 +85,16 @@ impl RedisServer {
             .await
             .expect("the test server answers")
     }
+}
+
+fn answers_ping(port: u16) -> bool {
+    let Ok(mut connection) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let mut reply = [0_u8; 7];
+    connection.write_all(b"PING\r\n").is_ok()
+        && connection.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
 }
 
 fn free_port() -> u16 {
