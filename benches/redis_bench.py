@@ -227,9 +227,89 @@ def memory_per_task(url: str, port: int, tasks: int) -> float:
     for index in range(tasks):
         session.start_subagent_task(f"task-{index}", agent="researcher").complete("done")
     # The event stream is trimmed at about 10,000 events whatever the number of tasks; count what tasks keep.
-    admin.delete("subagent-tracker:{memory}:events")
+    admin.delete("subagent-tracker:v2:{s:memory}:events")
     after = used_memory(admin)
     return (after - before) / tasks
+
+
+# --- sessions: the sweep beside the rate one process opens and closes them; an idle worker's cost
+
+
+def session_churn(url: str, sessions: int) -> float:
+    """Sessions one process opens, runs one task in, and closes, per second (they are left for the sweep:
+    their TTL here is an hour)."""
+    registry = RedisRegistry(url, worker_id="churn", session_ttl=3600)
+    started = time.perf_counter()
+    for index in range(sessions):
+        session = registry.session(f"churn-{index}")
+        session.start_subagent_task("job").complete()
+        session.close()
+    return sessions / (time.perf_counter() - started)
+
+
+def sweep_rate(url: str, port: int, sessions: int, lease: float) -> float:
+    """Closed, idle sessions removed per second by one worker's sweep, rounds and their pauses included."""
+    admin: Any = redis.Redis(port=port)
+    index = "subagent-tracker:v2:{registry}:sessions"
+    left = admin.zcount(index, "-inf", "+inf")
+    started = time.perf_counter()
+    sweeper = RedisRegistry(url, worker_id="sweeper", session_ttl=0.001, lease=lease)
+    deadline = time.monotonic() + 120
+    while admin.zcard(index) > left - sessions and time.monotonic() < deadline:
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - started
+    swept: int = left - admin.zcard(index)
+    del sweeper
+    return swept / elapsed
+
+
+def idle_worker(url: str, sessions: int, connection: Connection) -> None:
+    # A prefix of its own, so that its sessions are swept by its own rounds (every half second), not by the
+    # other workers of the run.
+    registry = RedisRegistry(
+        url,
+        worker_id=f"idle-{sessions}",
+        key_prefix=f"idle-{sessions}:",
+        timeout=0.25,
+        reconcile_interval=0.25,
+        lease=1.5,
+    )
+    rss_before = resident_bytes()
+    for index in range(sessions):
+        registry.session(f"idle-{sessions}-{index}").start_subagent_task("job").complete()
+    connection.send("touched")
+    connection.recv()  # measured meanwhile
+    connection.send(resident_bytes() - rss_before)
+
+
+def resident_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def idle_worker_cost(url: str, port: int, sessions: int) -> tuple[float, int]:
+    """An idle worker that once touched `sessions` sessions: its server calls per second, and how much its
+    resident memory grew, measured in a process of its own."""
+    admin = redis.Redis(port=port)
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("spawn").Process(target=idle_worker, args=(url, sessions, child))
+    process.start()
+    assert parent.recv() == "touched"
+    # It lets go of the sessions after four call timeouts, and its sweep's one first look at each new session
+    # (a round every half second) is over.
+    time.sleep(2.0)
+
+    def calls() -> int:
+        stats: dict[str, Any] = admin.info("commandstats")  # type: ignore[assignment]
+        return int(stats.get("cmdstat_fcall", {}).get("calls", 0))
+
+    before = calls()
+    time.sleep(2.0)
+    rate = (calls() - before) / 2.0
+    parent.send("done")
+    grown: int = parent.recv()
+    process.join(30)
+    return rate, grown
 
 
 def row(name: str, ours: str, baseline: str, verdict: str) -> None:
@@ -250,6 +330,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes")
     smoke = parser.parse_args().smoke
     rounds, count, cascade_tasks, memory_tasks = (20, 200, 400, 200) if smoke else (300, 5000, 10_000, 10_000)
+    churn_sessions, idle_few, idle_many = (300, 10, 300) if smoke else (10_000, 100, 10_000)
     server, url, port = start_server()
     try:
         print(f"machine: {os.cpu_count()} cores; redis-server on loopback; smoke={smoke}")
@@ -315,6 +396,29 @@ def main() -> None:
             f"{spread * 1e3:.0f} ms",
             "none",
             f"{'met' if spread <= 0.1 else 'missed'} (target 100 ms)",
+        )
+        churn = timed("sessions opened and closed", lambda: session_churn(url, churn_sessions))
+        lease = 3.0
+        swept = timed("sweep", lambda: sweep_rate(url, port, churn_sessions, lease))
+        row(
+            f"idle sessions swept by one worker (lease {lease:.0f} s: a round every {lease / 3:.0f} s, "
+            "half of it sweeping)",
+            f"{swept:,.0f}/s",
+            f"one process opens, runs a task in and closes: {churn:,.0f}/s",
+            f"{swept / churn:.2f}x: {'keeps up' if swept >= churn else 'falls behind'}",
+        )
+        few_rate, few_grown = timed(
+            "idle worker, few sessions", lambda: idle_worker_cost(url, port, idle_few)
+        )
+        many_rate, many_grown = timed(
+            "idle worker, many sessions", lambda: idle_worker_cost(url, port, idle_many)
+        )
+        row(
+            f"an idle worker after {idle_many:,} sessions: server calls/s (all workers), RSS growth",
+            f"{many_rate:.0f}/s, {many_grown / 1e6:.1f} MB",
+            f"after {idle_few:,} sessions: {few_rate:.0f}/s, {few_grown / 1e6:.1f} MB",
+            f"{many_rate / max(few_rate, 1):.2f}x the calls: "
+            f"{'flat' if many_rate <= few_rate * 1.5 + 5 else 'grows'}",
         )
         memory = timed("memory", lambda: memory_per_task(url, port, memory_tasks))
         row(

@@ -12,13 +12,15 @@ import time
 from subagent_tracker import RedisRegistry, RedisTaskHandle, SubagentTrackerError
 
 
-def work(session_id: str, registry: RedisRegistry, name: str, until: float, rng: random.Random) -> None:
+def work(
+    session_id: str, registry: RedisRegistry, name: str, until: float, rng: random.Random, prefix: str
+) -> None:
     session = registry.session(session_id)
     running: list[tuple[str, RedisTaskHandle]] = []
     index = 0
     while time.monotonic() < until:
         if len(running) < 6 and rng.random() < 0.6:
-            task_id = f"{name}-{index}"
+            task_id = f"{prefix}{name}-{index}"
             index += 1
             parents = [candidate for candidate, _ in running if "-c" not in candidate]
             parent = rng.choice(parents) if parents and rng.random() < 0.5 else None
@@ -60,11 +62,12 @@ def cancel(session_id: str, registry: RedisRegistry, until: float, rng: random.R
 
 def main() -> None:
     url, session_id, role, name, seconds, seed = sys.argv[1:7]
+    prefix = sys.argv[7] if len(sys.argv) > 7 else ""
     registry = RedisRegistry(url, worker_id=name, lease=5.0)
     rng = random.Random(int(seed))
     until = time.monotonic() + float(seconds)
     if role == "worker":
-        work(session_id, registry, name, until, rng)
+        work(session_id, registry, name, until, rng, prefix)
     else:
         cancel(session_id, registry, until, rng)
 

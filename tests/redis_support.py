@@ -26,7 +26,10 @@ class RedisServer:
     ``aof_directory`` written before each answer."""
 
     def __init__(
-        self, aof_directory: Path | None = None, port: int | None = None, extra_arguments: tuple[str, ...] = ()
+        self,
+        aof_directory: Path | None = None,
+        port: int | None = None,
+        extra_arguments: tuple[str, ...] = (),
     ) -> None:
         self.port = port or free_port()
         self.extra_arguments = extra_arguments

@@ -1,21 +1,25 @@
-"""A bounded stress run across processes (§§2, 3, 20): worker processes start parents and children and end
-them, canceller processes cancel whatever is pending, all on one session, for a few seconds. Each records its
-history; the checks then read the history beside the final state in Redis."""
+"""A bounded stress run across processes (§§2, 3, 19, 20, 21): worker processes start parents and children
+and end them, canceller processes cancel whatever is pending, all on one session, for a few seconds. Each
+records its history; the checks then read the history beside the final state in Redis. The run is repeated
+with hostile ids, a reopened session, and after a gap of more than ten leases with no live worker."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_support import RedisServer
+from redis_support import RedisServer, Worker
 
-from subagent_tracker import RedisRegistry, SubagentStatus
+from subagent_tracker import WORKER_LOST_ERROR, RedisRegistry, RedisTaskHandle, SubagentStatus
 
 PROCESS = Path(__file__).with_name("redis_stress_process.py")
 SECONDS = 4.0
@@ -28,13 +32,38 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-def _run(server: RedisServer) -> list[dict[str, Any]]:
+#: The scenarios the run is repeated in: plain; with ids that would have reached into a neighbour session
+#: (`s}:t:x` beside `s`); with the session closed and reopened first, its old runners ending meanwhile; and
+#: after a worker died and no worker was alive for more than ten of its leases.
+SCENARIOS = ["plain", "hostile ids", "reopened session", "restart gap"]
+
+#: What the processes prefix task ids with, and the session they share, per scenario.
+HOSTILE_PREFIX = "x}:t:"
+
+
+def _session_id(scenario: str) -> str:
+    return "s}:t:x" if scenario == "hostile ids" else "stress"
+
+
+def _run(server: RedisServer, scenario: str) -> list[dict[str, Any]]:
+    session_id = _session_id(scenario)
+    prefix = HOSTILE_PREFIX if scenario == "hostile ids" else ""
     # Made first, so its bound holds: every run stays retained for the checks.
-    RedisRegistry(server.url).session("stress", max_finished_tasks=1_000_000)
+    RedisRegistry(server.url).session(session_id, max_finished_tasks=1_000_000)
     roles = [("worker", "w0"), ("worker", "w1"), ("worker", "w2"), ("canceller", "c0"), ("canceller", "c1")]
     processes = [
         subprocess.Popen(
-            [sys.executable, str(PROCESS), server.url, "stress", role, name, str(SECONDS), str(seed)],
+            [
+                sys.executable,
+                str(PROCESS),
+                server.url,
+                session_id,
+                role,
+                name,
+                str(SECONDS),
+                str(seed),
+                prefix,
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -48,9 +77,59 @@ def _run(server: RedisServer) -> list[dict[str, Any]]:
     return history
 
 
-def test_many_workers_and_cancellers_on_one_session_keep_every_rule(redis_server: RedisServer) -> None:
-    history = _run(redis_server)
-    session = RedisRegistry(redis_server.url).session("stress")
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_many_workers_and_cancellers_on_one_session_keep_every_rule(
+    redis_server: RedisServer, scenario: str
+) -> None:
+    session_id = _session_id(scenario)
+    neighbours: list[RedisTaskHandle] = []
+    stale: list[RedisTaskHandle] = []
+    reused: list[RedisTaskHandle] = []
+    dead: list[str] = []
+    if scenario == "hostile ids":
+        # Under the old key layout, task `x}:t:<id>` of session `s` was task `<id>` of session `s}:t:x`.
+        neighbour = RedisRegistry(redis_server.url).session("s")
+        neighbours = [
+            neighbour.start_subagent_task(f"{HOSTILE_PREFIX}{HOSTILE_PREFIX}w{worker}-{index}")
+            for worker in range(3)
+            for index in range(40)
+        ]
+    elif scenario == "reopened session":
+        registry = RedisRegistry(redis_server.url)
+        old = registry.session(session_id)
+        names = [f"reused-{index}" for index in range(60)]
+        stale = [old.start_subagent_task(task_id) for task_id in names]
+        old.close(reason="reopened")
+        for handle in stale:
+            old.end_subagent_task(handle.task_id, error="ended by id")
+        # The new incarnation starts the same ids in the same order: were run numbers counted anew, each old
+        # runner's number would be its new run's.
+        new = registry.session(session_id, max_finished_tasks=1_000_000)
+        reused = [new.start_subagent_task(task_id) for task_id in names]
+    elif scenario == "restart gap":
+        lease = 0.2
+        lost = Worker(redis_server.url, "lost", lease=lease)
+        dead = [f"dead-{index}" for index in range(5)]
+        for task_id in dead:
+            lost.ask(op="start", session=session_id, task=task_id)
+        time.sleep(lease * 2)  # it has worked for a while: renewed its lease, and what it announced with it
+        lost.signal(signal.SIGKILL)
+        lost.process.wait(timeout=10)
+        time.sleep(lease * 12)
+
+    late_ends: list[bool] = []
+    ender = threading.Timer(
+        SECONDS / 2, lambda: late_ends.extend(handle.complete("stale") for handle in stale)
+    )
+    ender.start()
+    history = _run(redis_server, scenario)
+    ender.join()
+    assert late_ends == [False] * len(stale), "a runner of the closed incarnation never ends a new run"
+    fresh_ends = {handle.task_id: handle.complete("fresh") for handle in reused}
+    # Ids are never reused within the run: a refused start is one that met another session's task.
+    assert not [entry for entry in history if entry.get("raised") == "DuplicateTaskError"]
+
+    session = RedisRegistry(redis_server.url).session(session_id)
     tasks = {task.task_id: task for task in session.subagent_tasks()}
     cancels_won: dict[str, int] = defaultdict(int)
     ends_won: dict[str, str] = {}
@@ -91,3 +170,23 @@ def test_many_workers_and_cancellers_on_one_session_keep_every_rule(redis_server
             assert parent.cancelled_at is not None
             ended_first = child.ended_at is not None and child.ended_at <= parent.cancelled_at
             assert child.status is SubagentStatus.CANCELLED or ended_first, (parent, child)
+    # The new incarnation's runs ended as their runners or the cancellers did, never as the old runners did.
+    for task_id, ended in fresh_ends.items():
+        task = tasks[task_id]
+        assert task.result != "stale", task
+        if ended:
+            assert (task.status, task.result) == (SubagentStatus.COMPLETED, "fresh"), task
+        else:
+            assert task.status is SubagentStatus.CANCELLED and cancels_won[task_id] == 1, task
+    # Nothing reached the neighbour session.
+    for handle in neighbours:
+        assert not handle.token.is_cancelled, handle.task_id
+        assert handle.complete()
+    # The dead worker's tasks ended once workers were alive again: failed, unless a canceller won first.
+    for task_id in dead:
+        task = tasks[task_id]
+        assert task.finished, task
+        if cancels_won.get(task_id):
+            assert task.status is SubagentStatus.CANCELLED, task
+        else:
+            assert (task.status, task.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR), task

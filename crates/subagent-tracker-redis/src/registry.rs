@@ -151,7 +151,8 @@ impl Drop for SessionCall {
     fn drop(&mut self) {
         let mut runs = lock(&self.worker.runs);
         let session = runs.sessions.entry(self.session_id.clone()).or_default();
-        session.in_flight -= 1;
+        // An entry with a call under way is never let go of, so this one has counted the call.
+        session.in_flight = session.in_flight.saturating_sub(1);
         if !self.settled {
             session.unsettled_since = Some(Instant::now());
         }
@@ -655,7 +656,7 @@ impl Worker {
         let mut runs = lock(&self.runs);
         if runs.held.remove(run) {
             if let Some(session) = runs.sessions.get_mut(&run.session_id) {
-                session.held -= 1;
+                session.held = session.held.saturating_sub(1);
             }
         }
     }

@@ -99,7 +99,9 @@ impl RedisSession {
         let (task_id, [run, status], links, call) = self.open(start, None).await?;
         let mut handle = self.hold(task_id, run, &status).await?;
         handle.keep_links(links);
-        call.map(SessionCall::settle);
+        if let Some(call) = call {
+            call.settle();
+        }
         Ok(handle)
     }
 
@@ -182,7 +184,9 @@ impl RedisSession {
                     self.worker.timer_unscheduled(&self.session_id);
                 }
                 if !matches!(error, RedisTrackerError::Unavailable { .. }) {
-                    call.map(SessionCall::settle);
+                    if let Some(call) = call {
+                        call.settle();
+                    }
                 }
                 return Err(error);
             }

@@ -16,29 +16,40 @@ pub struct RedisServer {
     pub port: u16,
     /// Where the append-only file lives, when the server keeps one.
     aof_directory: Option<PathBuf>,
+    /// Settings beyond the defaults, kept across a restart.
+    settings: Vec<String>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
-        Self::spawn(free_port(), None)
+        Self::spawn(free_port(), None, Vec::new())
+    }
+
+    /// A server started with `settings` beyond the defaults (`["--requirepass", "secret"]`).
+    pub fn start_with(settings: &[&str]) -> RedisServer {
+        let settings = settings
+            .iter()
+            .map(|setting| (*setting).to_owned())
+            .collect();
+        Self::spawn(free_port(), None, settings)
     }
 
     /// A server that writes each change to an append-only file before it answers, so a restart loses nothing.
     pub fn start_with_aof(directory: &Path) -> RedisServer {
-        Self::spawn(free_port(), Some(directory.to_owned()))
+        Self::spawn(free_port(), Some(directory.to_owned()), Vec::new())
     }
 
     /// Kills the server (no shutdown save) and starts it again on the same port, from its append-only file.
     pub fn restart(&mut self) {
         let _ = self.process.kill();
         let _ = self.process.wait();
-        let restarted = Self::spawn(self.port, self.aof_directory.clone());
+        let restarted = Self::spawn(self.port, self.aof_directory.clone(), self.settings.clone());
         let killed = std::mem::replace(self, restarted);
         // Already stopped: its `Drop` has nothing left to do.
         std::mem::forget(killed);
     }
 
-    fn spawn(port: u16, aof_directory: Option<PathBuf>) -> RedisServer {
+    fn spawn(port: u16, aof_directory: Option<PathBuf>, settings: Vec<String>) -> RedisServer {
         let mut command = Command::new("redis-server");
         command
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
@@ -54,6 +65,7 @@ impl RedisServer {
             }
         }
         let process = command
+            .args(&settings)
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server is installed (the README's test command installs it)");
@@ -67,6 +79,7 @@ impl RedisServer {
             process,
             port,
             aof_directory,
+            settings,
         }
     }
 
@@ -91,10 +104,12 @@ fn answers_ping(port: u16) -> bool {
     let Ok(mut connection) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
-    let mut reply = [0_u8; 7];
-    connection.write_all(b"PING\r\n").is_ok()
-        && connection.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
+    // Any answer but LOADING: a server that wants a password refuses the PING, and is ready.
+    let mut reply = [0_u8; 64];
+    if connection.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    matches!(connection.read(&mut reply), Ok(read) if read > 0 && !reply[..read].starts_with(b"-LOADING"))
 }
 
 fn free_port() -> u16 {

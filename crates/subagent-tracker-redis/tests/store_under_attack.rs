@@ -1,0 +1,497 @@
+//! The Redis store under attack: one regression test per defect a hostile run found, each failing before its
+//! fix, against a real `redis-server` (CONTRACT §§19-21). The Python suite (`tests/test_redis_store_under_attack.py`)
+//! covers the same defects with real processes killed and stopped.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{eventually, RedisServer};
+use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig, TrackerError};
+use subagent_tracker_redis::{
+    RedisOptions, RedisRegistry, RedisSession, RedisTrackerError, WORKER_LOST_ERROR,
+};
+
+fn config() -> TrackerConfig {
+    TrackerConfig::default()
+}
+
+fn options(prefix: &str) -> RedisOptions {
+    RedisOptions::default()
+        .with_key_prefix(prefix)
+        .with_reconcile_interval(Duration::from_millis(50))
+        .with_timeout(Duration::from_millis(500))
+}
+
+async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn is_closed<T>(outcome: &Result<T, RedisTrackerError>) -> bool {
+    matches!(
+        outcome,
+        Err(RedisTrackerError::Tracker(
+            TrackerError::SessionClosed { .. }
+        ))
+    )
+}
+
+/// Defect 1: keys were `prefix{session}:t:<task>`, so in session `s` the task `x}:t:victim` was task `victim` of
+/// session `s}:t:x`. Every cancel here names its own target as its reason: one that reached another task
+/// would show there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_ids_in_either_position_never_reach_another_session() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(&server.url(), options("a1:"))
+        .await
+        .unwrap();
+    let ids = [
+        "s",
+        "s}:t:x",
+        "x}:t:victim",
+        "victim",
+        "x}:session",
+        "{",
+        "}",
+        "%7D",
+        "%",
+    ];
+    let mut handles = Vec::new();
+    let mut sessions = Vec::new();
+    for session_id in ids {
+        let session = worker.session(Some(session_id), config()).await.unwrap();
+        for task_id in ids {
+            let handle = session
+                .start(TaskStart::new().task_id(task_id))
+                .await
+                .unwrap();
+            handles.push((session_id, task_id, handle));
+        }
+        sessions.push(session);
+    }
+    for (session, session_id) in sessions.iter().zip(ids) {
+        for task_id in ids {
+            let reason = format!("{session_id}|{task_id}");
+            assert!(session.cancel(task_id, Some(&reason)).await.unwrap());
+        }
+        let mut listed: Vec<String> = session
+            .tasks()
+            .await
+            .unwrap()
+            .iter()
+            .map(|task| task.task_id.to_string())
+            .collect();
+        listed.sort();
+        let mut expected: Vec<&str> = ids.to_vec();
+        expected.sort_unstable();
+        assert_eq!(listed, expected);
+    }
+    for (session_id, task_id, handle) in &handles {
+        assert!(eventually(|| handle.is_cancelled()).await);
+        assert_eq!(
+            handle.token().reason().as_deref(),
+            Some(format!("{session_id}|{task_id}").as_str())
+        );
+    }
+}
+
+/// Defect 6: run numbers restarted with a session's keys, so an old runner ended the new run of a reopened id,
+/// and an object of the closed session started tasks in the new one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reopened_session_never_matches_a_run_or_an_object_of_the_old_one() {
+    let server = RedisServer::start();
+    let first = RedisRegistry::connect(&server.url(), options("a2:"))
+        .await
+        .unwrap();
+    let second = RedisRegistry::connect(&server.url(), options("a2:"))
+        .await
+        .unwrap();
+    let old = first.session(Some("s"), config()).await.unwrap();
+    let mut old_runner = old.start(TaskStart::new().task_id("t")).await.unwrap();
+    assert_eq!(old.close(Some("done")).await.unwrap(), 1);
+    assert!(!old.end("t", Err("ended by id")).await.unwrap());
+    let new = second.session(Some("s"), config()).await.unwrap();
+    let mut new_runner = new.start(TaskStart::new().task_id("t")).await.unwrap();
+    assert!(
+        new_runner.run().parse::<u64>().unwrap() > old_runner.run().parse::<u64>().unwrap(),
+        "a new incarnation counts on from past the old one"
+    );
+    assert!(!old_runner.complete(Some("\"stale\"")).await.unwrap());
+    assert!(new_runner.complete(Some("\"fresh\"")).await.unwrap());
+    assert!(is_closed(
+        &old.start(TaskStart::new().task_id("late")).await
+    ));
+    assert!(is_closed(&old.cancel("t", None).await));
+    assert!(is_closed(&old.tasks().await));
+    assert!(is_closed(&old.get("t").await));
+    let old_again = first.session(Some("s"), config()).await.unwrap();
+    assert!(
+        !old_again.same_session(&old),
+        "the registry hands out the new incarnation"
+    );
+    assert_eq!(
+        old_again.get("t").await.unwrap().unwrap().result.as_deref(),
+        Some("\"fresh\"")
+    );
+}
+
+/// Defect 6, after a server that restarted empty: the old runner's run number is never reused, so a cancel of
+/// the new run does not fire it, and an event reader of the old incarnation learns that it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restarted_empty_never_fires_an_old_runner_s_token() {
+    let mut server = RedisServer::start();
+    let old_worker = RedisRegistry::connect(&server.url(), options("a3:"))
+        .await
+        .unwrap();
+    let old = old_worker.session(Some("s"), config()).await.unwrap();
+    let old_runner = old.start(TaskStart::new().task_id("t")).await.unwrap();
+    let mut old_events = old.subscribe().await.unwrap();
+    server.restart();
+    let new_worker = RedisRegistry::connect(&server.url(), options("a3:"))
+        .await
+        .unwrap();
+    let new = new_worker.session(Some("s"), config()).await.unwrap();
+    let new_runner = new.start(TaskStart::new().task_id("t")).await.unwrap();
+    assert!(new.cancel("t", Some("the new run")).await.unwrap());
+    assert!(eventually(|| new_runner.is_cancelled()).await);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(
+        !old_runner.is_cancelled(),
+        "the old worker's reconciles find its run gone"
+    );
+    let mut ended = false;
+    for _ in 0..10 {
+        match tokio::time::timeout(Duration::from_secs(5), old_events.next()).await {
+            Ok(Err(RedisTrackerError::Tracker(TrackerError::SessionClosed { .. }))) => {
+                ended = true;
+                break;
+            }
+            Ok(Err(RedisTrackerError::Unavailable { .. })) => continue,
+            other => panic!("the old reader read {other:?}"),
+        }
+    }
+    assert!(ended, "the old incarnation's reader learns that it ended");
+}
+
+/// Defect 3: the reaper read a field `HMGET` never returned, so it failed a run that a worker that came back
+/// began after its lease had expired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_judges_a_run_by_when_it_began() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(&server.url(), options("a4:"))
+        .await
+        .unwrap();
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    let mut handle = session
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap();
+    let mut admin = admin(&server).await;
+    let fields: Vec<Option<String>> = redis::cmd("HMGET")
+        .arg("a4:v2:{s:s}:t:job")
+        .arg(&["worker", "started_at"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let process = fields[0].clone().unwrap();
+    let started_ms = (fields[1].as_ref().unwrap().parse::<f64>().unwrap() * 1000.0) as i64;
+    let reap = |expired_at: i64| {
+        let mut command = redis::cmd("FCALL");
+        command
+            .arg("stv2_reap")
+            .arg(1)
+            .arg("a4:v2:{s:s}:session")
+            .arg(&process)
+            .arg(WORKER_LOST_ERROR)
+            .arg(expired_at);
+        command
+    };
+    let reaped: i64 = reap(started_ms - 1000)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        reaped, 0,
+        "a run begun after the expiry is not the lost one's"
+    );
+    assert!(handle.complete(None).await.unwrap());
+    let mut late = session
+        .start(TaskStart::new().task_id("late"))
+        .await
+        .unwrap();
+    let reaped: i64 = reap(started_ms + 60_000)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(reaped, 1);
+    let snapshot = session.get("late").await.unwrap().unwrap();
+    assert_eq!(snapshot.error.as_deref(), Some(WORKER_LOST_ERROR));
+    assert!(!late.complete(None).await.unwrap());
+}
+
+/// Defect 4: two processes given one worker id shared a lease and a running set, and each failed the other's
+/// runs as orphans (or never reaped them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_registries_with_one_worker_id_keep_their_own_runs() {
+    let server = RedisServer::start();
+    let with_id = || {
+        options("a5:")
+            .with_worker_id("host")
+            .with_timeout(Duration::from_millis(50))
+            .with_lease(Duration::from_millis(300))
+    };
+    let first = RedisRegistry::connect(&server.url(), with_id())
+        .await
+        .unwrap();
+    let second = RedisRegistry::connect(&server.url(), with_id())
+        .await
+        .unwrap();
+    let first_session = first.session(Some("s"), config()).await.unwrap();
+    let second_session = second.session(Some("s"), config()).await.unwrap();
+    let first_job = first_session
+        .start(TaskStart::new().task_id("first-job"))
+        .await
+        .unwrap();
+    let mut second_job = second_session
+        .start(TaskStart::new().task_id("second-job"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for task_id in ["first-job", "second-job"] {
+        let snapshot = second_session.get(task_id).await.unwrap().unwrap();
+        assert_eq!(snapshot.status, SubagentStatus::Running, "{task_id}");
+        assert_eq!(snapshot.worker.as_deref(), Some("host"));
+    }
+    assert!(second_session
+        .cancel("first-job", Some("this one"))
+        .await
+        .unwrap());
+    assert!(eventually(|| first_job.is_cancelled()).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!second_job.is_cancelled());
+    assert!(second_job.complete(None).await.unwrap());
+}
+
+/// Defect 2: what a dead worker announced expired after ten leases, so after a longer gap with no live worker
+/// its tasks stayed running for good. A worker dies here as a process does: its runtime stops, and nothing of
+/// it ever runs again.
+#[test]
+fn a_dead_worker_s_tasks_end_after_a_gap_of_more_than_ten_leases() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(150);
+    let dying = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = server.url();
+    dying.block_on(async {
+        let worker = RedisRegistry::connect(&url, options("a6:").with_lease(lease))
+            .await
+            .unwrap();
+        let session = worker.session(Some("s"), config()).await.unwrap();
+        let handle = session
+            .start(TaskStart::new().task_id("job"))
+            .await
+            .unwrap();
+        // It works for a while (renewing its lease, and what it announced with it), then dies: never
+        // ended, never dropped.
+        tokio::time::sleep(lease * 2).await;
+        std::mem::forget(handle);
+    });
+    dying.shutdown_background();
+    std::thread::sleep(lease * 12);
+    let alive = tokio::runtime::Runtime::new().unwrap();
+    alive.block_on(async {
+        let survivor = RedisRegistry::connect(&url, options("a6:").with_lease(lease))
+            .await
+            .unwrap();
+        let session = survivor.get_session("s").await.unwrap().unwrap();
+        let began = Instant::now();
+        let mut finished = None;
+        while began.elapsed() < lease * 10 {
+            let snapshot = session.get("job").await.unwrap().unwrap();
+            if snapshot.finished {
+                finished = Some(snapshot);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let finished = finished.expect("the dead worker's task ended");
+        assert_eq!(finished.status, SubagentStatus::Failed);
+        assert_eq!(finished.error.as_deref(), Some(WORKER_LOST_ERROR));
+        assert!(began.elapsed() < lease * 3);
+    });
+}
+
+/// Defect 7: the sweep took 100 sessions a round, and sessions kept by an unfinished task kept their old score,
+/// came first in every round, and starved the idle ones behind them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_sessions_never_starve_the_sweep_of_idle_ones() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(
+        &server.url(),
+        options("a7:")
+            .with_session_ttl(Duration::from_millis(1000))
+            .with_lease(Duration::from_millis(600)),
+    )
+    .await
+    .unwrap();
+    let mut busy = Vec::new();
+    for index in 0..600 {
+        let session = worker
+            .session(Some(&format!("busy-{index}")), config())
+            .await
+            .unwrap();
+        busy.push(session.start(TaskStart::new()).await.unwrap());
+    }
+    // Every busy session has been looked at: it cannot go, and waits for the next look.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for index in 0..50 {
+        let session = worker
+            .session(Some(&format!("idle-{index}")), config())
+            .await
+            .unwrap();
+        session.close(None).await.unwrap();
+    }
+    let mut admin = admin(&server).await;
+    let began = Instant::now();
+    loop {
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("a7:*idle-*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(4),
+            "{} keys of idle sessions left",
+            left.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(worker.sessions().await.unwrap().len(), 600);
+    drop(busy);
+}
+
+/// Defect 8: an idle worker kept a mirror and an announcement of every session it ever touched, and called the
+/// server once per such session on every reconcile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_lets_go_of_every_session_it_touched() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(&server.url(), options("a8:"))
+        .await
+        .unwrap();
+    for index in 0..300 {
+        let session: RedisSession = worker
+            .session(Some(&format!("touched-{index}")), config())
+            .await
+            .unwrap();
+        let mut handle = session.start(TaskStart::new()).await.unwrap();
+        handle.complete(None).await.unwrap();
+    }
+    assert!(worker.sessions_in_use() >= 300);
+    let began = Instant::now();
+    while worker.sessions_in_use() > 0 {
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{} sessions still kept",
+            worker.sessions_in_use()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // And every announcement is withdrawn.
+    let mut admin = admin(&server).await;
+    let workers: Vec<String> = redis::cmd("ZRANGE")
+        .arg("a8:v2:{registry}:workers")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let announced: i64 = redis::cmd("ZCARD")
+        .arg(format!("a8:v2:{{registry}}:w:{}", workers[0]))
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(announced, 0);
+}
+
+/// Defect 10: configuration mistakes were `Unavailable` (retried forever) or a protocol error naming no
+/// password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configuration_mistakes_are_invalid_options_that_say_what_to_do() {
+    let server = RedisServer::start_with(&["--requirepass", "s3cret"]);
+    let port = server.port;
+    let cases = [
+        (format!("redis://127.0.0.1:{port}/0"), "password"),
+        (format!("redis://:wrong@127.0.0.1:{port}/0"), "password"),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            "no such database",
+        ),
+        ("http://127.0.0.1:6379/0".to_owned(), "not a Redis URL"),
+        ("/tmp/redis.sock".to_owned(), "not a Redis URL"),
+    ];
+    for (url, expected) in cases {
+        match RedisRegistry::connect(&url, options("a9:")).await {
+            Err(RedisTrackerError::InvalidOption(message)) => {
+                assert!(message.contains(expected), "{url}: {message}");
+                assert!(!message.contains("wrong"), "never the password: {message}");
+            }
+            Err(other) => panic!("{url}: {other}"),
+            Ok(_) => panic!("{url}: connected"),
+        }
+    }
+    let url = format!("redis://:s3cret@127.0.0.1:{port}/0");
+    assert!(RedisRegistry::connect(&url, options("a9:")).await.is_ok());
+}
+
+/// Defects 11 and 12: every registry-wide key is checked before a prefix is taken, and a library of this
+/// version's name with other code is never replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_reaper_key_and_another_build_of_the_functions_are_refused() {
+    let server = RedisServer::start();
+    let mut admin = admin(&server).await;
+    let _: () = redis::cmd("SET")
+        .arg("app:v2:{registry}:reaper")
+        .arg("application data")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(matches!(
+        RedisRegistry::connect(&server.url(), options("app:")).await,
+        Err(RedisTrackerError::InvalidOption(message)) if message.contains("used by other data")
+    ));
+    let other_build = format!(
+        "{}\n-- another build\n",
+        include_str!("../src/functions.lua")
+    );
+    // Loaded over ours, as another deployment of this version would have done.
+    let _: String = redis::cmd("FUNCTION")
+        .arg(&["LOAD", "REPLACE"])
+        .arg(&other_build)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(matches!(
+        RedisRegistry::connect(&server.url(), options("b:")).await,
+        Err(RedisTrackerError::InvalidOption(message)) if message.contains("another build")
+    ));
+    let code: Arc<str> = {
+        let listed: redis::Value = redis::cmd("FUNCTION")
+            .arg(&["LIST", "WITHCODE"])
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        Arc::from(format!("{listed:?}"))
+    };
+    assert!(code.contains("another build"), "left as it was");
+}
