@@ -26,7 +26,7 @@ use crate::runtime::{asyncio_future, block_on, MadeIn};
 use crate::snapshot::SubagentTask;
 use crate::token::Tokens;
 
-/// Sessions kept in Redis; this process is one worker among those connected. Raises ValueError for what
+/// Sessions kept in Redis; this process is one worker among those connected. Raises `ValueError` for what
 /// retrying cannot fix (a URL that is not Redis's, a database the server lacks, a password it wants or refuses,
 /// a key prefix used by other data, another build of the server functions).
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -36,7 +36,7 @@ pub(crate) struct RedisRegistry {
 }
 
 /// A session kept in Redis, seen from this process: one incarnation of its id. Once that incarnation has ended,
-/// its transitions, and its queries once its keys are gone, raise SessionClosedError. Metadata and results
+/// its transitions, and its queries once its keys are gone, raise `SessionClosedError`. Metadata and results
 /// cross processes as JSON: mappings with str keys, lists, tuples, str, int, float, bool or None.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct RedisSession {

@@ -786,6 +786,7 @@ impl Worker {
                 }
                 false
             });
+            shrink_if_mostly_empty(&mut runs.sessions);
             withdrawn
         };
         let grace_ms = grace.as_millis().to_string();
@@ -1047,6 +1048,14 @@ pub(crate) fn timeout_error() -> RedisTrackerError {
             std::io::ErrorKind::TimedOut,
             "Redis did not answer within the registry's timeout",
         )),
+    }
+}
+
+/// Gives back the room of a map that is mostly empty (a quarter used, or less): a worker that once used many
+/// sessions keeps no memory for them.
+pub(crate) fn shrink_if_mostly_empty<K: Eq + std::hash::Hash, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+        map.shrink_to_fit();
     }
 }
 
