@@ -297,9 +297,9 @@ class Registry:
 class RedisRegistry:
     """Sessions kept in Redis, shared by every process connected to it; this process is one worker.
 
-    Raises ``ValueError`` for what retrying cannot fix (a URL that is not Redis's, a database the server lacks, a
-    password it wants or refuses, a key prefix used by other data, another build of the server functions) and
-    ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``."""
+    Raises ``ValueError`` for what retrying cannot fix (a URL that is not Redis's, a database the server
+    lacks, a password it wants or refuses, a key prefix used by other data, another build of the server
+    functions) and ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``."""
 
     def __new__(
         cls,
@@ -326,11 +326,11 @@ class RedisRegistry:
 
 @final
 class RedisSession:
-    """A session kept in Redis, seen from this process: one incarnation of its id. Once that incarnation has
-    ended (closed and drained with its id opened again, swept after ``session_ttl``, or lost with a server that
-    restarted empty), its transitions, and its queries once its keys are gone, raise ``SessionClosedError``.
-    Metadata and results cross processes as JSON: mappings with ``str`` keys, lists, tuples, ``str``, ``int``,
-    ``float``, ``bool`` or ``None``, nested at most 64 deep."""
+    """A session kept in Redis, seen from this process: one incarnation of its id. Once that incarnation
+    has ended (closed and drained with its id opened again, swept after ``session_ttl``, or lost with a
+    server that restarted empty), its transitions, and its queries once its keys are gone, raise
+    ``SessionClosedError``. Metadata and results cross processes as JSON: mappings with ``str`` keys,
+    lists, tuples, ``str``, ``int``, ``float``, ``bool`` or ``None``, nested at most 64 deep."""
 
     @property
     def session_id(self) -> str: ...

@@ -6,14 +6,28 @@
 //! a push on the worker's channel (prompt), and a reconcile of every run the worker holds, after each
 //! (re)subscription and on a timer (nothing lost).
 //!
-//! Each worker holds a lease that it renews on the server's clock. One worker at a time (holding a lock that
-//! expires) reaps the workers whose lease has passed: their running tasks fail and their cancelled tasks
-//! finish. A worker that could not renew for a whole lease, by its own monotonic clock, fires the tokens of its
-//! runs (cause `lease`): by then the others may have failed them.
+//! Each worker process holds a lease that it renews on the server's clock, and announces (in a set that lives as
+//! long as the lease, in the registry's slot) the sessions it runs tasks in. One worker at a time (holding a lock
+//! that expires) reaps the processes whose lease has passed: their running tasks fail and their cancelled tasks
+//! finish, and their lease and announcements go together. A worker that could not renew for a whole lease, by
+//! its own monotonic clock, fires the tokens of its runs (cause `lease`): by then the others may have failed
+//! them.
+//!
+//! A worker keeps, per session, only what it still has to do there (`SessionUse`): runs it holds, starts and
+//! claims under way, calls whose reply never came (their runs may be orphans), timers to put back in the index.
+//! An entry with nothing left goes, and its announcement is withdrawn, so an idle worker's memory and calls do
+//! not grow with the sessions it once used.
+//!
+//! # Invariants
+//!
+//! - An entry with a run held or a call under way is never dropped, so while a run may exist in Redis the
+//!   session stays announced (or is announced again after a reaper forgot this process).
+//! - A call is settled (its entry no longer suspects an orphan) only once its run is held, or it was refused.
 //!
 //! # Lock order
 //!
-//! The worker's `runs` lock is a leaf: no await, no other lock, and no tracker call happens under it.
+//! The worker's `runs` lock is a leaf: no await, no other lock, and no tracker call happens under it. The
+//! mirrors' table lock is a leaf too.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
