@@ -63,7 +63,8 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as connection:
                     connection.sendall(b"PING\r\n")
-                    if not connection.recv(64).startswith(b"-LOADING"):
+                    reply = connection.recv(64)
+                    if reply and not reply.startswith(b"-LOADING"):
                         break
             except OSError:
                 pass
@@ -134,6 +135,7 @@ class Proxy:
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.blackholed = threading.Event()
         self.cut_marker: bytes | None = None
+        self.swallow_marker: bytes | None = None
         self.connections: list[socket.socket] = []
         self.lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -165,6 +167,13 @@ class Proxy:
                 return
             if self.blackholed.is_set():
                 continue
+            swallowed = self.swallow_marker
+            if swallowed is not None and swallowed in data:
+                # The request never reaches the server; the connections drop a moment later.
+                self.swallow_marker = None
+                self.blackholed.set()
+                threading.Timer(0.2, self._cut).start()
+                continue
             try:
                 sink.sendall(data)
             except OSError:
@@ -180,6 +189,11 @@ class Proxy:
         """The next request that contains ``marker`` reaches the server, but its reply never comes back: every
         connection is reset 0.2 s later, and traffic passes again."""
         self.cut_marker = marker
+
+    def swallow(self, marker: bytes) -> None:
+        """The next request that contains ``marker`` never reaches the server: traffic stops, every connection
+        is reset 0.2 s later, and traffic passes again."""
+        self.swallow_marker = marker
 
     def _cut(self) -> None:
         self.reset()

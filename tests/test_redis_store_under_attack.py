@@ -5,6 +5,7 @@ connection cut through the loopback proxy). CONTRACT §§19-21."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -215,6 +216,21 @@ def test_a_start_whose_reply_was_cut_is_ended_as_an_orphan(redis_server: RedisSe
         proxy.close()
 
 
+def test_a_dropped_handle_whose_end_never_arrived_is_ended_as_an_orphan(redis_server: RedisServer) -> None:
+    proxy = Proxy(redis_server.port)
+    try:
+        registry = RedisRegistry(proxy.url, timeout=0.5, reconcile_interval=0.2)
+        handle = registry.session("s").start_subagent_task("dropped")
+        proxy.swallow(b"stv2_end")
+        del handle
+        gc.collect()
+        observer = RedisRegistry(redis_server.url).session("s")
+        assert _eventually(lambda: observer.subagent_task("dropped").finished, seconds=8)  # type: ignore[union-attr]
+        assert observer.subagent_task("dropped").error == ORPHANED_RUN_ERROR  # type: ignore[union-attr]
+    finally:
+        proxy.close()
+
+
 # --- 6. A run number names one run forever; a session object belongs to one incarnation
 
 
@@ -368,6 +384,8 @@ def _nested(depth: int) -> dict[str, Any]:
         ({1: "a", "1": "b"}, TypeError, "keys must be str"),
         ({"when": object()}, TypeError, "JSON-serialisable"),
         ({"set": {1, 2}}, TypeError, "JSON-serialisable"),
+        ({"score": float("nan")}, ValueError, "finite"),
+        ({"score": [float("inf")]}, ValueError, "finite"),
     ],
 )
 def test_redis_metadata_keeps_the_in_memory_rules(

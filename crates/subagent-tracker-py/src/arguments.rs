@@ -311,11 +311,22 @@ fn nested_copy<'py>(
         )?
         .into_any()),
         Copy::Frozen => Ok(value.clone()),
+        Copy::Json if value.is_instance_of::<PyFloat>() => {
+            if value.extract::<f64>()?.is_finite() {
+                Ok(value.clone())
+            } else {
+                // JSON has no NaN or infinity: other readers (a dashboard, another language) refuse them.
+                Err(PyValueError::new_err(format!(
+                    "{what} must hold finite numbers on a Redis session, since it crosses processes as JSON; \
+                     got {}",
+                    value.repr()?
+                )))
+            }
+        }
         Copy::Json
             if value.is_none()
                 || value.is_instance_of::<PyString>()
-                || value.is_instance_of::<PyInt>()
-                || value.is_instance_of::<PyFloat>() =>
+                || value.is_instance_of::<PyInt>() =>
         {
             Ok(value.clone())
         }

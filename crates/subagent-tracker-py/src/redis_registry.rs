@@ -438,7 +438,8 @@ impl RedisSession {
         event_stream_class(py)?.call1((reader,))
     }
 
-    /// Two `RedisSession` objects are equal when they are the same session seen through the same registry.
+    /// Two `RedisSession` objects are equal when they are the same incarnation of a session seen through the
+    /// same registry.
     fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
         other
             .cast::<RedisSession>()

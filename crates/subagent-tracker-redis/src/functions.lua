@@ -12,8 +12,9 @@ Keys. Every key of a session shares the session's hash tag, `{s:<session>}`, wit
 one cluster slot. Registry-wide keys share the tag `{registry}`. Every function touches the keys of one slot. KEYS[1]
 is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other keys are named from it:
 
-  <base>session        hash: inc (the incarnation: the first run number, the server's clock in milliseconds times
-                       1000 when the session's keys were made; event ids start with it), seq (the last run number),
+  <base>session        hash: inc (the incarnation: the server's clock in milliseconds times 1000 when the
+                       session's keys were made; run numbers count on from it, event ids start with it), seq (the
+                       last run number),
                        retained (finished runs counted against the bound), closed (the first close reason), max
                        (max_finished_tasks), touched (the server's time of the last change, in milliseconds)
   <base>t:<task>       hash: the task's current run (fields below)
@@ -290,7 +291,6 @@ end
 local function st_open(keys, args)
   local session_key = keys[1]
   if not same_incarnation(session_key, args[1]) then return gone() end
-  touch(session_key)
   local base = base_of(session_key)
   local task_id, parent_id, agent, description, metadata = args[2], args[3], args[4], args[5], args[6]
   local detached, reserved = args[7] == '1', args[8] == '1'
@@ -318,6 +318,8 @@ local function st_open(keys, args)
       if deadline == '' or bound < tonumber(deadline) then deadline = parent[6] end
     end
   end
+  -- A refused start changes nothing, its time of last change included.
+  touch(session_key)
   if old[1] then
     -- A finished run of this id is replaced: it stops counting against the bound now.
     release_run(base, task_id, old[1])
@@ -379,7 +381,7 @@ local function st_open(keys, args)
     local due = now_ms() + tonumber(args[11])
     redis.call('HSET', key, 'claim_error', args[12])
     redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
-    if next_due == '' or due < tonumber(next_due) then next_due = tostring(due) end
+    if next_due == '' or due < tonumber(next_due) then next_due = digits(due) end
   end
   return { run, status, reason, next_due }
 end
@@ -462,7 +464,6 @@ end
 local function st_claim(keys, args)
   local session_key = keys[1]
   if not same_incarnation(session_key, args[1]) then return gone() end
-  touch(session_key)
   local task_id, process = args[2], args[3]
   local base = base_of(session_key)
   local key = task_key(base, task_id)
@@ -472,6 +473,7 @@ local function st_claim(keys, args)
   local status = state[2]
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
   if status == 'queued' then status = 'running' end
+  touch(session_key)
   local at = now()
   redis.call('ZREM', base .. 'timers', timer('c', task_id, state[1]))
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', process)
@@ -679,10 +681,16 @@ local function st_forget(keys, args)
   return 0
 end
 
--- stv2_announce(announced_key; session): records that the worker process runs tasks in the session, stamped with
--- the server's time (so `stv2_unannounce` never drops an announcement newer than what it was asked about).
+-- stv2_announce(workers_key, announced_key; process, lease_ms, session...): records that the worker process runs
+-- tasks in the sessions, stamped with the server's time (so `stv2_unannounce` never drops an announcement newer
+-- than what it was asked about). An announcement never outlives its lease: a process whose lease a reaper forgot
+-- gets one again, so that the reaper finds what it announces should it die. Returns 1 if the lease was there.
 local function st_announce(keys, args)
-  return redis.call('ZADD', keys[1], now_ms(), args[1])
+  local current = now_ms()
+  local lease_held = redis.call('ZSCORE', keys[1], args[1]) and 1 or 0
+  if lease_held == 0 then redis.call('ZADD', keys[1], current + tonumber(args[2]), args[1]) end
+  for index = 3, #args do redis.call('ZADD', keys[2], current, args[index]) end
+  return lease_held
 end
 
 -- stv2_unannounce(announced_key; grace_ms, session...): drops the sessions announced more than `grace_ms` ago: the
@@ -743,23 +751,57 @@ local function st_fire(keys, args)
   return -1
 end
 
--- stv2_due(timers_key): the sessions with a timer due, by the server's clock.
-local function st_due(keys)
-  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms())
+-- stv2_schedule(timers_key, changes_key; session_id, due_ms): records that the session has a timer due at
+-- `due_ms`, unless one is due earlier, and counts the change (so a retime that read the session before it leaves
+-- the entry alone).
+local function st_schedule(keys, args)
+  redis.call('ZADD', keys[1], 'LT', args[2], args[1])
+  return redis.call('HINCRBY', keys[2], args[1], 1)
 end
 
--- stv2_retime(timers_key; session_id, next): records when the session's next timer falls due (-1: none), unless
--- a newer timer of the session was recorded meanwhile.
+-- stv2_due(timers_key, changes_key): the sessions with a timer due, by the server's clock, each with its count of
+-- changes: {session, changes, session, changes, ...}.
+local function st_due(keys)
+  local due = redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms())
+  local listed = {}
+  for _, session_id in ipairs(due) do
+    table.insert(listed, session_id)
+    table.insert(listed, redis.call('HGET', keys[2], session_id) or '0')
+  end
+  return listed
+end
+
+-- stv2_retime(timers_key, changes_key; session_id, next, changes): records when the session's next timer falls due
+-- (-1: none), as `stv2_fire` found it. A timer scheduled since that look (its count of changes moved on) may be
+-- missing from `next`: the entry is then left due, and the next look fires and retimes again.
 local function st_retime(keys, args)
-  local current = tonumber(redis.call('ZSCORE', keys[1], args[1]))
-  local next_due = tonumber(args[2])
-  local due_now = current and current <= now_ms()
+  local session_id, next_due = args[1], tonumber(args[2])
+  if (redis.call('HGET', keys[2], session_id) or '0') ~= args[3] then return 0 end
   if next_due < 0 then
-    if due_now then redis.call('ZREM', keys[1], args[1]) end
-  elseif not current or due_now or next_due < current then
-    redis.call('ZADD', keys[1], next_due, args[1])
+    redis.call('ZREM', keys[1], session_id)
+    redis.call('HDEL', keys[2], session_id)
+  else
+    redis.call('ZADD', keys[1], next_due, session_id)
   end
   return 1
+end
+
+-- stv2_index(sessions_key; session_id): lists the session in the index, as changed now by the server's clock (an
+-- entry only ever moves later: the index is a hint of when to look, and each session's hash has the truth).
+local function st_index(keys, args)
+  return redis.call('ZADD', keys[1], 'GT', now_ms(), args[1])
+end
+
+-- stv2_unindex(sessions_key; ttl_ms, session_id...): takes the swept sessions out of the index, except one listed
+-- again since the sweep's look (its id names a new session).
+local function st_unindex(keys, args)
+  local before = now_ms() - tonumber(args[1])
+  local removed = 0
+  for index = 2, #args do
+    local score = tonumber(redis.call('ZSCORE', keys[1], args[index]))
+    if score and score <= before then removed = removed + redis.call('ZREM', keys[1], args[index]) end
+  end
+  return removed
 end
 
 -- stv2_idle(sessions_key; ttl_ms, count): up to `count` sessions of the index whose recorded last change is older
@@ -797,8 +839,11 @@ local function register(name, callback, read_only)
 end
 
 -- Registry-wide functions.
+register('schedule', st_schedule)
 register('due', st_due, true)
 register('retime', st_retime)
+register('index', st_index)
+register('unindex', st_unindex)
 register('unlock', st_unlock)
 register('idle', st_idle, true)
 register('lease', st_lease)

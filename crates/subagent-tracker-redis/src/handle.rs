@@ -159,14 +159,22 @@ impl Drop for RedisTaskHandle {
         if self.local.is_none() {
             return;
         }
+        // Under way until written: should the write fail, the run is left to the orphan check.
+        let call = self
+            .session
+            .worker()
+            .track_call(&self.run.session_id, &self.run.task_id, false);
         self.release(None);
         let session = self.session.clone();
         let run = self.run.clone();
         // No await in `Drop`: the end is written by a task of the registry's runtime.
         self.session.worker().runtime.spawn(async move {
-            let _ = session
+            let written = session
                 .end_run(&run.task_id, &run.run, &Outcome::Dropped)
                 .await;
+            if written.is_ok() {
+                call.settle();
+            }
         });
     }
 }

@@ -96,6 +96,8 @@ pub(crate) struct Worker {
     pub(crate) client: redis::Client,
     pub(crate) keys: Keys,
     pub(crate) connection: ConnectionManager,
+    /// A connection for reaping and sweeping, whose long pipelines must not hold up the calls of runners.
+    housekeeping: ConnectionManager,
     pub(crate) options: RedisOptions,
     /// The in-memory mirrors of the sessions this worker runs tasks in.
     pub(crate) mirrors: Mirrors,
@@ -122,23 +124,28 @@ struct Runs {
 struct SessionUse {
     /// Runs of the session this process holds.
     held: usize,
-    /// Starts and claims under way.
-    in_flight: usize,
-    /// When this process last recorded in Redis (`announced`) that it runs tasks in the session, for the reaper.
+    /// The tasks of the calls under way (starts, reservations, claims, and the ends of dropped handles): their
+    /// runs may exist in Redis with no handle yet, or no more, and are no orphans.
+    in_flight: Vec<Arc<str>>,
+    /// When this process last recorded in Redis (`announced`) that it runs tasks in the session, for the
+    /// reaper; `None` when Redis may not know it (never announced, or a reaper forgot this process).
     announced_at: Option<Instant>,
-    /// Since when a start or claim of this process may have taken effect without its reply arriving: its run
-    /// may be recorded in Redis with no handle here, an orphan for the reconcile to end.
+    /// Since when a call of this process may have taken effect without its outcome arriving here: a run may
+    /// be recorded in Redis with no handle here, an orphan for the reconcile to end.
     unsettled_since: Option<Instant>,
-    /// A start or reservation took effect, or may have, without its timer reaching the registry's index of
-    /// timers: the reconcile puts it back.
+    /// A start or reservation with a timer took effect, or may have, without its timer reaching the registry's
+    /// index of timers: the reconcile puts it back.
     unscheduled: bool,
 }
 
 impl SessionUse {
+    /// True while a run of this process may exist in the session: the session must stay announced.
+    fn busy(&self) -> bool {
+        self.held > 0 || !self.in_flight.is_empty() || self.unsettled_since.is_some()
+    }
+
     fn idle(&self, unannounce_after: Duration) -> bool {
-        self.held == 0
-            && self.in_flight == 0
-            && self.unsettled_since.is_none()
+        !self.busy()
             && !self.unscheduled
             && self
                 .announced_at
@@ -146,16 +153,19 @@ impl SessionUse {
     }
 }
 
-/// A start or claim under way in a session: it keeps the session's announcement and, if it never learns its
-/// outcome (an error, or the caller stopped waiting), leaves the session for the orphan check.
+/// A call under way in a session (a start, a reservation, a claim, the end of a dropped handle). It marks its
+/// task as no orphan while it lasts and, if it never learns its outcome (an error, or the caller stopped
+/// waiting), leaves the session for the orphan check, and for the timer repair when it carried a timer.
 pub(crate) struct SessionCall {
     worker: Arc<Worker>,
     session_id: Arc<str>,
+    task_id: Arc<str>,
+    timed: bool,
     settled: bool,
 }
 
 impl SessionCall {
-    /// The call's outcome is known: it took effect with its reply here, or it was refused.
+    /// The call's outcome is known here: it took effect and its run is held (or ended), or it was refused.
     pub(crate) fn settle(mut self) {
         self.settled = true;
     }
@@ -164,11 +174,18 @@ impl SessionCall {
 impl Drop for SessionCall {
     fn drop(&mut self) {
         let mut runs = lock(&self.worker.runs);
+        // An entry with a call under way is never let go of, so this one has the call's task.
         let session = runs.sessions.entry(self.session_id.clone()).or_default();
-        // An entry with a call under way is never let go of, so this one has counted the call.
-        session.in_flight = session.in_flight.saturating_sub(1);
+        if let Some(index) = session
+            .in_flight
+            .iter()
+            .position(|task_id| *task_id == self.task_id)
+        {
+            session.in_flight.swap_remove(index);
+        }
         if !self.settled {
             session.unsettled_since = Some(Instant::now());
+            session.unscheduled |= self.timed;
         }
     }
 }
@@ -200,13 +217,16 @@ impl RedisRegistry {
             .set_connection_timeout(Some(options.timeout))
             .set_response_timeout(Some(options.timeout))
             .set_number_of_retries(1);
-        let mut connection = tokio::time::timeout(
-            options.timeout,
-            client.get_connection_manager_with_config(config),
-        )
-        .await
-        .map_err(|_| timeout_error())?
-        .map_err(|error| configuration_error(url, &error))?;
+        let connect = || async {
+            tokio::time::timeout(
+                options.timeout,
+                client.get_connection_manager_with_config(config.clone()),
+            )
+            .await
+            .map_err(|_| timeout_error())?
+            .map_err(|error| configuration_error(url, &error))
+        };
+        let mut connection = connect().await?;
         // A small command first: a server that wants a password refuses a large unauthenticated one with a
         // protocol error that names no password.
         redis::cmd("PING")
@@ -217,6 +237,7 @@ impl RedisRegistry {
         let keys = Keys::new(&options.key_prefix);
         check_prefix_is_ours(&mut connection, &keys).await?;
         // Sixteen hex digits: no two processes of one worker id meet the same nonce in practice.
+        let housekeeping = connect().await?;
         let process: Arc<str> = Arc::from(format!("{id}/{}", &generate_id()[..16]));
         let worker = Arc::new(Worker {
             client: client.clone(),
@@ -224,6 +245,7 @@ impl RedisRegistry {
             id,
             process,
             connection,
+            housekeeping,
             options,
             mirrors: Mirrors::default(),
             runs: Mutex::new(Runs::default()),
@@ -235,8 +257,9 @@ impl RedisRegistry {
         let listener = tokio::spawn(listen(Arc::downgrade(&worker), client));
         let reconciler = tokio::spawn(reconcile_periodically(Arc::downgrade(&worker)));
         let lease = tokio::spawn(keep_lease(Arc::downgrade(&worker)));
+        let reaper = tokio::spawn(reap_periodically(Arc::downgrade(&worker)));
         let timers = tokio::spawn(fire_timers(Arc::downgrade(&worker)));
-        lock(&worker.background).extend([listener, reconciler, lease, timers]);
+        lock(&worker.background).extend([listener, reconciler, lease, reaper, timers]);
         Ok(RedisRegistry { worker })
     }
 
@@ -334,10 +357,10 @@ impl RedisRegistry {
                 .map(|session_id| self.worker.keys.session(session_id))
                 .collect();
             let calls: Vec<_> = keys.iter().map(|key| (vec![&**key], vec![])).collect();
-            let states: Vec<Vec<String>> =
+            let states: Vec<Result<Vec<String>, _>> =
                 store::call_each(&mut connection, "session", &calls).await?;
             for (session_id, state) in chunk.iter().zip(states) {
-                if matches!(session_state(state)?, Some([_, closed, unfinished]) if closed == "0" || unfinished != "0")
+                if matches!(session_state(state?)?, Some([_, closed, unfinished]) if closed == "0" || unfinished != "0")
                 {
                     live.push(session_id.clone());
                 }
@@ -360,69 +383,100 @@ fn session_state(state: Vec<String>) -> Result<Option<[String; 3]>, RedisTracker
 }
 
 impl Worker {
-    /// Begins a start or claim in `session_id`: announces to Redis, once, that this process runs tasks there (so
-    /// that a reaper finds them should it die), and marks the call under way until it settles.
+    /// Marks a call about `task_id` in `session_id` as under way, until it settles (see [`SessionCall`]).
+    /// `timed`: the call sets a deadline or a claim timeout.
+    pub(crate) fn track_call(
+        self: &Arc<Self>,
+        session_id: &Arc<str>,
+        task_id: &Arc<str>,
+        timed: bool,
+    ) -> SessionCall {
+        lock(&self.runs)
+            .sessions
+            .entry(session_id.clone())
+            .or_default()
+            .in_flight
+            .push(task_id.clone());
+        SessionCall {
+            worker: self.clone(),
+            session_id: session_id.clone(),
+            task_id: task_id.clone(),
+            timed,
+            settled: false,
+        }
+    }
+
+    /// Begins a start or claim of `task_id` in `session_id`: marks it under way, and announces to Redis, unless
+    /// it knows of it, that this process runs tasks there (so that a reaper finds them should it die).
     pub(crate) async fn begin_call(
         self: &Arc<Self>,
         session_id: &Arc<str>,
+        task_id: &Arc<str>,
+        timed: bool,
     ) -> Result<SessionCall, RedisTrackerError> {
-        let announced = {
-            let mut runs = lock(&self.runs);
-            let session = runs.sessions.entry(session_id.clone()).or_default();
-            session.in_flight += 1;
-            session.announced_at.is_some()
-        };
-        // Made before the announcement, so the call counts as under way while it is sent.
-        let call = SessionCall {
-            worker: self.clone(),
-            session_id: session_id.clone(),
-            settled: false,
-        };
+        // Under way before the announcement is sent, so a lease renewal that finds this process forgotten
+        // announces the session again.
+        let call = self.track_call(session_id, task_id, timed);
+        let announced = lock(&self.runs)
+            .sessions
+            .get(session_id)
+            .is_some_and(|session| session.announced_at.is_some());
         if !announced {
             self.announce(std::slice::from_ref(session_id)).await?;
         }
         Ok(call)
     }
 
-    /// Records in Redis that this process runs tasks in `sessions`.
+    /// Records in Redis that this process runs tasks in `sessions`, with its lease (which a reaper may have
+    /// forgotten: then every session with business here is announced again on the next lease tick).
     async fn announce(&self, sessions: &[Arc<str>]) -> Result<(), RedisTrackerError> {
-        let key = self.keys.announced(&self.process);
-        let calls: Vec<_> = sessions
-            .iter()
-            .map(|session_id| (vec![&*key], vec![&**session_id]))
-            .collect();
-        let _: Vec<i64> =
-            store::call_each(&mut self.connection.clone(), "announce", &calls).await?;
-        let now = Instant::now();
-        let mut runs = lock(&self.runs);
-        for session_id in sessions {
-            runs.sessions
-                .entry(session_id.clone())
-                .or_default()
-                .announced_at = Some(now);
+        let (workers, announced) = (self.keys.workers(), self.keys.announced(&self.process));
+        let lease = self.options.lease.as_millis().to_string();
+        for chunk in sessions.chunks(BATCH) {
+            let mut args: Vec<&str> = vec![&self.process, &lease];
+            args.extend(chunk.iter().map(|session_id| &**session_id));
+            let lease_held: i64 = store::call(
+                &mut self.connection.clone(),
+                "announce",
+                &[&workers, &announced],
+                &args,
+            )
+            .await?;
+            let now = Instant::now();
+            let mut runs = lock(&self.runs);
+            if lease_held == 0 {
+                forget_announcements(&mut runs);
+            }
+            for session_id in chunk {
+                runs.sessions
+                    .entry(session_id.clone())
+                    .or_default()
+                    .announced_at = Some(now);
+            }
         }
         Ok(())
     }
 
-    /// Notes that a timer of `session_id` may be missing from the registry's index: the reconcile puts it back.
-    pub(crate) fn timer_unscheduled(&self, session_id: &Arc<str>) {
-        lock(&self.runs)
+    /// Announces the sessions with business here that Redis may not know of.
+    async fn announce_busy_sessions(&self) -> Result<(), RedisTrackerError> {
+        let unannounced: Vec<Arc<str>> = lock(&self.runs)
             .sessions
-            .entry(session_id.clone())
-            .or_default()
-            .unscheduled = true;
+            .iter()
+            .filter(|(_, session)| session.busy() && session.announced_at.is_none())
+            .map(|(session_id, _)| session_id.clone())
+            .collect();
+        self.announce(&unannounced).await
     }
 
-    /// Lists session `session_id` in the registry's index, unless it is there (a score of 0 asks the sweeper to
-    /// read the session's own time of last change).
+    /// Lists session `session_id` in the registry's index, as changed now.
     pub(crate) async fn index_session(&self, session_id: &str) -> Result<(), RedisTrackerError> {
-        let _: i64 = redis::cmd("ZADD")
-            .arg(self.keys.sessions())
-            .arg("NX")
-            .arg(0)
-            .arg(session_id)
-            .query_async(&mut self.connection.clone())
-            .await?;
+        let _: i64 = store::call(
+            &mut self.connection.clone(),
+            "index",
+            &[&self.keys.sessions()],
+            &[session_id],
+        )
+        .await?;
         Ok(())
     }
 
@@ -446,27 +500,43 @@ impl Worker {
                 .map(|session_id| self.keys.session(session_id))
                 .collect();
             let calls: Vec<_> = keys.iter().map(|key| (vec![&**key], vec![&*ttl])).collect();
-            let next_looks: Vec<i64> = store::call_each(connection, "sweep", &calls).await?;
-            let mut index_updates = redis::pipe();
-            for (session_id, next_look) in idle.iter().zip(&next_looks) {
-                if *next_look >= 0 {
-                    index_updates
-                        .cmd("ZADD")
-                        .arg(&index)
-                        .arg("XX")
-                        .arg(next_look)
-                        .arg(session_id)
-                        .ignore();
-                } else {
-                    removed += 1;
-                    index_updates
-                        .cmd("ZREM")
-                        .arg(&index)
-                        .arg(session_id)
-                        .ignore();
+            let next_looks: Vec<Result<i64, _>> =
+                store::call_each(connection, "sweep", &calls).await?;
+            let mut swept: Vec<&str> = vec![&ttl];
+            let mut kept = redis::pipe();
+            for (session_id, next_look) in idle.iter().zip(next_looks) {
+                match next_look {
+                    Ok(-1) => swept.push(session_id),
+                    // Never moves an entry earlier: `session()` may have listed the id again meanwhile.
+                    Ok(next_look) => {
+                        kept.cmd("ZADD")
+                            .arg(&index)
+                            .arg("XX")
+                            .arg("GT")
+                            .arg(next_look)
+                            .arg(session_id)
+                            .ignore();
+                    }
+                    // A session whose sweep fails (its keys hold other data, say) is looked at again after
+                    // another `session_ttl`, behind the others.
+                    Err(_) => {
+                        kept.cmd("ZADD")
+                            .arg(&index)
+                            .arg("XX")
+                            .arg("GT")
+                            .arg(epoch_millis_now())
+                            .arg(session_id)
+                            .ignore();
+                    }
                 }
             }
-            let () = index_updates.query_async(connection).await?;
+            removed += swept.len() - 1;
+            if swept.len() < idle.len() + 1 {
+                let () = kept.query_async(connection).await?;
+            }
+            if swept.len() > 1 {
+                let _: i64 = store::call(connection, "unindex", &[&index], &swept).await?;
+            }
             if idle.len() < BATCH || began.elapsed() >= budget {
                 return Ok(removed);
             }
@@ -479,48 +549,48 @@ impl Worker {
         session_id: &str,
         due_ms: u64,
     ) -> Result<(), RedisTrackerError> {
-        let _: i64 = redis::cmd("ZADD")
-            .arg(self.keys.timers())
-            .arg("LT")
-            .arg(due_ms)
-            .arg(session_id)
-            .query_async(&mut self.connection.clone())
-            .await?;
+        let _: i64 = store::call(
+            &mut self.connection.clone(),
+            "schedule",
+            &[&self.keys.timers(), &self.keys.timer_changes()],
+            &[session_id, &due_ms.to_string()],
+        )
+        .await?;
         Ok(())
     }
 
     /// Fires the due timers of every session; any worker may, and firing twice changes nothing.
     async fn fire_due_timers(&self) -> Result<(), RedisTrackerError> {
         let mut connection = self.connection.clone();
-        let due: Vec<String> =
-            store::call(&mut connection, "due", &[&self.keys.timers()], &[]).await?;
-        for session_id in due {
-            self.fire_and_retime(&mut connection, &session_id).await?;
+        let (timers, changes) = (self.keys.timers(), self.keys.timer_changes());
+        let due: Vec<(String, String)> =
+            store::call(&mut connection, "due", &[&timers, &changes], &[]).await?;
+        for (session_id, seen_changes) in due {
+            let next = self.fire(&mut connection, &session_id).await?;
+            let _: i64 = store::call(
+                &mut connection,
+                "retime",
+                &[&timers, &changes],
+                &[&session_id, &next.to_string(), &seen_changes],
+            )
+            .await?;
         }
         Ok(())
     }
 
-    /// Fires the session's due timers and records in the index when its next one falls due.
-    async fn fire_and_retime(
+    /// Fires the session's due timers; returns when its next one falls due (-1: none).
+    async fn fire(
         &self,
         connection: &mut ConnectionManager,
         session_id: &str,
-    ) -> Result<(), RedisTrackerError> {
-        let next: i64 = store::call(
+    ) -> Result<i64, RedisTrackerError> {
+        store::call(
             connection,
             "fire",
             &[&self.keys.session(session_id)],
             &[subagent_tracker::DEADLINE_REASON],
         )
-        .await?;
-        let _: i64 = store::call(
-            connection,
-            "retime",
-            &[&self.keys.timers()],
-            &[session_id, &next.to_string()],
-        )
-        .await?;
-        Ok(())
+        .await
     }
 
     async fn renew_lease(&self) -> Result<(), RedisTrackerError> {
@@ -534,22 +604,8 @@ impl Worker {
         .await?;
         *lock(&self.renewed_at) = Instant::now();
         if existed == 0 {
-            // A new lease, or a reaper took this process for dead and forgot its lease and announcements:
-            // announce again where it still has business, so that a later death is found there too.
-            let sessions: Vec<Arc<str>> = {
-                let mut runs = lock(&self.runs);
-                runs.sessions
-                    .iter_mut()
-                    .filter_map(|(session_id, session)| {
-                        session.announced_at = None;
-                        let busy = session.held > 0
-                            || session.in_flight > 0
-                            || session.unsettled_since.is_some();
-                        busy.then(|| session_id.clone())
-                    })
-                    .collect()
-            };
-            self.announce(&sessions).await?;
+            // A new lease, or a reaper took this process for dead and forgot its lease and announcements.
+            forget_announcements(&mut lock(&self.runs));
         }
         Ok(())
     }
@@ -574,7 +630,7 @@ impl Worker {
     /// Fails the tasks of the workers whose lease has passed and sweeps idle sessions, unless another worker is
     /// doing so now.
     async fn reap(&self) -> Result<(), RedisTrackerError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.housekeeping.clone();
         // Held for one round (it expires by itself should this worker die meanwhile), so that every worker
         // reaps on its own ticks: the dead are found at the pace of the shortest lease.
         let round = self.options.lease / 3;
@@ -624,6 +680,7 @@ impl Worker {
                 .arg(-1)
                 .query_async(connection)
                 .await?;
+            let mut all_reaped = true;
             for chunk in sessions.chunks(BATCH) {
                 let keys: Vec<String> = chunk
                     .iter()
@@ -638,17 +695,22 @@ impl Worker {
                         )
                     })
                     .collect();
-                let _: Vec<i64> = store::call_each(connection, "reap", &calls).await?;
+                let reaped: Vec<Result<i64, _>> =
+                    store::call_each(connection, "reap", &calls).await?;
+                all_reaped &= reaped.iter().all(Result::is_ok);
             }
-            // Dropped together with its announcements, unless it renewed meanwhile (it came back, and keeps
-            // both). What it announced stays as long as its lease does, however long no worker is alive.
-            let _: i64 = store::call(
-                connection,
-                "forget",
-                &[&self.keys.workers(), &announced],
-                &[process],
-            )
-            .await?;
+            // Dropped together with its announcements once every session was reaped, unless it renewed
+            // meanwhile (it came back, and keeps both). What it announced stays as long as its lease does,
+            // however long no worker is alive.
+            if all_reaped {
+                let _: i64 = store::call(
+                    connection,
+                    "forget",
+                    &[&self.keys.workers(), &announced],
+                    &[process],
+                )
+                .await?;
+            }
         }
         Ok(())
     }
@@ -710,34 +772,36 @@ impl Worker {
         Ok(())
     }
 
-    /// Ends the runs Redis records as this process's that it does not hold: their start or claim took effect,
-    /// but the reply was lost, so no runner will ever end them. Only sessions where a call went unanswered are
-    /// looked at; runs younger than twice the call timeout may still have their reply on the way, and are left
-    /// for a later look.
+    /// Ends the runs Redis records as this process's that it neither holds nor has a call under way for: their
+    /// start or claim took effect, but the reply was lost, so no runner will ever end them. Only sessions where
+    /// a call went unanswered are looked at; runs younger than twice the call timeout may still have their
+    /// reply on the way, and are left for a later look.
     async fn end_orphans(&self) -> Result<(), RedisTrackerError> {
         let grace = self.options.timeout * 2;
         let unsettled: Vec<(Arc<str>, Vec<Arc<str>>)> = {
             let runs = lock(&self.runs);
+            let mut held: HashMap<&Arc<str>, Vec<Arc<str>>> = HashMap::new();
+            for run in &runs.held {
+                held.entry(&run.session_id)
+                    .or_default()
+                    .push(run.task_id.clone());
+            }
             runs.sessions
                 .iter()
                 .filter(|(_, session)| session.unsettled_since.is_some())
-                .map(|(session_id, _)| {
-                    let held = runs
-                        .held
-                        .iter()
-                        .filter(|run| run.session_id == *session_id)
-                        .map(|run| run.task_id.clone())
-                        .collect();
-                    (session_id.clone(), held)
+                .map(|(session_id, session)| {
+                    let mut kept = held.remove(session_id).unwrap_or_default();
+                    kept.extend(session.in_flight.iter().cloned());
+                    (session_id.clone(), kept)
                 })
                 .collect()
         };
         let grace_ms = grace.as_millis().to_string();
         let mut connection = self.connection.clone();
-        for (session_id, held) in unsettled {
+        for (session_id, kept) in unsettled {
             let looked_at = Instant::now();
             let mut args: Vec<&str> = vec![&self.process, &grace_ms, ORPHANED_RUN_ERROR];
-            args.extend(held.iter().map(|task_id| &**task_id));
+            args.extend(kept.iter().map(|task_id| &**task_id));
             let [_ended, young]: [i64; 2] = store::call(
                 &mut connection,
                 "orphans",
@@ -761,7 +825,7 @@ impl Worker {
         Ok(())
     }
 
-    /// Puts back the registry's index entries of timers that a failed call may have left out.
+    /// Puts back the registry's index entries of timers that a lost reply may have left out.
     async fn reschedule_timers(&self) -> Result<(), RedisTrackerError> {
         let unscheduled: Vec<Arc<str>> = lock(&self.runs)
             .sessions
@@ -771,12 +835,23 @@ impl Worker {
             .collect();
         let mut connection = self.connection.clone();
         for session_id in unscheduled {
-            // Cleared first: a start that fails to schedule meanwhile marks it again.
+            // Cleared first: a call that leaves it unscheduled meanwhile marks it again.
             if let Some(session) = lock(&self.runs).sessions.get_mut(&session_id) {
                 session.unscheduled = false;
             }
-            if let Err(error) = self.fire_and_retime(&mut connection, &session_id).await {
-                self.timer_unscheduled(&session_id);
+            let repaired = match self.fire(&mut connection, &session_id).await {
+                Ok(next) => match u64::try_from(next) {
+                    Ok(next) => self.schedule(&session_id, next).await,
+                    Err(_) => Ok(()),
+                },
+                Err(error) => Err(error),
+            };
+            if let Err(error) = repaired {
+                lock(&self.runs)
+                    .sessions
+                    .entry(session_id)
+                    .or_default()
+                    .unscheduled = true;
                 return Err(error);
             }
         }
@@ -924,7 +999,8 @@ fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
     notifications
 }
 
-/// Renews the lease three times per lease, fences this worker when it could not, and reaps expired workers.
+/// Renews the lease three times per lease, fences this worker when it could not, and announces again the sessions
+/// Redis may not know this process runs tasks in.
 async fn keep_lease(worker: Weak<Worker>) {
     let lease = match worker.upgrade() {
         Some(worker) => worker.options.lease,
@@ -941,7 +1017,25 @@ async fn keep_lease(worker: Weak<Worker>) {
         // already have been reaped, even if it can renew now.
         worker.fence_if_lease_lost();
         // Failures are retried on the next tick; the fence covers a lease that runs out meanwhile.
-        let _ = worker.renew_lease().await;
+        if worker.renew_lease().await.is_ok() {
+            let _ = worker.announce_busy_sessions().await;
+        }
+    }
+}
+
+/// Reaps expired workers and sweeps idle sessions, once per third of a lease, apart from the lease's renewal.
+async fn reap_periodically(worker: Weak<Worker>) {
+    let lease = match worker.upgrade() {
+        Some(worker) => worker.options.lease,
+        None => return,
+    };
+    let mut ticks = tokio::time::interval(lease / 3);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(worker) = worker.upgrade() else {
+            return;
+        };
         let _ = worker.reap().await;
     }
 }
@@ -1063,6 +1157,24 @@ pub(crate) fn timeout_error() -> RedisTrackerError {
             "Redis did not answer within the registry's timeout",
         )),
     }
+}
+
+/// Takes every announcement of this process for unknown to Redis: a reaper forgot them with its lease. The
+/// sessions with business here are announced again on the next lease tick.
+fn forget_announcements(runs: &mut Runs) {
+    for session in runs.sessions.values_mut() {
+        session.announced_at = None;
+    }
+}
+
+/// This machine's clock in milliseconds since the epoch: when a failed sweep looks at a session again (a hint in
+/// the index; the session's own hash has the truth).
+fn epoch_millis_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| {
+            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+        })
 }
 
 /// Gives back the room of a map that is mostly empty (a quarter used, or less): a worker that once used many

@@ -38,13 +38,8 @@ pub struct RedisSession {
     mirror: Arc<Mirror>,
 }
 
-/// What `open` gives: the task's id, its run and status, the links' registrations, and a start's call.
-type Opened = (
-    Arc<str>,
-    [String; 2],
-    Vec<CancelCallback>,
-    Option<SessionCall>,
-);
+/// What `open` gives: the task's id, its run and status, the links' registrations, and the call.
+type Opened = (Arc<str>, [String; 2], Vec<CancelCallback>, SessionCall);
 
 /// How a runner's end is written in Redis.
 pub(crate) enum Outcome<'a> {
@@ -99,9 +94,7 @@ impl RedisSession {
         let (task_id, [run, status], links, call) = self.open(start, None).await?;
         let mut handle = self.hold(task_id, run, &status).await?;
         handle.keep_links(links);
-        if let Some(call) = call {
-            call.settle();
-        }
+        call.settle();
         Ok(handle)
     }
 
@@ -116,11 +109,15 @@ impl RedisSession {
         claim_timeout: Option<Duration>,
     ) -> Result<Arc<str>, RedisTrackerError> {
         // The links of a reservation stay until their token fires or ends: no handle here owns them.
-        Ok(self.open(start, Some(claim_timeout)).await?.0)
+        let (task_id, _, _links, call) = self.open(start, Some(claim_timeout)).await?;
+        call.settle();
+        Ok(task_id)
     }
 
     /// A start (`reservation` `None`) or a reservation (with its claim timeout, if any). Returns the task's id,
-    /// run and status, the links' registrations, and for a start the call, to settle once its run is held.
+    /// run and status, the links' registrations, and the call, to settle once the caller is done with it (a
+    /// start once its run is held). An error or a dropped future leaves the call unsettled: what it may have done
+    /// in Redis is found by the reconcile (an orphaned run, a timer missing from the index).
     async fn open(
         &self,
         start: TaskStart<String>,
@@ -138,12 +135,13 @@ impl RedisSession {
         if let Some(parent_id) = &parts.parent_id {
             validate_task_id("parent_id", parent_id)?;
         }
-        // A start is this process's run from the moment it takes effect: until its reply arrives, the call is
-        // under way, and a reply that never arrives leaves its run to the orphan check.
+        let timed = parts.deadline.is_some() || reservation.flatten().is_some();
         let call = if reserved {
-            None
+            self.worker.track_call(&self.session_id, &task_id, timed)
         } else {
-            Some(self.worker.begin_call(&self.session_id).await?)
+            self.worker
+                .begin_call(&self.session_id, &task_id, timed)
+                .await?
         };
         let process = if reserved { "" } else { &*self.worker.process };
         // Deadlines are wall-clock instants (a timeout was turned into one by the caller's clock): Redis fires
@@ -174,19 +172,13 @@ impl RedisSession {
             &claim_error,
             DEADLINE_REASON,
         ];
-        let timed = !deadline_ms.is_empty() || !claim_timeout_ms.is_empty();
         let reply: Vec<String> = match self.call("open", &args).await {
             Ok(reply) => reply,
             Err(error) => {
                 let error = self.refusal(error, &task_id, parts.parent_id.as_deref());
-                if timed && matches!(error, RedisTrackerError::Unavailable { .. }) {
-                    // It may have taken effect, timer and all, with the reply lost.
-                    self.worker.timer_unscheduled(&self.session_id);
-                }
-                if !matches!(error, RedisTrackerError::Unavailable { .. }) {
-                    if let Some(call) = call {
-                        call.settle();
-                    }
+                if matches!(error, RedisTrackerError::Tracker(_)) {
+                    // Refused: nothing changed in Redis.
+                    call.settle();
                 }
                 return Err(error);
             }
@@ -197,10 +189,7 @@ impl RedisSession {
         if let Ok(next_due) = next_due.parse::<u64>() {
             // The timer exists in the session; the registry's index of timers is another key (another slot), so
             // a failure here is repaired by the reconcile.
-            if let Err(error) = self.worker.schedule(&self.session_id, next_due).await {
-                self.worker.timer_unscheduled(&self.session_id);
-                return Err(error);
-            }
+            self.worker.schedule(&self.session_id, next_due).await?;
         }
         let (links, fired) = self.link(&task_id, parts.linked).await?;
         // A link that had already fired cancelled the task after its start: the runner must get it cancelled.
@@ -250,13 +239,17 @@ impl RedisSession {
     /// [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`].
     pub async fn claim(&self, task_id: &str) -> Result<RedisTaskHandle, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        let call = self.worker.begin_call(&self.session_id).await?;
-        let args = [&*self.incarnation, task_id, &self.worker.process];
+        let task_id: Arc<str> = Arc::from(task_id);
+        let call = self
+            .worker
+            .begin_call(&self.session_id, &task_id, false)
+            .await?;
+        let args = [&*self.incarnation, &*task_id, &self.worker.process];
         let reply: Vec<String> = match self.call("claim", &args).await {
             Ok(reply) => reply,
             Err(error) => {
-                let error = self.refusal(error, task_id, None);
-                if !matches!(error, RedisTrackerError::Unavailable { .. }) {
+                let error = self.refusal(error, &task_id, None);
+                if matches!(error, RedisTrackerError::Tracker(_)) {
                     call.settle();
                 }
                 return Err(error);
@@ -265,7 +258,7 @@ impl RedisSession {
         let [run, status, _reason]: [String; 3] = reply
             .try_into()
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_claim")))?;
-        let handle = self.hold(Arc::from(task_id), run, &status).await?;
+        let handle = self.hold(task_id, run, &status).await?;
         call.settle();
         Ok(handle)
     }
@@ -292,14 +285,16 @@ impl RedisSession {
             run,
         };
         let announced = self.worker.hold(key.clone());
+        // Made before any further wait: should the caller stop waiting, dropping the handle ends the run.
+        let handle = RedisTaskHandle::new(self.clone(), key.clone(), local);
         if announced || status == SubagentStatus::Cancelled.as_str() {
             // Cancelled before this run began here (under a cancelled parent, before its claim, or just after
             // its start with the notification first): the reconcile reads the cancel's reason, origin and
             // cause, and fires the token before the runner gets it. Should Redis fail now, the periodic
             // reconcile fires it instead: the run exists, so its handle must reach the runner.
-            let _ = self.worker.reconcile(vec![key.clone()]).await;
+            let _ = self.worker.reconcile(vec![key]).await;
         }
-        Ok(RedisTaskHandle::new(self.clone(), key, local))
+        Ok(handle)
     }
 
     /// Cancels a pending task and its pending descendants, in whatever processes they run. True exactly when

@@ -82,11 +82,18 @@ impl Keys {
         format!("{}{{registry}}:w:{process}", self.prefix)
     }
 
+    /// How often each session's timer entry changed (`stv2_schedule`), so that a retime that read the session
+    /// before a change leaves its entry alone.
+    pub(crate) fn timer_changes(&self) -> String {
+        format!("{}{{registry}}:timer-changes", self.prefix)
+    }
+
     /// Every registry-wide key, with the type it holds, for the check that a prefix is not another's.
-    pub(crate) fn registry_keys(&self) -> [(String, &'static str); 4] {
+    pub(crate) fn registry_keys(&self) -> [(String, &'static str); 5] {
         [
             (self.workers(), "zset"),
             (self.timers(), "zset"),
+            (self.timer_changes(), "hash"),
             (self.sessions(), "zset"),
             (self.reaper(), "string"),
         ]
@@ -147,26 +154,36 @@ pub(crate) async fn call<T: FromRedisValue>(
     }
 }
 
-/// Calls the function `name` once per entry of `calls` (its keys and arguments), in one round trip.
+/// Calls the function `name` once per entry of `calls` (its keys and arguments), in one round trip. Each call
+/// has its own outcome: one that fails (a key of the wrong type, say) stops none of the others.
+///
+/// # Errors
+/// [`RedisTrackerError::Unavailable`] when the round trip itself failed.
 pub(crate) async fn call_each<T: FromRedisValue>(
     connection: &mut ConnectionManager,
     name: &str,
     calls: &[(Vec<&str>, Vec<&str>)],
-) -> Result<Vec<T>, RedisTrackerError> {
+) -> Result<Vec<Result<T, RedisTrackerError>>, RedisTrackerError> {
     if calls.is_empty() {
         return Ok(Vec::new());
     }
     let mut pipeline = redis::pipe();
+    pipeline.ignore_errors();
     for (keys, args) in calls {
         pipeline.add_command(function_call(name, keys, args));
     }
-    match pipeline.query_async(connection).await {
-        Err(error) if is_missing_function(&error) => {
-            load(connection).await?;
-            Ok(pipeline.query_async(connection).await?)
-        }
-        outcome => Ok(outcome?),
+    let mut outcomes: Vec<redis::RedisResult<T>> = pipeline.query_async(connection).await?;
+    if outcomes
+        .iter()
+        .any(|outcome| outcome.as_ref().is_err_and(is_missing_function))
+    {
+        load(connection).await?;
+        outcomes = pipeline.query_async(connection).await?;
     }
+    Ok(outcomes
+        .into_iter()
+        .map(|outcome| outcome.map_err(RedisTrackerError::from))
+        .collect())
 }
 
 fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {

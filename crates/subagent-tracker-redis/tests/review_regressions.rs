@@ -97,7 +97,7 @@ async fn retention_holds_with_restarted_ids_and_ids_with_tabs() {
     let client = redis::Client::open(server.url()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let listed: usize = redis::cmd("LLEN")
-        .arg("r4:{s}:finished")
+        .arg("r4:v2:{s:s}:finished")
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -290,7 +290,7 @@ async fn a_cascade_far_larger_than_the_event_bound_leaves_the_stream_bounded() {
     let client = redis::Client::open(server.url()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let length: usize = redis::cmd("XLEN")
-        .arg("r9:{s}:events")
+        .arg("r9:v2:{s:s}:events")
         .query_async(&mut admin)
         .await
         .unwrap();

@@ -495,3 +495,242 @@ async fn a_foreign_reaper_key_and_another_build_of_the_functions_are_refused() {
     };
     assert!(code.contains("another build"), "left as it was");
 }
+
+// --- Found by a review of the fixes above.
+
+/// A worker that a reaper forgot (its lease and announcements deleted) while it still runs a task announces the
+/// session again on its next lease tick, so that its later death is still found.
+#[test]
+fn a_worker_forgotten_by_a_reaper_announces_its_sessions_again() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(300);
+    let url = server.url();
+    let dying = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let process = dying.block_on(async {
+        let worker = RedisRegistry::connect(&url, options("b1:").with_lease(lease))
+            .await
+            .unwrap();
+        let session = worker.session(Some("s"), config()).await.unwrap();
+        let handle = session
+            .start(TaskStart::new().task_id("job"))
+            .await
+            .unwrap();
+        let mut admin = admin(&server).await;
+        let workers: Vec<String> = redis::cmd("ZRANGE")
+            .arg("b1:v2:{registry}:workers")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let process = workers[0].clone();
+        // What a reaper's `stv2_forget` does.
+        let _: () = redis::cmd("DEL")
+            .arg(format!("b1:v2:{{registry}}:w:{process}"))
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("ZREM")
+            .arg("b1:v2:{registry}:workers")
+            .arg(&process)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        let announced = || {
+            let mut admin = admin.clone();
+            let key = format!("b1:v2:{{registry}}:w:{process}");
+            async move {
+                let sessions: Vec<String> = redis::cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .query_async(&mut admin)
+                    .await
+                    .unwrap();
+                sessions
+            }
+        };
+        let began = Instant::now();
+        while announced().await != ["s"] {
+            assert!(
+                began.elapsed() < lease * 3,
+                "announced again within a lease"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        std::mem::forget(handle);
+        process
+    });
+    dying.shutdown_background();
+    let alive = tokio::runtime::Runtime::new().unwrap();
+    alive.block_on(async {
+        let survivor = RedisRegistry::connect(&url, options("b1:").with_lease(lease))
+            .await
+            .unwrap();
+        let session = survivor.get_session("s").await.unwrap().unwrap();
+        let began = Instant::now();
+        loop {
+            let snapshot = session.get("job").await.unwrap().unwrap();
+            if snapshot.finished {
+                assert_eq!(snapshot.error.as_deref(), Some(WORKER_LOST_ERROR));
+                break;
+            }
+            assert!(began.elapsed() < lease * 10, "{process}'s task was reaped");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}
+
+/// A reservation whose caller stopped waiting while Redis held the write still fails on its claim timeout: the
+/// dropped call leaves its timer for the reconcile to put back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reservation_whose_caller_stopped_waiting_keeps_its_claim_timeout() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(&server.url(), options("b2:"))
+        .await
+        .unwrap();
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    let mut admin = admin(&server).await;
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "400", "WRITE"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(100),
+        session.reserve(
+            TaskStart::new().task_id("queued"),
+            Some(Duration::from_millis(300)),
+        ),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the caller stopped waiting");
+    let began = Instant::now();
+    loop {
+        if let Some(snapshot) = session.get("queued").await.unwrap() {
+            if snapshot.finished {
+                assert_eq!(snapshot.status, SubagentStatus::Failed);
+                break;
+            }
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the claim timeout fired"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A retime that read a session before a timer was scheduled in it leaves the session's entry in the index of
+/// timers, so that the new timer is fired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retime_never_drops_a_timer_scheduled_after_its_look() {
+    let server = RedisServer::start();
+    // Connected once, to load the functions, then gone: no worker fires timers behind the test's back.
+    drop(
+        RedisRegistry::connect(&server.url(), options("b3:"))
+            .await
+            .unwrap(),
+    );
+    let mut admin = admin(&server).await;
+    let keys = ["b3:v2:{registry}:timers", "b3:v2:{registry}:timer-changes"];
+    let call = |name: &str, args: &[&str]| {
+        let mut command = redis::cmd("FCALL");
+        command.arg(name).arg(2).arg(&keys).arg(args);
+        command
+    };
+    let _: i64 = call("stv2_schedule", &["s", "1"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let due: Vec<String> = call("stv2_due", &[]).query_async(&mut admin).await.unwrap();
+    assert_eq!(due, ["s", "1"]);
+    // Between the fire (which found no timer left) and the retime, a start schedules one.
+    let _: i64 = call("stv2_schedule", &["s", "99999999999999"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let retimed: i64 = call("stv2_retime", &["s", "-1", "1"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(retimed, 0);
+    let entry: Option<f64> = redis::cmd("ZSCORE")
+        .arg(keys[0])
+        .arg("s")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(
+        entry.is_some(),
+        "the entry stays, due: the next look fires it"
+    );
+}
+
+/// A sweep never takes out of the index a session listed again since its look (its id names a new session),
+/// and one session whose sweep fails stops none of the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(
+        &server.url(),
+        options("b4:")
+            .with_session_ttl(Duration::from_millis(200))
+            .with_lease(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let mut admin = admin(&server).await;
+    let unindexed: i64 = redis::cmd("FCALL")
+        .arg("stv2_unindex")
+        .arg(1)
+        .arg("b4:v2:{registry}:sessions")
+        .arg(&["60000", "fresh"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(unindexed, 0);
+    let fresh = worker.session(Some("fresh"), config()).await.unwrap();
+    let unindexed: i64 = redis::cmd("FCALL")
+        .arg("stv2_unindex")
+        .arg(1)
+        .arg("b4:v2:{registry}:sessions")
+        .arg(&["60000", "fresh"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(unindexed, 0, "listed since the look: it stays");
+    drop(fresh);
+    for index in 0..20 {
+        let session = worker
+            .session(Some(&format!("closed-{index}")), config())
+            .await
+            .unwrap();
+        session.close(None).await.unwrap();
+    }
+    let broken = worker.session(Some("broken"), config()).await.unwrap();
+    broken.close(None).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("b4:v2:{s:broken}:all")
+        .arg("other data")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let began = Instant::now();
+    loop {
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg("b4:*closed-*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        if left.is_empty() {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(4), "{left:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
