@@ -201,34 +201,39 @@ def test_a_reservation_whose_reply_was_cut_still_fails_on_its_claim_timeout(
         proxy.close()
 
 
-def test_a_start_whose_reply_was_cut_is_ended_as_an_orphan(redis_server: RedisServer) -> None:
+def _ended_as_an_orphan(
+    redis_server: RedisServer, task_id: str, lose: Callable[[RedisRegistry, Proxy], None]
+) -> None:
+    """`lose` makes a run of `task_id` in session "s" whose worker never learns the outcome of a call about
+    it; the worker's reconcile must end it as an orphan."""
     proxy = Proxy(redis_server.port)
     try:
-        registry = RedisRegistry(proxy.url, timeout=0.5, reconcile_interval=0.2)
+        lose(RedisRegistry(proxy.url, timeout=0.5, reconcile_interval=0.2), proxy)
+        observer = RedisRegistry(redis_server.url).session("s")
+        assert _eventually(lambda: observer.subagent_task(task_id).finished, seconds=8)  # type: ignore[union-attr]
+        assert observer.subagent_task(task_id).error == ORPHANED_RUN_ERROR  # type: ignore[union-attr]
+    finally:
+        proxy.close()
+
+
+def test_a_start_whose_reply_was_cut_is_ended_as_an_orphan(redis_server: RedisServer) -> None:
+    def lose(registry: RedisRegistry, proxy: Proxy) -> None:
         session = registry.session("s")
         proxy.cut_after(b"stv2_open")
         with pytest.raises(RegistryUnavailableError):
             session.start_subagent_task("lost")
-        observer = RedisRegistry(redis_server.url).session("s")
-        assert _eventually(lambda: observer.subagent_task("lost").finished, seconds=8)  # type: ignore[union-attr]
-        assert observer.subagent_task("lost").error == ORPHANED_RUN_ERROR  # type: ignore[union-attr]
-    finally:
-        proxy.close()
+
+    _ended_as_an_orphan(redis_server, "lost", lose)
 
 
 def test_a_dropped_handle_whose_end_never_arrived_is_ended_as_an_orphan(redis_server: RedisServer) -> None:
-    proxy = Proxy(redis_server.port)
-    try:
-        registry = RedisRegistry(proxy.url, timeout=0.5, reconcile_interval=0.2)
+    def lose(registry: RedisRegistry, proxy: Proxy) -> None:
         handle = registry.session("s").start_subagent_task("dropped")
         proxy.swallow(b"stv2_end")
         del handle
         gc.collect()
-        observer = RedisRegistry(redis_server.url).session("s")
-        assert _eventually(lambda: observer.subagent_task("dropped").finished, seconds=8)  # type: ignore[union-attr]
-        assert observer.subagent_task("dropped").error == ORPHANED_RUN_ERROR  # type: ignore[union-attr]
-    finally:
-        proxy.close()
+
+    _ended_as_an_orphan(redis_server, "dropped", lose)
 
 
 # --- 6. A run number names one run forever; a session object belongs to one incarnation

@@ -70,22 +70,23 @@ end
 -- A whole number as its decimal digits: Lua's own conversion writes numbers past 10^14 in exponent form.
 local function digits(number) return string.format('%d', number) end
 
--- The id of the next event of the session being changed: set by `session_function` from the session's incarnation.
+-- The incarnation of the session the running function works on (false for none), read once per call by
+-- `session_function`, and the id of its next event.
+local stored_inc = false
 local event_id = nil
 
--- Wraps a function of one session: its events get ids of the session's incarnation.
+-- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
   return function(keys, args)
-    local inc = redis.call('HGET', keys[1], 'inc')
-    event_id = inc and (inc .. '-*') or nil
+    stored_inc = redis.call('HGET', keys[1], 'inc')
+    event_id = stored_inc and (stored_inc .. '-*') or nil
     return callback(keys, args)
   end
 end
 
--- True when the caller's session object (incarnation `inc`, '' for any) is the session stored under the key.
-local function same_incarnation(session_key, inc)
-  local stored = redis.call('HGET', session_key, 'inc')
-  return stored ~= false and (inc == '' or stored == inc)
+-- True when the caller's session object (incarnation `inc`, '' for any) is the session the function works on.
+local function same_incarnation(inc)
+  return stored_inc ~= false and (inc == '' or stored_inc == inc)
 end
 
 local function gone() return redis.error_reply('GONE') end
@@ -290,7 +291,7 @@ end
 -- starts with GONE, DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
 local function st_open(keys, args)
   local session_key = keys[1]
-  if not same_incarnation(session_key, args[1]) then return gone() end
+  if not same_incarnation(args[1]) then return gone() end
   local base = base_of(session_key)
   local task_id, parent_id, agent, description, metadata = args[2], args[3], args[4], args[5], args[6]
   local detached, reserved = args[7] == '1', args[8] == '1'
@@ -390,7 +391,7 @@ end
 -- Returns 1 when the task itself moved, 0 otherwise.
 local function st_cancel(keys, args)
   local session_key = keys[1]
-  if not same_incarnation(session_key, args[1]) then return gone() end
+  if not same_incarnation(args[1]) then return gone() end
   touch(session_key)
   local base = base_of(session_key)
   local key = task_key(base, args[2])
@@ -404,7 +405,7 @@ end
 -- the session as closed (keeping the first reason). Returns how many moved.
 local function st_cancel_all(keys, args)
   local session_key = keys[1]
-  if not same_incarnation(session_key, args[1]) then return gone() end
+  if not same_incarnation(args[1]) then return gone() end
   touch(session_key)
   local base = base_of(session_key)
   local reason = args[2]
@@ -424,7 +425,7 @@ end
 local function st_end(keys, args)
   local session_key = keys[1]
   local task_id, run, outcome, value = args[2], args[3], args[4], args[5]
-  if not same_incarnation(session_key, args[1]) then
+  if not same_incarnation(args[1]) then
     if run == '' then return gone() end
     return { 0, 0 }
   end
@@ -463,7 +464,7 @@ end
 -- reason}; errors GONE, UNKNOWN, CLAIMED or ENDED <status>.
 local function st_claim(keys, args)
   local session_key = keys[1]
-  if not same_incarnation(session_key, args[1]) then return gone() end
+  if not same_incarnation(args[1]) then return gone() end
   local task_id, process = args[2], args[3]
   local base = base_of(session_key)
   local key = task_key(base, task_id)
@@ -487,7 +488,7 @@ end
 
 -- stv2_progress(session_key; inc, task_id, run, message): records a progress message on an unfinished run.
 local function st_progress(keys, args)
-  if not same_incarnation(keys[1], args[1]) then return 0 end
+  if not same_incarnation(args[1]) then return 0 end
   local base = base_of(keys[1])
   local key = task_key(base, args[2])
   local state = fields(key, 'run', 'fin', 'status')
@@ -502,7 +503,7 @@ end
 -- stv2_escalate(session_key; inc, task_id, run): records that the run's runner was stopped by force after its
 -- grace (snapshots show it as escalated). Returns 1, or 0 when that run is no longer the task's current one.
 local function st_escalate(keys, args)
-  if not same_incarnation(keys[1], args[1]) then return 0 end
+  if not same_incarnation(args[1]) then return 0 end
   local key = task_key(base_of(keys[1]), args[2])
   if redis.call('HGET', key, 'run') ~= args[3] then return 0 end
   redis.call('HSET', key, 'escalated', '1')
@@ -515,14 +516,14 @@ end
 
 -- stv2_get(session_key; inc, task_id): the task's fields as a flat list, empty when not retained.
 local function st_get(keys, args)
-  if not same_incarnation(keys[1], args[1]) then return gone() end
+  if not same_incarnation(args[1]) then return gone() end
   return snapshot(base_of(keys[1]), args[2])
 end
 
 -- stv2_list(session_key; inc, which): the fields of every pending ("pending") or retained ("all") task, in start
 -- order.
 local function st_list(keys, args)
-  if not same_incarnation(keys[1], args[1]) then return gone() end
+  if not same_incarnation(args[1]) then return gone() end
   local base = base_of(keys[1])
   local listed = {}
   for _, task_id in ipairs(redis.call('ZRANGE', base .. args[2], 0, -1)) do
@@ -597,6 +598,24 @@ local function st_touch(keys, args)
   return session_state(session_key)
 end
 
+-- The task's current run if it is unfinished and the worker process runs it, with when the process began it (its
+-- claim, or its start), in milliseconds; nil otherwise.
+local function unfinished_run_of(key, process)
+  local state = fields(key, 'run', 'fin', 'worker', 'started_at', 'claimed_at')
+  local run, finished, owner, started_at, claimed_at = state[1], state[2], state[3], state[4], state[5]
+  if not run or finished == '1' or owner ~= process then return nil end
+  return run, tonumber(claimed_at or started_at or '0') * 1000
+end
+
+-- Ends a run whose runner is gone: a running one fails with `error`, a cancelled one finishes.
+local function end_lost_run(base, session_key, key, task_id, run, error, at)
+  touch(session_key)
+  if redis.call('HGET', key, 'status') == 'running' then
+    redis.call('HSET', key, 'status', 'failed', 'error', error)
+  end
+  finish(base, session_key, key, task_id, run, at)
+end
+
 -- stv2_reap(session_key; process, error, expired_at_ms): the worker process's lease expired at `expired_at_ms`.
 -- Its running tasks begun before then fail with `error`, its cancelled ones become finished. Returns how many it
 -- finished.
@@ -608,17 +627,10 @@ local function st_reap(keys, args)
   local at = now()
   for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. process)) do
     local key = task_key(base, task_id)
-    local state = fields(key, 'run', 'status', 'fin', 'worker', 'started_at', 'claimed_at')
-    local run, status, finished, owner, started_at, claimed_at = state[1], state[2], state[3], state[4],
-      state[5], state[6]
-    local since = tonumber(claimed_at or started_at or '0') * 1000
+    local run, since = unfinished_run_of(key, process)
     -- A run begun after the lease expired is the work of a worker that came back: not the lost one's.
-    if run and finished ~= '1' and owner == process and since < expired_at then
-      touch(session_key)
-      if status == 'running' then
-        redis.call('HSET', key, 'status', 'failed', 'error', error)
-      end
-      finish(base, session_key, key, task_id, run, at)
+    if run and since < expired_at then
+      end_lost_run(base, session_key, key, task_id, run, error, at)
       reaped = reaped + 1
     end
   end
@@ -640,17 +652,10 @@ local function st_orphans(keys, args)
   for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. process)) do
     if not held[task_id] then
       local key = task_key(base, task_id)
-      local state = fields(key, 'run', 'status', 'fin', 'worker', 'started_at', 'claimed_at')
-      local run, status, finished, owner, started_at, claimed_at = state[1], state[2], state[3], state[4],
-        state[5], state[6]
-      local since = tonumber(claimed_at or started_at or '0') * 1000
-      if run and finished ~= '1' and owner == process then
+      local run, since = unfinished_run_of(key, process)
+      if run then
         if current_ms - since > grace then
-          touch(session_key)
-          if status == 'running' then
-            redis.call('HSET', key, 'status', 'failed', 'error', error)
-          end
-          finish(base, session_key, key, task_id, run, now())
+          end_lost_run(base, session_key, key, task_id, run, error, now())
           ended = ended + 1
         else
           young = young + 1
@@ -682,7 +687,7 @@ local function st_forget(keys, args)
 end
 
 -- stv2_announce(workers_key, announced_key; process, lease_ms, session...): records that the worker process runs
--- tasks in the sessions, stamped with the server's time (so `stv2_unannounce` never drops an announcement newer
+-- tasks in the sessions, stamped with the server's time (so `stv2_drop_stale` never drops an announcement newer
 -- than what it was asked about). An announcement never outlives its lease: a process whose lease a reaper forgot
 -- gets one again, so that the reaper finds what it announces should it die. Returns 1 if the lease was there.
 local function st_announce(keys, args)
@@ -693,14 +698,16 @@ local function st_announce(keys, args)
   return lease_held
 end
 
--- stv2_unannounce(announced_key; grace_ms, session...): drops the sessions announced more than `grace_ms` ago: the
--- worker process holds nothing in them any more; one announced again meanwhile stays.
-local function st_unannounce(keys, args)
+-- stv2_drop_stale(sorted_set_key; age_ms, member...): removes the members whose score (a time, in milliseconds) is
+-- at least `age_ms` old by the server's clock; one stamped again since the caller's look stays. It withdraws a
+-- worker process's announcements (one announced again meanwhile stays) and takes swept sessions out of the index
+-- (one listed again since the sweep's look, its id naming a new session, stays).
+local function st_drop_stale(keys, args)
   local before = now_ms() - tonumber(args[1])
   local dropped = 0
   for index = 2, #args do
     local stamp = tonumber(redis.call('ZSCORE', keys[1], args[index]))
-    if stamp and stamp < before then dropped = dropped + redis.call('ZREM', keys[1], args[index]) end
+    if stamp and stamp <= before then dropped = dropped + redis.call('ZREM', keys[1], args[index]) end
   end
   return dropped
 end
@@ -792,18 +799,6 @@ local function st_index(keys, args)
   return redis.call('ZADD', keys[1], 'GT', now_ms(), args[1])
 end
 
--- stv2_unindex(sessions_key; ttl_ms, session_id...): takes the swept sessions out of the index, except one listed
--- again since the sweep's look (its id names a new session).
-local function st_unindex(keys, args)
-  local before = now_ms() - tonumber(args[1])
-  local removed = 0
-  for index = 2, #args do
-    local score = tonumber(redis.call('ZSCORE', keys[1], args[index]))
-    if score and score <= before then removed = removed + redis.call('ZREM', keys[1], args[index]) end
-  end
-  return removed
-end
-
 -- stv2_idle(sessions_key; ttl_ms, count): up to `count` sessions of the index whose recorded last change is older
 -- than `ttl_ms`, by the server's clock: the candidates for `stv2_sweep`.
 local function st_idle(keys, args)
@@ -843,13 +838,12 @@ register('schedule', st_schedule)
 register('due', st_due, true)
 register('retime', st_retime)
 register('index', st_index)
-register('unindex', st_unindex)
 register('unlock', st_unlock)
 register('idle', st_idle, true)
 register('lease', st_lease)
 register('forget', st_forget)
 register('announce', st_announce)
-register('unannounce', st_unannounce)
+register('drop_stale', st_drop_stale)
 register('expired', st_expired, true)
 -- Functions of one session.
 register('fire', session_function(st_fire))
@@ -864,7 +858,7 @@ register('end', session_function(st_end))
 register('claim', session_function(st_claim))
 register('progress', session_function(st_progress))
 register('escalate', session_function(st_escalate))
-register('get', st_get, true)
-register('list', st_list, true)
+register('get', session_function(st_get), true)
+register('list', session_function(st_list), true)
 register('status', st_status, true)
 register('session', st_session, true)

@@ -254,12 +254,21 @@ impl RedisRegistry {
             renewed_at: Mutex::new(Instant::now()),
         });
         worker.renew_lease().await?;
-        let listener = tokio::spawn(listen(Arc::downgrade(&worker), client));
-        let reconciler = tokio::spawn(reconcile_periodically(Arc::downgrade(&worker)));
-        let lease = tokio::spawn(keep_lease(Arc::downgrade(&worker)));
-        let reaper = tokio::spawn(reap_periodically(Arc::downgrade(&worker)));
-        let timers = tokio::spawn(fire_timers(Arc::downgrade(&worker)));
-        lock(&worker.background).extend([listener, reconciler, lease, reaper, timers]);
+        let weak = || Arc::downgrade(&worker);
+        let (lease, reconcile_interval) = (worker.options.lease, worker.options.reconcile_interval);
+        let background = [
+            tokio::spawn(listen(weak(), client)),
+            tokio::spawn(every(weak(), reconcile_interval, reconcile)),
+            // Reaping and sweeping on ticks of their own: a long round never delays a renewal.
+            tokio::spawn(every(weak(), lease / 3, keep_lease)),
+            tokio::spawn(every(weak(), lease / 3, |worker| async move {
+                let _ = worker.reap().await;
+            })),
+            tokio::spawn(every(weak(), TIMER_TICK, |worker| async move {
+                let _ = worker.fire_due_timers().await;
+            })),
+        ];
+        lock(&worker.background).extend(background);
         Ok(RedisRegistry { worker })
     }
 
@@ -535,7 +544,7 @@ impl Worker {
                 let () = kept.query_async(connection).await?;
             }
             if swept.len() > 1 {
-                let _: i64 = store::call(connection, "unindex", &[&index], &swept).await?;
+                let _: i64 = store::call(connection, "drop_stale", &[&index], &swept).await?;
             }
             if idle.len() < BATCH || began.elapsed() >= budget {
                 return Ok(removed);
@@ -884,7 +893,7 @@ impl Worker {
             let mut args: Vec<&str> = vec![&grace_ms];
             args.extend(chunk.iter().map(|session_id| &**session_id));
             let _: i64 =
-                store::call(&mut self.connection.clone(), "unannounce", &[&key], &args).await?;
+                store::call(&mut self.connection.clone(), "drop_stale", &[&key], &args).await?;
         }
         Ok(())
     }
@@ -999,76 +1008,42 @@ fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
     notifications
 }
 
-/// Renews the lease three times per lease, fences this worker when it could not, and announces again the sessions
-/// Redis may not know this process runs tasks in.
-async fn keep_lease(worker: Weak<Worker>) {
-    let lease = match worker.upgrade() {
-        Some(worker) => worker.options.lease,
-        None => return,
-    };
-    let mut ticks = tokio::time::interval(lease / 3);
+/// Runs `step` on the worker every `period`, for as long as the worker lives; a late tick is delayed, never
+/// doubled. Failures of a step are retried on its next tick.
+async fn every<Step, Steps>(worker: Weak<Worker>, period: Duration, step: Steps)
+where
+    Steps: Fn(Arc<Worker>) -> Step,
+    Step: std::future::Future<Output = ()>,
+{
+    let mut ticks = tokio::time::interval(period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let Some(worker) = worker.upgrade() else {
             return;
         };
-        // Fenced before renewing: a worker that was frozen past its lease (a stopped process, a long pause) may
-        // already have been reaped, even if it can renew now.
-        worker.fence_if_lease_lost();
-        // Failures are retried on the next tick; the fence covers a lease that runs out meanwhile.
-        if worker.renew_lease().await.is_ok() {
-            let _ = worker.announce_busy_sessions().await;
-        }
+        step(worker).await;
     }
 }
 
-/// Reaps expired workers and sweeps idle sessions, once per third of a lease, apart from the lease's renewal.
-async fn reap_periodically(worker: Weak<Worker>) {
-    let lease = match worker.upgrade() {
-        Some(worker) => worker.options.lease,
-        None => return,
-    };
-    let mut ticks = tokio::time::interval(lease / 3);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(worker) = worker.upgrade() else {
-            return;
-        };
-        let _ = worker.reap().await;
+/// One lease tick: fences this worker if it could not renew for a whole lease, renews, and announces again the
+/// sessions Redis may not know this process runs tasks in.
+async fn keep_lease(worker: Arc<Worker>) {
+    // Fenced before renewing: a worker that was frozen past its lease (a stopped process, a long pause) may
+    // already have been reaped, even if it can renew now.
+    worker.fence_if_lease_lost();
+    // The fence covers a lease that runs out while renewals fail.
+    if worker.renew_lease().await.is_ok() {
+        let _ = worker.announce_busy_sessions().await;
     }
 }
 
-async fn fire_timers(worker: Weak<Worker>) {
-    let mut ticks = tokio::time::interval(TIMER_TICK);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(worker) = worker.upgrade() else {
-            return;
-        };
-        let _ = worker.fire_due_timers().await;
-    }
-}
-
-async fn reconcile_periodically(worker: Weak<Worker>) {
-    let interval = match worker.upgrade() {
-        Some(worker) => worker.options.reconcile_interval,
-        None => return,
-    };
-    let mut ticks = tokio::time::interval(interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(worker) = worker.upgrade() else {
-            return;
-        };
-        let _ = worker.reconcile(worker.held_runs()).await;
-        let _ = worker.end_orphans().await;
-        let _ = worker.reschedule_timers().await;
-        let _ = worker.forget_idle_sessions().await;
-    }
+/// One reconcile: the held runs' statuses, orphans, lost timers, and the sessions this worker is done with.
+async fn reconcile(worker: Arc<Worker>) {
+    let _ = worker.reconcile(worker.held_runs()).await;
+    let _ = worker.end_orphans().await;
+    let _ = worker.reschedule_timers().await;
+    let _ = worker.forget_idle_sessions().await;
 }
 
 /// Refuses a key prefix whose registry-wide keys hold other data: calls would fail with a type error, or, for

@@ -32,6 +32,44 @@ async fn admin(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// A worker that sweeps sessions idle for `ttl`, with a round every third of `lease`.
+async fn sweeping_worker(
+    server: &RedisServer,
+    prefix: &str,
+    ttl: Duration,
+    lease: Duration,
+) -> RedisRegistry {
+    let options = options(prefix).with_session_ttl(ttl).with_lease(lease);
+    RedisRegistry::connect(&server.url(), options)
+        .await
+        .unwrap()
+}
+
+/// Waits until no key matches `pattern`, for at most `within`.
+async fn wait_until_no_key_matches(
+    admin: &mut redis::aio::MultiplexedConnection,
+    pattern: &str,
+    within: Duration,
+) {
+    let began = Instant::now();
+    loop {
+        let left: Vec<String> = redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(admin)
+            .await
+            .unwrap();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            began.elapsed() < within,
+            "{} keys match {pattern}",
+            left.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn is_closed<T>(outcome: &Result<T, RedisTrackerError>) -> bool {
     matches!(
         outcome,
@@ -277,56 +315,68 @@ async fn two_registries_with_one_worker_id_keep_their_own_runs() {
     assert!(second_job.complete(None).await.unwrap());
 }
 
-/// Defect 2: what a dead worker announced expired after ten leases, so after a longer gap with no live worker
-/// its tasks stayed running for good. A worker dies here as a process does: its runtime stops, and nothing of
-/// it ever runs again.
-#[test]
-fn a_dead_worker_s_tasks_end_after_a_gap_of_more_than_ten_leases() {
-    let server = RedisServer::start();
-    let lease = Duration::from_millis(150);
-    let dying = tokio::runtime::Builder::new_multi_thread()
+/// Connects a worker under `options` and starts task `job` in session `s`: the handle keeps the worker alive.
+async fn start_job(url: &str, options: RedisOptions) -> subagent_tracker_redis::RedisTaskHandle {
+    let worker = RedisRegistry::connect(url, options).await.unwrap();
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    session
+        .start(TaskStart::new().task_id("job"))
+        .await
+        .unwrap()
+}
+
+/// Runs `work` as a worker process that then dies: on a runtime of its own, which stops for good, so nothing of
+/// the worker ever runs again (its lease is never renewed) and what it left is never dropped.
+fn run_then_die<T>(work: impl std::future::Future<Output = T>) -> T {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
+    let outcome = runtime.block_on(work);
+    runtime.shutdown_background();
+    outcome
+}
+
+/// Starts a worker under `options` and waits for task `job` of session `s`, whose worker died, to fail as lost:
+/// within `within` of this worker being alive.
+fn assert_reaped_within(url: &str, options: RedisOptions, within: Duration) {
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let survivor = RedisRegistry::connect(url, options).await.unwrap();
+        let session = survivor.get_session("s").await.unwrap().unwrap();
+        let began = Instant::now();
+        loop {
+            let snapshot = session.get("job").await.unwrap().unwrap();
+            if snapshot.finished {
+                assert_eq!(snapshot.status, SubagentStatus::Failed);
+                assert_eq!(snapshot.error.as_deref(), Some(WORKER_LOST_ERROR));
+                return;
+            }
+            assert!(
+                began.elapsed() < within,
+                "the dead worker's task ended in time"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+}
+
+/// Defect 2: what a dead worker announced expired after ten leases, so after a longer gap with no live worker
+/// its tasks stayed running for good.
+#[test]
+fn a_dead_worker_s_tasks_end_after_a_gap_of_more_than_ten_leases() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(150);
     let url = server.url();
-    dying.block_on(async {
-        let worker = RedisRegistry::connect(&url, options("a6:").with_lease(lease))
-            .await
-            .unwrap();
-        let session = worker.session(Some("s"), config()).await.unwrap();
-        let handle = session
-            .start(TaskStart::new().task_id("job"))
-            .await
-            .unwrap();
+    run_then_die(async {
+        let handle = start_job(&url, options("a6:").with_lease(lease)).await;
         // It works for a while (renewing its lease, and what it announced with it), then dies: never
         // ended, never dropped.
         tokio::time::sleep(lease * 2).await;
         std::mem::forget(handle);
     });
-    dying.shutdown_background();
     std::thread::sleep(lease * 12);
-    let alive = tokio::runtime::Runtime::new().unwrap();
-    alive.block_on(async {
-        let survivor = RedisRegistry::connect(&url, options("a6:").with_lease(lease))
-            .await
-            .unwrap();
-        let session = survivor.get_session("s").await.unwrap().unwrap();
-        let began = Instant::now();
-        let mut finished = None;
-        while began.elapsed() < lease * 10 {
-            let snapshot = session.get("job").await.unwrap().unwrap();
-            if snapshot.finished {
-                finished = Some(snapshot);
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let finished = finished.expect("the dead worker's task ended");
-        assert_eq!(finished.status, SubagentStatus::Failed);
-        assert_eq!(finished.error.as_deref(), Some(WORKER_LOST_ERROR));
-        assert!(began.elapsed() < lease * 3);
-    });
+    assert_reaped_within(&url, options("a6:").with_lease(lease), lease * 3);
 }
 
 /// Defect 7: the sweep took 100 sessions a round, and sessions kept by an unfinished task kept their old score,
@@ -334,14 +384,13 @@ fn a_dead_worker_s_tasks_end_after_a_gap_of_more_than_ten_leases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn busy_sessions_never_starve_the_sweep_of_idle_ones() {
     let server = RedisServer::start();
-    let worker = RedisRegistry::connect(
-        &server.url(),
-        options("a7:")
-            .with_session_ttl(Duration::from_millis(1000))
-            .with_lease(Duration::from_millis(600)),
+    let worker = sweeping_worker(
+        &server,
+        "a7:",
+        Duration::from_millis(1000),
+        Duration::from_millis(600),
     )
-    .await
-    .unwrap();
+    .await;
     let mut busy = Vec::new();
     for index in 0..600 {
         let session = worker
@@ -360,23 +409,7 @@ async fn busy_sessions_never_starve_the_sweep_of_idle_ones() {
         session.close(None).await.unwrap();
     }
     let mut admin = admin(&server).await;
-    let began = Instant::now();
-    loop {
-        let left: Vec<String> = redis::cmd("KEYS")
-            .arg("a7:*idle-*")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            began.elapsed() < Duration::from_secs(4),
-            "{} keys of idle sessions left",
-            left.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_no_key_matches(&mut admin, "a7:*idle-*", Duration::from_secs(4)).await;
     assert_eq!(worker.sessions().await.unwrap().len(), 600);
     drop(busy);
 }
@@ -505,20 +538,8 @@ fn a_worker_forgotten_by_a_reaper_announces_its_sessions_again() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(300);
     let url = server.url();
-    let dying = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let process = dying.block_on(async {
-        let worker = RedisRegistry::connect(&url, options("b1:").with_lease(lease))
-            .await
-            .unwrap();
-        let session = worker.session(Some("s"), config()).await.unwrap();
-        let handle = session
-            .start(TaskStart::new().task_id("job"))
-            .await
-            .unwrap();
+    run_then_die(async {
+        let handle = start_job(&url, options("b1:").with_lease(lease)).await;
         let mut admin = admin(&server).await;
         let workers: Vec<String> = redis::cmd("ZRANGE")
             .arg("b1:v2:{registry}:workers")
@@ -527,35 +548,31 @@ fn a_worker_forgotten_by_a_reaper_announces_its_sessions_again() {
             .query_async(&mut admin)
             .await
             .unwrap();
-        let process = workers[0].clone();
+        let announced_key = format!("b1:v2:{{registry}}:w:{}", workers[0]);
         // What a reaper's `stv2_forget` does.
         let _: () = redis::cmd("DEL")
-            .arg(format!("b1:v2:{{registry}}:w:{process}"))
+            .arg(&announced_key)
             .query_async(&mut admin)
             .await
             .unwrap();
         let _: () = redis::cmd("ZREM")
             .arg("b1:v2:{registry}:workers")
-            .arg(&process)
+            .arg(&workers[0])
             .query_async(&mut admin)
             .await
             .unwrap();
-        let announced = || {
-            let mut admin = admin.clone();
-            let key = format!("b1:v2:{{registry}}:w:{process}");
-            async move {
-                let sessions: Vec<String> = redis::cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(-1)
-                    .query_async(&mut admin)
-                    .await
-                    .unwrap();
-                sessions
-            }
-        };
         let began = Instant::now();
-        while announced().await != ["s"] {
+        loop {
+            let announced: Vec<String> = redis::cmd("ZRANGE")
+                .arg(&announced_key)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut admin)
+                .await
+                .unwrap();
+            if announced == ["s"] {
+                break;
+            }
             assert!(
                 began.elapsed() < lease * 3,
                 "announced again within a lease"
@@ -563,26 +580,8 @@ fn a_worker_forgotten_by_a_reaper_announces_its_sessions_again() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         std::mem::forget(handle);
-        process
     });
-    dying.shutdown_background();
-    let alive = tokio::runtime::Runtime::new().unwrap();
-    alive.block_on(async {
-        let survivor = RedisRegistry::connect(&url, options("b1:").with_lease(lease))
-            .await
-            .unwrap();
-        let session = survivor.get_session("s").await.unwrap().unwrap();
-        let began = Instant::now();
-        loop {
-            let snapshot = session.get("job").await.unwrap().unwrap();
-            if snapshot.finished {
-                assert_eq!(snapshot.error.as_deref(), Some(WORKER_LOST_ERROR));
-                break;
-            }
-            assert!(began.elapsed() < lease * 10, "{process}'s task was reaped");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    });
+    assert_reaped_within(&url, options("b1:").with_lease(lease), lease * 10);
 }
 
 /// A reservation whose caller stopped waiting while Redis held the write still fails on its claim timeout: the
@@ -676,17 +675,16 @@ async fn a_retime_never_drops_a_timer_scheduled_after_its_look() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one() {
     let server = RedisServer::start();
-    let worker = RedisRegistry::connect(
-        &server.url(),
-        options("b4:")
-            .with_session_ttl(Duration::from_millis(200))
-            .with_lease(Duration::from_millis(300)),
+    let worker = sweeping_worker(
+        &server,
+        "b4:",
+        Duration::from_millis(200),
+        Duration::from_millis(300),
     )
-    .await
-    .unwrap();
+    .await;
     let mut admin = admin(&server).await;
     let unindexed: i64 = redis::cmd("FCALL")
-        .arg("stv2_unindex")
+        .arg("stv2_drop_stale")
         .arg(1)
         .arg("b4:v2:{registry}:sessions")
         .arg(&["60000", "fresh"])
@@ -696,7 +694,7 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
     assert_eq!(unindexed, 0);
     let fresh = worker.session(Some("fresh"), config()).await.unwrap();
     let unindexed: i64 = redis::cmd("FCALL")
-        .arg("stv2_unindex")
+        .arg("stv2_drop_stale")
         .arg(1)
         .arg("b4:v2:{registry}:sessions")
         .arg(&["60000", "fresh"])
@@ -720,17 +718,5 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
         .query_async(&mut admin)
         .await
         .unwrap();
-    let began = Instant::now();
-    loop {
-        let left: Vec<String> = redis::cmd("KEYS")
-            .arg("b4:*closed-*")
-            .query_async(&mut admin)
-            .await
-            .unwrap();
-        if left.is_empty() {
-            break;
-        }
-        assert!(began.elapsed() < Duration::from_secs(4), "{left:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until_no_key_matches(&mut admin, "b4:*closed-*", Duration::from_secs(4)).await;
 }
