@@ -208,10 +208,13 @@ def _ended_as_an_orphan(
     it; the worker's reconcile must end it as an orphan."""
     proxy = Proxy(redis_server.port)
     try:
-        lose(RedisRegistry(proxy.url, timeout=0.5, reconcile_interval=0.2), proxy)
+        # Kept alive throughout: its reconcile ends the orphan.
+        worker = RedisRegistry(proxy.url, timeout=0.5, reconcile_interval=0.2)
+        lose(worker, proxy)
         observer = RedisRegistry(redis_server.url).session("s")
         assert _eventually(lambda: observer.subagent_task(task_id).finished, seconds=8)  # type: ignore[union-attr]
         assert observer.subagent_task(task_id).error == ORPHANED_RUN_ERROR  # type: ignore[union-attr]
+        assert worker.worker_id
     finally:
         proxy.close()
 
