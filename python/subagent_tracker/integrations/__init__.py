@@ -1,0 +1,148 @@
+"""Tracking the runs of agent frameworks: the framework-agnostic core.
+
+Every framework adapter of this package is built on :func:`tracked`, and the runs of any other framework (ADK,
+agno, CrewAI, a loop of your own) can be wrapped in it directly::
+
+    from subagent_tracker import Session
+    from subagent_tracker.integrations import tracked
+
+    session = Session()
+
+    async def research(question: str) -> str:
+        async with tracked(session, agent="researcher") as task:
+            answer = await my_framework_run(question, should_stop=task.token.is_cancelled)
+            task.complete(answer)
+            return answer
+
+Runs nest through the current context (:mod:`contextvars`), whichever framework each belongs to: a run tracked
+inside another run of the same session is its child, so cancelling the outer run cancels the inner one. A run
+inside a run of another session is linked to that run's token instead (a session holds only its own tasks), so
+the cancel still reaches it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import EllipsisType
+from typing import Any, TypeAlias
+
+from subagent_tracker._native import CancellationToken, RedisSession, RedisTaskHandle, SubagentTaskHandle
+from subagent_tracker._session import Session
+
+__all__ = ["TrackedHandle", "TrackedSession", "current_task", "tracked"]
+
+#: The sessions a run can be tracked in.
+TrackedSession: TypeAlias = Session | RedisSession
+#: The handle a tracked run's body gets.
+TrackedHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle
+
+
+@dataclass(frozen=True)
+class _Run:
+    session: TrackedSession
+    handle: TrackedHandle
+
+
+#: The innermost tracked run of the current context.
+_CURRENT: ContextVar[_Run | None] = ContextVar("subagent_tracker_current_run", default=None)
+
+
+def current_task() -> TrackedHandle | None:
+    """The handle of the innermost run tracked in the current context (this asyncio task, thread, or a
+    context copied from one), or ``None`` outside any."""
+    run = _CURRENT.get()
+    return None if run is None else run.handle
+
+
+def tracked(
+    session: TrackedSession,
+    *,
+    agent: str | None,
+    task_id: str | Callable[[], str] | None = None,
+    parent: str | EllipsisType | None = ...,
+    timeout: float | None = None,
+    description: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    linked: list[CancellationToken] | None = None,
+) -> contextlib.AbstractAsyncContextManager[TrackedHandle]:
+    """An async context manager that runs its body as a task of ``session``.
+
+    It starts the task, makes it the current run for everything inside (so runs tracked inside become its
+    children), gives the body the handle, and ends the task from how the body exits, as the handle's own
+    ``async with`` does: a normal exit completes it (unless the body already ended it, with its output as the
+    result), an exception fails it, and ``TaskCancelledError`` or ``asyncio.CancelledError`` leaves it
+    ``CANCELLED`` and finished.
+
+    - ``agent``: the framework agent's name, shown on the task.
+    - ``task_id``: a string, a zero-argument callable that returns one (called once per run), or ``None``
+      for a generated id, unique per run.
+    - ``parent``: by default the innermost tracked run of the current context, if it is a run of this session;
+      a run of another session is linked instead (its cancel reaches this run). ``None`` makes a top-level
+      task; a string names the parent's task id in this session.
+    - ``timeout``: seconds until the run's deadline cancels it.
+    - ``description``, ``metadata`` and ``linked`` are passed to ``start_subagent_task`` as they are.
+
+    Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, and for a
+    ``task_id`` or ``parent`` of another type. Starting the task (on entering) raises what
+    ``start_subagent_task`` raises, and leaves the current run as it was.
+    """
+    if not isinstance(session, (Session, RedisSession)):
+        raise TypeError(
+            f"session must be a subagent_tracker Session or RedisSession, got {type(session).__name__}"
+        )
+    if task_id is not None and not isinstance(task_id, str) and not callable(task_id):
+        raise TypeError(
+            "task_id must be a str, a zero-argument callable returning one, or None, "
+            f"got {type(task_id).__name__}"
+        )
+    if parent is not ... and parent is not None and not isinstance(parent, str):
+        raise TypeError(
+            "parent must be a task id (str), None for a top-level task, or left out for the current run, "
+            f"got {type(parent).__name__}"
+        )
+    return _tracked(session, agent, task_id, parent, timeout, description, metadata, linked)
+
+
+@contextlib.asynccontextmanager
+async def _tracked(
+    session: TrackedSession,
+    agent: str | None,
+    task_id: str | Callable[[], str] | None,
+    parent: str | EllipsisType | None,
+    timeout: float | None,
+    description: str | None,
+    metadata: Mapping[str, Any] | None,
+    linked: list[CancellationToken] | None,
+) -> AsyncIterator[TrackedHandle]:
+    if callable(task_id):
+        task_id = task_id()
+        if not isinstance(task_id, str):
+            raise TypeError(f"the task_id callable must return a str, got {type(task_id).__name__}")
+    links = list(linked or [])
+    parent_id: str | None = None
+    if isinstance(parent, str):
+        parent_id = parent
+    elif parent is ...:
+        outer = _CURRENT.get()
+        if outer is not None and outer.session == session:
+            parent_id = outer.handle.task_id
+        elif outer is not None:
+            links.append(outer.handle.token)
+    handle = session.start_subagent_task(
+        task_id,
+        parent_id=parent_id,
+        agent=agent,
+        description=description,
+        metadata=metadata,
+        timeout=timeout,
+        linked=links or None,
+    )
+    current = _CURRENT.set(_Run(session, handle))
+    try:
+        async with handle:
+            yield handle
+    finally:
+        _CURRENT.reset(current)
