@@ -48,8 +48,6 @@ def _session_id(scenario: str) -> str:
 def _run(server: RedisServer, scenario: str) -> list[dict[str, Any]]:
     session_id = _session_id(scenario)
     prefix = HOSTILE_PREFIX if scenario == "hostile ids" else ""
-    # Made first, so its bound holds: every run stays retained for the checks.
-    RedisRegistry(server.url).session(session_id, max_finished_tasks=1_000_000)
     roles = [("worker", "w0"), ("worker", "w1"), ("worker", "w2"), ("canceller", "c0"), ("canceller", "c1")]
     processes = [
         subprocess.Popen(
@@ -82,6 +80,9 @@ def test_many_workers_and_cancellers_on_one_session_keep_every_rule(
     redis_server: RedisServer, scenario: str
 ) -> None:
     session_id = _session_id(scenario)
+    # Made first, so its bound holds whoever opens it next: every run stays retained for the checks. (The
+    # temporary registry is gone at once, so no worker is alive during a restart gap.)
+    RedisRegistry(redis_server.url).session(session_id, max_finished_tasks=1_000_000)
     neighbours: list[RedisTaskHandle] = []
     stale: list[RedisTaskHandle] = []
     reused: list[RedisTaskHandle] = []
