@@ -111,7 +111,8 @@ def test_a_dead_workers_tasks_end_after_a_gap_of_more_than_ten_leases(redis_serv
     assert session is not None
     began = time.monotonic()
     assert _eventually(lambda: session.subagent_task("job").finished, seconds=lease * 10)  # type: ignore[union-attr]
-    assert time.monotonic() - began < lease * 3, "within about a lease of a worker being alive again"
+    # Within about a lease of a worker being alive again (the defect was: never), with room for a loaded CI.
+    assert time.monotonic() - began < lease * 5
     job = session.subagent_task("job")
     assert job is not None
     assert job.status is SubagentStatus.FAILED
