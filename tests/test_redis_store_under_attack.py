@@ -250,7 +250,10 @@ def test_an_old_runner_never_ends_the_run_of_a_reopened_session(redis_server: Re
     assert old_session.close(reason="done") == 1
     # Cancelled by the close, it finishes now: the closed session has left, and its id opens a new one.
     assert not old_session.end_subagent_task("t", error="ended by id")
+    # Until the id is opened again, the closed incarnation's keys exist, and its queries answer.
+    assert old_session.subagent_task("t").finished  # type: ignore[union-attr]
     new_session = RedisRegistry(redis_server.url).session("s")
+    assert old_worker.session("s") != old_session, "one registry, two incarnations: not the same session"
     new_runner = new_session.start_subagent_task("t")
     assert not old_runner.complete("stale")
     assert new_runner.complete("fresh")

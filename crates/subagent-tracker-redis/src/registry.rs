@@ -400,19 +400,32 @@ impl Worker {
         task_id: &Arc<str>,
         timed: bool,
     ) -> SessionCall {
-        lock(&self.runs)
-            .sessions
-            .entry(session_id.clone())
-            .or_default()
-            .in_flight
-            .push(task_id.clone());
-        SessionCall {
+        self.track_call_and_announcement(session_id, task_id, timed)
+            .0
+    }
+
+    /// [`track_call`](Self::track_call), and whether Redis knows this process runs tasks in the session: one
+    /// look at the worker's state per call.
+    fn track_call_and_announcement(
+        self: &Arc<Self>,
+        session_id: &Arc<str>,
+        task_id: &Arc<str>,
+        timed: bool,
+    ) -> (SessionCall, bool) {
+        let announced = {
+            let mut runs = lock(&self.runs);
+            let session = runs.sessions.entry(session_id.clone()).or_default();
+            session.in_flight.push(task_id.clone());
+            session.announced_at.is_some()
+        };
+        let call = SessionCall {
             worker: self.clone(),
             session_id: session_id.clone(),
             task_id: task_id.clone(),
             timed,
             settled: false,
-        }
+        };
+        (call, announced)
     }
 
     /// Begins a start or claim of `task_id` in `session_id`: marks it under way, and announces to Redis, unless
@@ -425,11 +438,7 @@ impl Worker {
     ) -> Result<SessionCall, RedisTrackerError> {
         // Under way before the announcement is sent, so a lease renewal that finds this process forgotten
         // announces the session again.
-        let call = self.track_call(session_id, task_id, timed);
-        let announced = lock(&self.runs)
-            .sessions
-            .get(session_id)
-            .is_some_and(|session| session.announced_at.is_some());
+        let (call, announced) = self.track_call_and_announcement(session_id, task_id, timed);
         if !announced {
             self.announce(std::slice::from_ref(session_id)).await?;
         }
@@ -533,7 +542,7 @@ impl Worker {
                             .arg(&index)
                             .arg("XX")
                             .arg("GT")
-                            .arg(epoch_millis_now())
+                            .arg(crate::session::epoch_millis(std::time::SystemTime::now()))
                             .arg(session_id)
                             .ignore();
                     }
@@ -1140,16 +1149,6 @@ fn forget_announcements(runs: &mut Runs) {
     for session in runs.sessions.values_mut() {
         session.announced_at = None;
     }
-}
-
-/// This machine's clock in milliseconds since the epoch: when a failed sweep looks at a session again (a hint in
-/// the index; the session's own hash has the truth).
-fn epoch_millis_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| {
-            u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
-        })
 }
 
 /// Gives back the room of a map that is mostly empty (a quarter used, or less): a worker that once used many

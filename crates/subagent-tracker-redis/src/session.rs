@@ -593,7 +593,8 @@ impl RedisSession {
     }
 }
 
-fn epoch_millis(time: std::time::SystemTime) -> u64 {
+/// `time` in milliseconds since the epoch, rounded up.
+pub(crate) fn epoch_millis(time: std::time::SystemTime) -> u64 {
     // Rounded up, so that a deadline never fires before its instant.
     let millis = (epoch_seconds(time) * 1000.0).ceil();
     if millis.is_finite() && millis > 0.0 {

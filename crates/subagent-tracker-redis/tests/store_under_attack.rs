@@ -153,6 +153,8 @@ async fn a_reopened_session_never_matches_a_run_or_an_object_of_the_old_one() {
     let mut old_runner = old.start(TaskStart::new().task_id("t")).await.unwrap();
     assert_eq!(old.close(Some("done")).await.unwrap(), 1);
     assert!(!old.end("t", Err("ended by id")).await.unwrap());
+    // Until the id is opened again, the closed incarnation's keys exist, and its queries answer.
+    assert!(old.get("t").await.unwrap().unwrap().finished);
     let new = second.session(Some("s"), config()).await.unwrap();
     let mut new_runner = new.start(TaskStart::new().task_id("t")).await.unwrap();
     assert!(
@@ -684,7 +686,7 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
     )
     .await;
     let mut admin = admin(&server).await;
-    let unindexed: i64 = redis::cmd("FCALL")
+    let dropped: i64 = redis::cmd("FCALL")
         .arg("stv2_drop_stale")
         .arg(1)
         .arg("b4:v2:{registry}:sessions")
@@ -692,9 +694,9 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert_eq!(unindexed, 0);
+    assert_eq!(dropped, 0);
     let fresh = worker.session(Some("fresh"), config()).await.unwrap();
-    let unindexed: i64 = redis::cmd("FCALL")
+    let dropped: i64 = redis::cmd("FCALL")
         .arg("stv2_drop_stale")
         .arg(1)
         .arg("b4:v2:{registry}:sessions")
@@ -702,7 +704,7 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert_eq!(unindexed, 0, "listed since the look: it stays");
+    assert_eq!(dropped, 0, "listed since the look: it stays");
     drop(fresh);
     for index in 0..20 {
         let session = worker
