@@ -38,6 +38,9 @@ case "$(basename target/wheels/*.whl)" in
   *abi3*) ;;
   *) echo "the wheel is not abi3"; exit 1 ;;
 esac
+step "the agent frameworks of the integration tests: the wheel's extras, at the versions tested"
+python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
+  "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands]"
 
 step "ruff"
 ruff check python tests benches examples scripts

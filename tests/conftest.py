@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import gc
+import itertools
+from collections.abc import Iterator
 
 import pytest
+from redis_support import RedisServer
 
-from subagent_tracker import Session
+from subagent_tracker import RedisRegistry, Session
+from subagent_tracker.integrations import TrackedSession
 
 
 @pytest.fixture
@@ -18,3 +22,24 @@ def session() -> Session:
 def _collect_garbage_between_tests() -> None:
     # Handles end their tasks when collected; collect now so no test sees another's leftovers.
     gc.collect()
+
+
+@pytest.fixture(scope="module")
+def module_redis_server() -> Iterator[RedisServer]:
+    """One redis-server for a test module, on a free loopback port, stopped after the module."""
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+_TRACKED_SESSIONS = itertools.count()
+
+
+@pytest.fixture(params=["memory", "redis"])
+def tracked_session(request: pytest.FixtureRequest) -> TrackedSession:
+    """Each session kind the integrations accept: in memory, and a Redis session of its own on the module's
+    server."""
+    if request.param == "memory":
+        return Session(max_finished_tasks=10_000)
+    server: RedisServer = request.getfixturevalue("module_redis_server")
+    return RedisRegistry(server.url, reconcile_interval=0.1).session(f"tracked-{next(_TRACKED_SESSIONS)}")

@@ -6,17 +6,13 @@ against the in-memory session and a Redis session."""
 from __future__ import annotations
 
 import asyncio
-import itertools
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis_support import RedisServer
 
 from subagent_tracker import (
     DEADLINE_REASON,
     DuplicateTaskError,
-    RedisRegistry,
     Session,
     SubagentStatus,
     TaskCancelledError,
@@ -24,22 +20,9 @@ from subagent_tracker import (
 from subagent_tracker.integrations import TrackedSession, current_task, tracked
 
 
-@pytest.fixture(scope="module")
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    yield server
-    server.stop()
-
-
-_SESSIONS = itertools.count()
-
-
-@pytest.fixture(params=["memory", "redis"])
-def session(request: pytest.FixtureRequest) -> TrackedSession:
-    if request.param == "memory":
-        return Session(max_finished_tasks=10_000)
-    server: RedisServer = request.getfixturevalue("redis_server")
-    return RedisRegistry(server.url, reconcile_interval=0.1).session(f"core-{next(_SESSIONS)}")
+@pytest.fixture
+def session(tracked_session: TrackedSession) -> TrackedSession:
+    return tracked_session
 
 
 def _task(session: TrackedSession, task_id: str) -> Any:

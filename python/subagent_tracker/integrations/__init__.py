@@ -22,22 +22,45 @@ the cancel still reaches it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
+from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import CancellationToken, RedisSession, RedisTaskHandle, SubagentTaskHandle
 from subagent_tracker._session import Session
+from subagent_tracker.integrations._support import cancelled_run_text, check_session, check_task_id
 
-__all__ = ["TrackedHandle", "TrackedSession", "current_task", "tracked"]
+__all__ = [
+    "FRAMEWORK_CANCEL_REASON",
+    "RUN_STOPPED_REASON",
+    "STREAM_CLOSED_REASON",
+    "TrackedHandle",
+    "TrackedSession",
+    "cancelled_run_text",
+    "current_task",
+    "tracked",
+]
 
 #: The sessions a run can be tracked in.
 TrackedSession: TypeAlias = Session | RedisSession
 #: The handle a tracked run's body gets.
 TrackedHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle
+
+
+#: The cancel reason of a run stopped by asyncio alone, its token unfired: its framework cancelled its asyncio
+#: task, or the code awaiting it (a delegating run tearing down the tool call that ran it) gave up on it.
+RUN_STOPPED_REASON: Final = "the run's asyncio task was cancelled: its framework or its caller stopped it"
+#: The cancel reason of a run whose caller stopped reading its stream before the run ended (a ``break``,
+#: ``aclose()``, or a dropped iterator): the run is stopped, never left running unread.
+STREAM_CLOSED_REASON: Final = "the caller stopped reading the run's stream before the run ended"
+#: The cancel reason of a run cancelled through its framework's own cancel (``RunResultStreaming.cancel()``,
+#: Strands' ``agent.cancel()``) rather than through the tracker.
+FRAMEWORK_CANCEL_REASON: Final = "the run was cancelled through its framework's own cancel"
 
 
 @dataclass(frozen=True)
@@ -67,6 +90,7 @@ def tracked(
     description: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     linked: list[CancellationToken] | None = None,
+    partial_output: Callable[[], object] | None = None,
 ) -> contextlib.AbstractAsyncContextManager[TrackedHandle]:
     """An async context manager that runs its body as a task of ``session``.
 
@@ -76,6 +100,10 @@ def tracked(
     result), an exception fails it, and ``TaskCancelledError`` or ``asyncio.CancelledError`` leaves it
     ``CANCELLED`` and finished.
 
+    A body cancelled by asyncio alone (``asyncio.CancelledError`` with the token unfired: the framework's own
+    cancel, or the code awaiting the run gave up on it) cancels the task first, with
+    :data:`RUN_STOPPED_REASON`, so its cascade reaches the run's subagents and its state says why.
+
     - ``agent``: the framework agent's name, shown on the task.
     - ``task_id``: a string, a zero-argument callable that returns one (called once per run), or ``None``
       for a generated id, unique per run.
@@ -84,26 +112,21 @@ def tracked(
       task; a string names the parent's task id in this session.
     - ``timeout``: seconds until the run's deadline cancels it.
     - ``description``, ``metadata`` and ``linked`` are passed to ``start_subagent_task`` as they are.
+    - ``partial_output``: called when the body leaves cancelled; what it returns (unless ``None``) becomes the
+      task's ``result`` through a late end (contract §2), so the output the run had made survives the cancel.
 
     Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, and for a
     ``task_id`` or ``parent`` of another type. Starting the task (on entering) raises what
     ``start_subagent_task`` raises, and leaves the current run as it was.
     """
-    if not isinstance(session, (Session, RedisSession)):
-        raise TypeError(
-            f"session must be a subagent_tracker Session or RedisSession, got {type(session).__name__}"
-        )
-    if task_id is not None and not isinstance(task_id, str) and not callable(task_id):
-        raise TypeError(
-            "task_id must be a str, a zero-argument callable returning one, or None, "
-            f"got {type(task_id).__name__}"
-        )
+    check_session(session)
+    check_task_id(task_id)
     if parent is not ... and parent is not None and not isinstance(parent, str):
         raise TypeError(
             "parent must be a task id (str), None for a top-level task, or left out for the current run, "
             f"got {type(parent).__name__}"
         )
-    return _tracked(session, agent, task_id, parent, timeout, description, metadata, linked)
+    return _tracked(session, agent, task_id, parent, timeout, description, metadata, linked, partial_output)
 
 
 @contextlib.asynccontextmanager
@@ -116,6 +139,7 @@ async def _tracked(
     description: str | None,
     metadata: Mapping[str, Any] | None,
     linked: list[CancellationToken] | None,
+    partial_output: Callable[[], object] | None,
 ) -> AsyncIterator[TrackedHandle]:
     if callable(task_id):
         task_id = task_id()
@@ -143,6 +167,17 @@ async def _tracked(
     current = _CURRENT.set(_Run(session, handle))
     try:
         async with handle:
-            yield handle
+            try:
+                yield handle
+            except (asyncio.CancelledError, TaskCancelledError):
+                # Before the handle's exit: once the runner has ended, a late end is refused.
+                if not handle.token.is_cancelled:
+                    session.cancel_subagent_task(handle.task_id, reason=RUN_STOPPED_REASON)
+                if partial_output is not None and (partial := partial_output()) is not None:
+                    handle.complete(partial)
+                raise
     finally:
-        _CURRENT.reset(current)
+        # A run inside an async generator that was dropped unclosed is ended by asyncio's finalizer, in a
+        # context of its own where this run was never current: there is nothing to restore there.
+        with contextlib.suppress(ValueError):
+            _CURRENT.reset(current)

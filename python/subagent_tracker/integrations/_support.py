@@ -1,0 +1,80 @@
+"""What every framework adapter shares, written once: the import error that names the extra, the session
+check, the text a delegating tool gets for a cancelled subagent, and acting on a cancel from the run's own
+event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+
+from subagent_tracker._native import CancellationToken, RedisSession
+from subagent_tracker._session import Session
+
+
+def missing_framework(module: str, extra: str, error: ImportError) -> ImportError:
+    """The ``ImportError`` an adapter module raises when its framework is not installed: it names the extra
+    that installs it, so the fix is one copied command."""
+    return ImportError(
+        f"subagent_tracker.integrations.{module} needs the {extra!r} extra: "
+        f"pip install 'subagent-tracker[{extra}]' ({error})"
+    )
+
+
+def check_session(session: object) -> None:
+    """Refuses, with ``TypeError``, anything that is not a session this package offers: at construction, so a
+    mistake shows where it was made rather than at the first run."""
+    if not isinstance(session, (Session, RedisSession)):
+        raise TypeError(
+            f"session must be a subagent_tracker Session or RedisSession, got {type(session).__name__}"
+        )
+
+
+def check_task_id(task_id: object) -> None:
+    """Refuses, with ``TypeError``, a ``task_id`` that is neither a string, a zero-argument callable, nor
+    ``None``."""
+    if task_id is not None and not isinstance(task_id, str) and not callable(task_id):
+        raise TypeError(
+            "task_id must be a str, a zero-argument callable returning one, or None, "
+            f"got {type(task_id).__name__}"
+        )
+
+
+def cancelled_run_text(*, agent: str | None, task_id: str, reason: str | None, partial: str | None) -> str:
+    """What a delegating tool call returns for a subagent that was cancelled: the reason and the partial
+    output, so the delegating model can go on with its turn (and tell the user what was stopped, and why)."""
+    name = f"subagent {agent!r}" if agent else "subagent"
+    text = f"The {name} (task {task_id!r}) was cancelled: {reason or 'no reason given'}."
+    if partial:
+        return f"{text}\nIts partial output before it stopped:\n{partial}"
+    return f"{text}\nIt produced no output before it stopped."
+
+
+@contextlib.asynccontextmanager
+async def on_cancel_in_loop(token: CancellationToken, action: Callable[[], object]) -> AsyncIterator[None]:
+    """Calls ``action()`` on the current event loop when ``token`` fires while the block runs (at once, on the
+    loop, if it already has).
+
+    A cancel can come from any thread (a deadline's timer, a Redis listener, another thread's session call),
+    while the frameworks' own cancel calls belong to the loop that runs the agent, so ``action`` is handed to
+    that loop. A cancel after the block has left does nothing: not even one already on its way to the loop
+    (the action of a run that has ended could stop the agent's next run).
+    """
+    loop = asyncio.get_running_loop()
+    live = True
+
+    def act() -> None:
+        if live:
+            action()
+
+    def hand_to_loop() -> None:
+        # A plain callback, not a coroutine: a loop closed meanwhile drops it without a warning.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(act)
+
+    registration = token.on_cancel(hand_to_loop)
+    try:
+        yield
+    finally:
+        live = False
+        registration.remove()

@@ -1,0 +1,129 @@
+"""A tree that mixes frameworks: a pydantic-ai orchestrator whose tools run an OpenAI Agents subagent
+(``tracked_as_tool``) and a LangGraph subgraph (``tracked_subgraph_tool``). The dashboard shows one tree, and
+cancelling the orchestrator there stops both subagents mid stream, with their partial output kept."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agents.tool_context import ToolContext
+from dashboard_support import ServedDashboard
+from langgraph_fakes import agent_graph, scripted_model
+from openai_agents_fakes import scripted_agent, slow_text_step
+from pydantic_ai import Agent
+from pydantic_ai.exceptions import RunCancelled
+from pydantic_ai_fakes import all_tool_results, calls_then_text, unanswered_tool_calls
+
+from subagent_tracker import Registry, SubagentStatus
+from subagent_tracker.integrations.langgraph import tracked_subgraph_tool
+from subagent_tracker.integrations.openai_agents import tracked_as_tool
+from subagent_tracker.integrations.pydantic_ai import SubagentTracking
+
+WORDS = [f"word{index}" for index in range(400)]
+
+
+@pytest.fixture
+def registry() -> Registry:
+    return Registry()
+
+
+@pytest.fixture
+def served(registry: Registry) -> Iterator[ServedDashboard]:
+    dashboard = ServedDashboard(registry, details=True)
+    yield dashboard
+    dashboard.stop()
+
+
+def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
+    registry: Registry, served: ServedDashboard
+) -> None:
+    session = registry.session("mixed")
+    openai_tool = tracked_as_tool(
+        scripted_agent("openai-researcher", [slow_text_step(WORDS, delay=0.01)]),
+        session,
+        tool_name="research",
+        tool_description="Researches a question.",
+        task_id="openai-researcher",
+    )
+    graph = agent_graph(scripted_model([" ".join(WORDS)], token_delay=0.01), name="graph-researcher")
+    graph_tool = tracked_subgraph_tool(
+        graph, session, name="graph_researcher", description="Researches too.", task_id="graph-researcher"
+    )
+    orchestrator = Agent(
+        calls_then_text([("ask_openai", {}), ("ask_graph", {})]),
+        name="orchestrator",
+        capabilities=[SubagentTracking(session, task_id="orchestrator")],
+    )
+
+    @orchestrator.tool_plain
+    async def ask_openai() -> str:
+        arguments = json.dumps({"input": "what is new?"})
+        context = ToolContext(
+            context=None, tool_name=openai_tool.name, tool_call_id="openai-1", tool_arguments=arguments
+        )
+        return str(await openai_tool.on_invoke_tool(context, arguments))
+
+    @orchestrator.tool_plain
+    async def ask_graph() -> str:
+        return str(await graph_tool.ainvoke({"input": "what else?"}))
+
+    async def run() -> RunCancelled:
+        running = asyncio.ensure_future(orchestrator.run("research everything"))
+        await _streaming(session, ("openai-researcher", "graph-researcher"))
+        tree = await asyncio.to_thread(_cancel_root_from_the_dashboard, served)
+        assert tree == {
+            "orchestrator": (None, "orchestrator"),
+            "openai-researcher": ("orchestrator", "openai-researcher"),
+            "graph-researcher": ("orchestrator", "graph_researcher"),
+        }
+        with pytest.raises(RunCancelled) as raised:
+            await asyncio.wait_for(running, 5)
+        return raised.value
+
+    cancelled = asyncio.run(run())
+
+    for task_id in ("orchestrator", "openai-researcher", "graph-researcher"):
+        task = session.subagent_task(task_id)
+        assert task is not None and task.status == SubagentStatus.CANCELLED, task_id
+        assert task.cancel_reason == "stop the whole tree"
+    for task_id in ("openai-researcher", "graph-researcher"):
+        task = session.subagent_task(task_id)
+        assert task is not None and task.cancel_cause == "parent"
+        partial = str(task.result)
+        assert partial.startswith("word0 word1"), f"{task_id} keeps its partial output: {partial!r}"
+        assert "word399" not in partial, f"{task_id} was stopped mid stream"
+    history = cancelled.all_messages()
+    assert unanswered_tool_calls(history) == []
+    answers = {part.tool_name: str(part.content) for part in all_tool_results(history).values()}
+    assert set(answers) == {"ask_openai", "ask_graph"}
+    assert all("stop the whole tree" in answer for answer in answers.values()), answers
+    assert session.pending_subagent_tasks() == []
+
+
+async def _streaming(session: Any, task_ids: tuple[str, ...]) -> None:
+    """Waits until every subagent has streamed some of its answer (a bounded wait)."""
+    deadline = time.monotonic() + 10
+    while True:
+        tasks = [session.subagent_task(task_id) for task_id in task_ids]
+        if all(task is not None and task.status == SubagentStatus.RUNNING for task in tasks):
+            break
+        assert time.monotonic() < deadline, "the subagents did not start within 10 s"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)  # a few dozen chunks each: well into the stream, far from its end (4 s)
+
+
+def _cancel_root_from_the_dashboard(served: ServedDashboard) -> dict[str, tuple[str | None, str | None]]:
+    """Reads the tree as the dashboard shows it, then cancels its root there, as a user pressing stop."""
+    with served.client() as client:
+        listed = client.get("/api/sessions/mixed/tasks").json()["tasks"]
+        assert client.get("/api/sessions/mixed/tasks/orchestrator/subtree").json() == {"pending": 3}
+        answer = client.post(
+            "/api/sessions/mixed/tasks/orchestrator/cancel", json={"reason": "stop the whole tree"}
+        )
+        assert answer.json() == {"cancelled": True}
+    return {task["task_id"]: (task["parent_id"], task["agent"]) for task in listed}
