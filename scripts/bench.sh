@@ -14,6 +14,8 @@ python -m pip install --quiet --disable-pip-version-check -r scripts/requirement
 rm -rf target/bench-wheels
 maturin build --release --quiet --out target/bench-wheels
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/bench-wheels/*.whl
+python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
+  "$(ls target/bench-wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands]"
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "== Rust microbenchmarks (divan)"
@@ -25,3 +27,6 @@ fi
 echo
 echo "== Python scenarios"
 python benches/python_bench.py $smoke
+echo
+echo "== the agent frameworks: one run untracked against tracked"
+python benches/integrations_bench.py $smoke

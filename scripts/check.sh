@@ -65,9 +65,10 @@ python examples/quickstart.py >/dev/null
 python examples/streaming_agent.py >/dev/null
 python examples/fanout_deadline.py >/dev/null
 python examples/event_stream_feed.py >/dev/null
-python examples/integrations/any_framework.py >/dev/null
+for example in examples/integrations/*.py; do python "$example" >/dev/null; done
 python benches/python_bench.py --smoke >/dev/null
 python benches/redis_bench.py --smoke >/dev/null
+python benches/integrations_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 2000 --rounds 1 >/dev/null
 
 # The counts again, last, since the smoke runs above print after pytest's own summary.

@@ -32,7 +32,7 @@ def test_another_process_cancels_a_subagent_by_id_and_it_stops_within_a_second(
     streamed = asyncio.Event()
     researcher = Agent(
         # 1,000 words, 10 ms apart: ten seconds unless stopped.
-        slow_text(1_000, delay=0.01, streamed=lambda words: words == 20 and streamed.set()),
+        slow_text(1_000, delay=0.01, streamed=lambda words: streamed.set() if words == 20 else None),
         name="researcher",
         capabilities=[SubagentTracking(session, task_id="researcher")],
     )

@@ -1,12 +1,18 @@
 """Each framework adapter is installed by an extra: importing it without its framework raises an
-``ImportError`` that names the extra to install, and nothing half-imported is left behind."""
+``ImportError`` that names the extra to install, and nothing half-imported is left behind. Every entry point
+checks its ``timeout`` as the session would, when it is made, before any run could start a task."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import pytest
+
+from subagent_tracker import Session
 
 ADAPTERS = [
     ("pydantic_ai", "pydantic_ai", "pydantic-ai"),
@@ -40,3 +46,77 @@ def test_an_adapter_imports_with_its_framework(adapter: str, framework: str, ext
     assert module.__all__, f"{extra}: the adapter declares its public names"
     for name in module.__all__:
         assert getattr(module, name).__doc__, f"{name} is documented"
+
+
+def _pydantic_ai(session: Session, timeout: Any) -> object:
+    from subagent_tracker.integrations.pydantic_ai import SubagentTracking
+
+    return SubagentTracking(session, timeout=timeout)
+
+
+def _openai_tool(session: Session, timeout: Any) -> object:
+    from openai_agents_fakes import scripted_agent, text_step
+
+    from subagent_tracker.integrations.openai_agents import tracked_as_tool
+
+    agent = scripted_agent("researcher", [text_step("never said")])
+    return tracked_as_tool(agent, session, tool_name="research", tool_description="d", timeout=timeout)
+
+
+def _openai_run(session: Session, timeout: Any) -> object:
+    from openai_agents_fakes import scripted_agent, text_step
+
+    from subagent_tracker.integrations.openai_agents import tracked_run_streamed
+
+    agent = scripted_agent("talker", [text_step("never said")])
+
+    async def call() -> object:
+        return tracked_run_streamed(session, agent, "go", timeout=timeout)
+
+    return asyncio.run(call())
+
+
+def _langgraph_tool(session: Session, timeout: Any) -> object:
+    from langgraph_fakes import agent_graph, scripted_model
+
+    from subagent_tracker.integrations.langgraph import tracked_subgraph_tool
+
+    graph = agent_graph(scripted_model(["never said"]))
+    return tracked_subgraph_tool(graph, session, name="researcher", description="d", timeout=timeout)
+
+
+def _langgraph_stream(session: Session, timeout: Any) -> object:
+    from langgraph_fakes import agent_graph, scripted_model
+
+    from subagent_tracker.integrations.langgraph import tracked_astream
+
+    graph = agent_graph(scripted_model(["never said"]))
+    # The call itself refuses it: nothing is iterated, so no run could have started.
+    return tracked_astream(session, graph, {"messages": []}, timeout=timeout)
+
+
+def _strands(session: Session, timeout: Any) -> object:
+    from subagent_tracker.integrations.strands import SubagentHooks
+
+    return SubagentHooks(session, timeout=timeout)
+
+
+ENTRY_POINTS: dict[str, Callable[[Session, Any], object]] = {
+    "pydantic_ai.SubagentTracking": _pydantic_ai,
+    "openai_agents.tracked_as_tool": _openai_tool,
+    "openai_agents.tracked_run_streamed": _openai_run,
+    "langgraph.tracked_subgraph_tool": _langgraph_tool,
+    "langgraph.tracked_astream": _langgraph_stream,
+    "strands.SubagentHooks": _strands,
+}
+
+
+@pytest.mark.parametrize(("timeout", "error"), [(-1, ValueError), ("1", TypeError)])
+@pytest.mark.parametrize("entry_point", list(ENTRY_POINTS))
+def test_a_bad_timeout_is_refused_at_construction_before_any_task_starts(
+    entry_point: str, timeout: Any, error: type[Exception]
+) -> None:
+    session = Session()
+    with pytest.raises(error, match="timeout"):
+        ENTRY_POINTS[entry_point](session, timeout)
+    assert session.subagent_tasks() == []

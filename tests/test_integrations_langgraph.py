@@ -216,13 +216,15 @@ def test_a_cancel_between_tool_calls_stops_the_subagent_before_its_next_model_ca
 
 
 def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: TrackedSession) -> None:
+    # A deadline of a second, for a stream of six: it lands mid stream even if a loaded machine is slow to
+    # set the run up.
     researcher = tracked_subgraph_tool(
-        agent_graph(scripted_model([LONG_REPLY], token_delay=0.01)),
+        agent_graph(scripted_model([LONG_REPLY], token_delay=0.02)),
         session,
         name="researcher",
         description="Researches.",
         task_id="late",
-        timeout=0.3,
+        timeout=1.0,
     )
     orchestrator = agent_graph(
         scripted_model([tool_calls(("c1", "researcher", {"input": "q"})), "went on"]), [researcher]
@@ -235,19 +237,20 @@ def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: T
         DEADLINE_REASON,
         "deadline",
     )
-    assert late.result.startswith("slow ") and len(late.result) < len(LONG_REPLY)
+    assert late.result.startswith("slow slow slow "), "the text streamed before the deadline"
+    assert len(late.result) < len(LONG_REPLY), "stopped mid stream"
     assert DEADLINE_REASON in _answers(messages)["c1"].text
     assert messages[-1].text == "went on"
     assert session.pending_subagent_tasks() == []
 
 
 def test_a_deadline_ends_a_tracked_stream_with_task_cancelled_error(session: TrackedSession) -> None:
-    graph = agent_graph(scripted_model([LONG_REPLY], token_delay=0.01), name="writer")
+    graph = agent_graph(scripted_model([LONG_REPLY], token_delay=0.02), name="writer")
     received: list[Any] = []
 
     async def run() -> None:
         async for chunk in tracked_astream(
-            session, graph, _ask("write"), task_id="top", timeout=0.3, stream_mode="messages"
+            session, graph, _ask("write"), task_id="top", timeout=1.0, stream_mode="messages"
         ):
             received.append(chunk)
 
@@ -258,6 +261,7 @@ def test_a_deadline_ends_a_tracked_stream_with_task_cancelled_error(session: Tra
     top = _task(session, "top")
     assert (top.status, top.cancel_cause, top.agent) == (SubagentStatus.CANCELLED, "deadline", "writer")
     assert top.result == "".join(chunk[0].text for chunk in received)
+    assert len(received) >= 3 and len(top.result) < len(LONG_REPLY), "stopped mid stream"
 
 
 def test_normal_runs_complete_with_the_last_message_as_result_and_callable_ids(
@@ -428,7 +432,7 @@ def test_a_cancelled_top_level_run_answers_every_tool_call_and_the_next_turn_run
     assert (answers["fast"].status, answers["fast"].text) == ("success", "looked up"), "a finished call kept"
     assert (answers["slow"].status, answers["slow"].text) == (
         "error",
-        "cancelled while running: the user pressed stop",
+        "The tool 'search' was cancelled while running: the user pressed stop.",
     )
     # The subagent's own answer if its cancel (a cascade) stopped it before the run's stopped its call.
     assert answers["delegated"].status == "error" and "the user pressed stop" in answers["delegated"].text

@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from agents import AgentToolStreamEvent, RawResponsesStreamEvent
 from agents.tool_context import ToolContext
 from dashboard_support import ServedDashboard
 from langgraph_fakes import agent_graph, scripted_model
+from openai.types.responses import ResponseTextDeltaEvent
 from openai_agents_fakes import scripted_agent, slow_text_step
 from pydantic_ai import Agent
 from pydantic_ai.exceptions import RunCancelled
@@ -25,6 +27,8 @@ from subagent_tracker.integrations.openai_agents import tracked_as_tool
 from subagent_tracker.integrations.pydantic_ai import SubagentTracking
 
 WORDS = [f"word{index}" for index in range(400)]
+#: How many chunks each subagent streams before the cancel: well into its stream, far from its end.
+CHUNKS_BEFORE_THE_CANCEL = 10
 
 
 @pytest.fixture
@@ -43,14 +47,17 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
     registry: Registry, served: ServedDashboard
 ) -> None:
     session = registry.session("mixed")
+    openai_deltas = _TextDeltas()
     openai_tool = tracked_as_tool(
         scripted_agent("openai-researcher", [slow_text_step(WORDS, delay=0.01)]),
         session,
         tool_name="research",
         tool_description="Researches a question.",
         task_id="openai-researcher",
+        on_stream=openai_deltas,
     )
-    graph = agent_graph(scripted_model([" ".join(WORDS)], token_delay=0.01), name="graph-researcher")
+    graph_model = scripted_model([" ".join(WORDS)], token_delay=0.01)
+    graph = agent_graph(graph_model, name="graph-researcher")
     graph_tool = tracked_subgraph_tool(
         graph, session, name="graph_researcher", description="Researches too.", task_id="graph-researcher"
     )
@@ -74,7 +81,11 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
 
     async def run() -> RunCancelled:
         running = asyncio.ensure_future(orchestrator.run("research everything"))
-        await _streaming(session, ("openai-researcher", "graph-researcher"))
+        await _streaming(
+            session,
+            ("openai-researcher", "graph-researcher"),
+            lambda: min(openai_deltas.count, graph_model.chunks_streamed) >= CHUNKS_BEFORE_THE_CANCEL,
+        )
         tree = await asyncio.to_thread(_cancel_root_from_the_dashboard, served)
         assert tree == {
             "orchestrator": (None, "orchestrator"),
@@ -105,16 +116,28 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
     assert session.pending_subagent_tasks() == []
 
 
-async def _streaming(session: Any, task_ids: tuple[str, ...]) -> None:
-    """Waits until every subagent has streamed some of its answer (a bounded wait)."""
+class _TextDeltas:
+    """The OpenAI subagent's ``on_stream``: counts the text deltas its model has streamed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, payload: AgentToolStreamEvent) -> None:
+        event = payload["event"]
+        if isinstance(event, RawResponsesStreamEvent) and isinstance(event.data, ResponseTextDeltaEvent):
+            self.count += 1
+
+
+async def _streaming(session: Any, task_ids: tuple[str, ...], streamed_enough: Callable[[], bool]) -> None:
+    """Waits until every subagent's task runs and each has streamed some of its answer (a bounded wait)."""
     deadline = time.monotonic() + 10
     while True:
         tasks = [session.subagent_task(task_id) for task_id in task_ids]
-        if all(task is not None and task.status == SubagentStatus.RUNNING for task in tasks):
-            break
-        assert time.monotonic() < deadline, "the subagents did not start within 10 s"
+        running = all(task is not None and task.status == SubagentStatus.RUNNING for task in tasks)
+        if running and streamed_enough():
+            return
+        assert time.monotonic() < deadline, "the subagents did not start streaming within 10 s"
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.3)  # a few dozen chunks each: well into the stream, far from its end (4 s)
 
 
 def _cancel_root_from_the_dashboard(served: ServedDashboard) -> dict[str, tuple[str | None, str | None]]:

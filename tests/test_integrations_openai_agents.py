@@ -222,7 +222,7 @@ def test_a_cancelled_top_level_run_ends_its_stream_quietly_and_answers_every_cal
         "call-research": cancelled_run_text(
             agent="researcher", task_id="child", reason="the user pressed stop", partial=child.result
         ),
-        "call-fetch": "The tool call was cancelled: the user pressed stop.",
+        "call-fetch": "The tool 'fetch' was cancelled while running: the user pressed stop.",
         "call-lookup": "value of k",
     }
 
@@ -248,26 +248,30 @@ def test_a_top_level_run_cancelled_mid_stream_keeps_its_streamed_text(session: T
 
 
 def test_deadlines_stop_a_subagent_and_a_whole_run(session: TrackedSession) -> None:
+    # A deadline of a second, for streams of four: it lands mid stream even if a loaded machine is slow to
+    # set the runs up. The two runs go side by side, so the test waits for one deadline.
     researcher = scripted_agent("researcher", [slow_text_step(WORDS, delay=0.01)])
     orchestrator = scripted_agent(
         "orchestrator",
         [calls_step(("research", {"input": "x"}, "call-1")), text_step(DONE)],
         [
             tracked_as_tool(
-                researcher, session, tool_name="research", tool_description="d", task_id="r", timeout=0.3
+                researcher, session, tool_name="research", tool_description="d", task_id="r", timeout=1.0
             )
         ],
     )
     talker = scripted_agent("talker", [slow_text_step(WORDS, delay=0.01)])
 
+    async def drain(result: Any) -> Any:
+        async for _event in result.stream_events():
+            pass
+        return result.final_output
+
     async def scenario() -> tuple[Any, Any]:
         delegating = tracked_run_streamed(session, orchestrator, "go", task_id="root")
-        async for _event in delegating.stream_events():
-            pass
-        whole = tracked_run_streamed(session, talker, "go", task_id="talk", timeout=0.3)
-        async for _event in whole.stream_events():
-            pass
-        return delegating.final_output, whole.final_output
+        whole = tracked_run_streamed(session, talker, "go", task_id="talk", timeout=1.0)
+        delegated, talked = await asyncio.gather(drain(delegating), drain(whole))
+        return delegated, talked
 
     assert _run(scenario) == (DONE, None)
     for task_id in ("r", "talk"):
@@ -277,7 +281,7 @@ def test_deadlines_stop_a_subagent_and_a_whole_run(session: TrackedSession) -> N
             DEADLINE_REASON,
             "deadline",
         )
-        _assert_partial(task.result, at_least=0)
+        _assert_partial(task.result, at_least=3)
     assert _task(session, "root").status is SubagentStatus.COMPLETED
 
 

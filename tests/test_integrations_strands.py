@@ -174,7 +174,7 @@ def test_the_top_level_run_cancelled_returns_cancelled_with_every_tool_call_answ
     )
     assert (tool_answer["status"], _text(tool_answer)) == (
         "error",
-        "The tool 'wait_for' was cancelled: stop everything.",
+        "The tool 'wait_for' was cancelled while running: stop everything.",
     )
     turn_task = _task(session, "orchestrator")
     assert (turn_task.status, turn_task.result) == (SubagentStatus.CANCELLED, "Working on it.")
@@ -211,7 +211,7 @@ def test_a_deadline_stops_a_running_async_tool_from_its_timer_thread(session: Tr
     result = asyncio.run(worker.invoke_async("work"))
     assert result.stop_reason == "cancelled" and time.monotonic() - started < 5
     (answer,) = _tool_results(worker.messages).values()
-    assert _text(answer) == f"The tool 'wait_for' was cancelled: {DEADLINE_REASON}."
+    assert _text(answer) == f"The tool 'wait_for' was cancelled while running: {DEADLINE_REASON}."
     worker_task = _task(session, "worker")
     assert (worker_task.status, worker_task.cancel_cause, worker_task.result) == (
         SubagentStatus.CANCELLED,

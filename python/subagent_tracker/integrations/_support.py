@@ -1,14 +1,16 @@
-"""What every framework adapter shares, written once: the import error that names the extra, the session
-check, the text a delegating tool gets for a cancelled subagent, and acting on a cancel from the run's own
-event loop."""
+"""What every framework adapter shares, written once: the import error that names the extra, the argument
+checks, the texts a tool call gets for a cancelled subagent or a cancelled call, the streamed text that
+becomes a cancelled run's partial output, and acting on a cancel from the run's own event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
-from subagent_tracker._native import CancellationToken, RedisSession
+from subagent_tracker._native import CancellationToken, RedisSession, _check_seconds
 from subagent_tracker._session import Session
 
 
@@ -40,6 +42,12 @@ def check_task_id(task_id: object) -> None:
         )
 
 
+def check_timeout(timeout: float | None) -> None:
+    """Refuses a ``timeout`` the session would refuse when the run starts, as the session does (``TypeError``
+    for a non-number, ``ValueError`` for a negative or non-finite one): at construction, before any run."""
+    _check_seconds(timeout, "timeout")
+
+
 def cancelled_run_text(*, agent: str | None, task_id: str, reason: str | None, partial: str | None) -> str:
     """What a delegating tool call returns for a subagent that was cancelled: the reason and the partial
     output, so the delegating model can go on with its turn (and tell the user what was stopped, and why)."""
@@ -48,6 +56,49 @@ def cancelled_run_text(*, agent: str | None, task_id: str, reason: str | None, p
     if partial:
         return f"{text}\nIts partial output before it stopped:\n{partial}"
     return f"{text}\nIt produced no output before it stopped."
+
+
+def cancelled_tool_call_text(*, tool: str | None, reason: str | None, started: bool) -> str:
+    """What a tool call stopped by a cancel returns (one that ran a tracked subagent gets
+    :func:`cancelled_run_text` instead): that it was cancelled while running or before it started, and why,
+    in the words of the core's ``ToolOutcome``."""
+    name = f"The tool {tool!r}" if tool else "The tool call"
+    when = "while running" if started else "before it started"
+    return f"{name} was cancelled {when}: {reason or 'no reason given'}."
+
+
+class StreamedText:
+    """The text a run has streamed so far, kept response by response: a cancelled run's partial output."""
+
+    __slots__ = ("_responses",)
+
+    def __init__(self) -> None:
+        self._responses: list[list[str]] = []
+
+    def new_response(self) -> None:
+        """Starts the text of the run's next model response."""
+        self._responses.append([])
+
+    def add(self, text: str) -> None:
+        """Adds a streamed piece of the current response's text (starting the first response if none has)."""
+        if not self._responses:
+            self._responses.append([])
+        self._responses[-1].append(text)
+
+    @property
+    def text(self) -> str:
+        """The text so far: one line per response that streamed any, each stripped."""
+        return "\n".join(text for text in ("".join(parts).strip() for parts in self._responses) if text)
+
+
+def absorb_own_cancel(task: asyncio.Task[Any]) -> bool:
+    """Withdraws the one asyncio cancel request an adapter made of ``task`` (to stop the framework's awaits
+    for a tracker cancel), once its ``CancelledError`` has been caught: ``False`` if another cancel request
+    is still pending, whose ``CancelledError`` must go on up. Before Python 3.11 requests are not counted,
+    and the one caught is taken as the adapter's own."""
+    if sys.version_info >= (3, 11):
+        return task.uncancel() == 0
+    return True
 
 
 @contextlib.asynccontextmanager

@@ -28,8 +28,10 @@ from subagent_tracker._native import CancellationToken
 from subagent_tracker.integrations import STREAM_CLOSED_REASON, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
     cancelled_run_text,
+    cancelled_tool_call_text,
     check_session,
     check_task_id,
+    check_timeout,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -96,10 +98,12 @@ def tracked_subgraph_tool(
 
     Async only (``ainvoke``; a graph run with ``ainvoke`` or ``astream``), as the cancel is an asyncio one.
     Called outside a graph, ``await tool.ainvoke({"input": ...})`` returns the output, or the cancelled text.
-    ``TypeError`` at once for a bad ``session`` or ``task_id``.
+    ``TypeError`` at once for a bad ``session`` or ``task_id``; ``timeout`` is checked as the session checks
+    it (``TypeError``, ``ValueError``).
     """
     check_session(session)
     check_task_id(task_id)
+    check_timeout(timeout)
 
     async def run_subagent(input: str) -> str:
         return await _run_subgraph(graph, session, name, task_id, timeout, input)
@@ -131,11 +135,11 @@ async def _run_subgraph(
         run = asyncio.ensure_future(_follow(graph, {"messages": [HumanMessage(request)]}, task.token, output))
         async with on_cancel_in_loop(task.token, run.cancel):
             await _wait_or_cancel(run)
-        if not run.cancelled() and run.result():
-            task.complete(output.text)
-            return output.text
-        # A late end: the task stays CANCELLED and keeps what the subagent had said so far.
+        finished = not run.cancelled() and run.result()  # a subgraph that raised fails the task here
+        # After a cancel, a late end: the task stays CANCELLED and keeps what the subagent had said so far.
         task.complete(output.text)
+        if finished:
+            return output.text
         text = cancelled_run_text(
             agent=agent, task_id=task.task_id, reason=task.token.reason, partial=output.text
         )
@@ -223,10 +227,12 @@ def tracked_astream(
     turn on the same thread runs. Closing the iteration early (``aclose``, or dropping it) cancels the run the
     same way.
 
-    ``TypeError`` at once for a bad ``session`` or ``task_id``.
+    ``TypeError`` at once for a bad ``session`` or ``task_id``; ``timeout`` is checked as the session checks
+    it (``TypeError``, ``ValueError``), at the call, before the run starts.
     """
     check_session(session)
     check_task_id(task_id)
+    check_timeout(timeout)
     return _tracked_stream(session, graph, input, config, task_id, timeout, astream_options)
 
 
@@ -446,6 +452,5 @@ class _ToolResults(BaseCallbackHandler):
         finished = self._results.get(call_id)
         if finished is not None:
             return finished
-        when = "while running" if call_id in self._started else "before it started"
-        content = f"cancelled {when}: {reason or 'no reason given'}"
+        content = cancelled_tool_call_text(tool=name, reason=reason, started=call_id in self._started)
         return ToolMessage(content=content, tool_call_id=call_id, name=name, status="error")

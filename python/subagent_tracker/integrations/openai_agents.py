@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import contextvars
 import inspect
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -34,9 +33,13 @@ from subagent_tracker.integrations import (
     tracked,
 )
 from subagent_tracker.integrations._support import (
+    StreamedText,
+    absorb_own_cancel,
     cancelled_run_text,
+    cancelled_tool_call_text,
     check_session,
     check_task_id,
+    check_timeout,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -84,32 +87,24 @@ _T = TypeVar("_T")
 _FailureFunction: TypeAlias = Callable[[RunContextWrapper[Any], Exception], "str | Awaitable[str]"]
 
 
-class _StreamedText:
-    """The text a run streamed so far, one entry per model response."""
-
-    def __init__(self) -> None:
-        self._responses: list[list[str]] = []
-
-    def observe(self, event: StreamEvent) -> None:
-        if not isinstance(event, RawResponsesStreamEvent):
-            return
-        if event.data.type == "response.created" or not self._responses:
-            self._responses.append([])
-        if isinstance(event.data, ResponseTextDeltaEvent):
-            self._responses[-1].append(event.data.delta)
-
-    @property
-    def text(self) -> str:
-        return "\n".join(text for text in ("".join(parts) for parts in self._responses) if text)
+def _observe(text: StreamedText, event: StreamEvent) -> None:
+    """Keeps the text a stream event carries, response by response."""
+    if not isinstance(event, RawResponsesStreamEvent):
+        return
+    if event.data.type == "response.created":
+        text.new_response()
+    elif isinstance(event.data, ResponseTextDeltaEvent):
+        text.add(event.data.delta)
 
 
 @dataclass
 class _RunRecord:
     """What a tracked streamed run needs to rebuild a turn that ``cancel("immediate")`` dropped: the last
-    model response, and the outputs its tool calls produced before the cancel."""
+    model response, the outputs its tool calls produced before the cancel, and which calls had started."""
 
     last_response: tuple[Agent[Any], ModelResponse] | None = None
     outputs: dict[str, Any] = field(default_factory=dict)
+    started: set[str] = field(default_factory=set)
 
 
 #: The record of the tracked streamed run the current code runs in (its tools see it through their context).
@@ -121,7 +116,7 @@ class _Invocation:
     """One call of a tracked agent tool: its task, once started, and what its nested run produced."""
 
     agent: str
-    text: _StreamedText = field(default_factory=_StreamedText)
+    text: StreamedText = field(default_factory=StreamedText)
     handle: TrackedHandle | None = None
     error: Exception | None = None
 
@@ -161,10 +156,11 @@ def tracked_as_tool(
     own cancel), the task is cancelled with :data:`RUN_STOPPED_REASON` unless already cancelled.
 
     Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, or a bad
-    ``task_id``.
+    ``task_id``; ``timeout`` is checked as the session checks it (``TypeError``, ``ValueError``).
     """
     check_session(session)
     check_task_id(task_id)
+    check_timeout(timeout)
     user_on_stream: Callable[[AgentToolStreamEvent], object] | None = as_tool_options.pop("on_stream", None)
     user_failure: _FailureFunction | None = as_tool_options.pop(
         "failure_error_function", default_tool_error_function
@@ -173,7 +169,7 @@ def tracked_as_tool(
     async def record_stream(payload: AgentToolStreamEvent) -> None:
         invocation = _INVOCATION.get()
         if invocation is not None:
-            invocation.text.observe(payload["event"])
+            _observe(invocation.text, payload["event"])
         if user_on_stream is not None:
             outcome = user_on_stream(payload)
             if inspect.isawaitable(outcome):
@@ -197,26 +193,34 @@ def tracked_as_tool(
     run_nested_agent = tool.on_invoke_tool
 
     async def run_tracked(context: ToolContext[Any], input_json: str, invocation: _Invocation) -> Any:
-        async with tracked(session, agent=agent.name, task_id=task_id, timeout=timeout) as handle:
-            invocation.handle = handle
-            # This task's own context: seen by the nested run's on_stream and failure function, nowhere else.
-            _INVOCATION.set(invocation)
-            this_task = asyncio.current_task()
-            assert this_task is not None
-            async with on_cancel_in_loop(handle.token, this_task.cancel):
-                try:
+        this_task = asyncio.current_task()
+        assert this_task is not None
+        try:
+            # Leaving cancelled keeps the text streamed so far as the task's result (a late end).
+            async with tracked(
+                session,
+                agent=agent.name,
+                task_id=task_id,
+                timeout=timeout,
+                partial_output=lambda: invocation.text.text,
+            ) as handle:
+                invocation.handle = handle
+                # This task's own context: seen by the nested run's on_stream and failure function only.
+                _INVOCATION.set(invocation)
+                async with on_cancel_in_loop(handle.token, this_task.cancel):
                     output = await run_nested_agent(context, input_json)
-                except asyncio.CancelledError:
-                    if not handle.token.is_cancelled:
-                        raise
-                    _uncancel(this_task)
-                    handle.complete(invocation.text.text)
-                    return invocation.cancelled_text(handle.token.reason)
-            if invocation.error is not None:
-                handle.fail(invocation.error)
-            else:
-                _complete(handle, output)
-            return output
+                if invocation.error is not None:
+                    handle.fail(invocation.error)
+                else:
+                    _complete(handle, output)
+                return output
+        except asyncio.CancelledError:
+            # The tracker's cancel, handed to this task by `on_cancel_in_loop`, is answered here; another one
+            # (the delegating run tearing the call down as well) goes on up.
+            stopped = invocation.handle
+            if stopped is None or not stopped.token.is_cancelled or not absorb_own_cancel(this_task):
+                raise
+            return invocation.cancelled_text(stopped.token.reason)
 
     async def on_invoke_tool(context: ToolContext[Any], input_json: str) -> Any:
         invocation = _Invocation(agent.name)
@@ -237,12 +241,6 @@ def tracked_as_tool(
 
     tool.on_invoke_tool = on_invoke_tool
     return tool
-
-
-def _uncancel(task: asyncio.Task[Any]) -> None:
-    # A cancel that the tracker asked for is handled here; later awaits of this task must not see it again.
-    if sys.version_info >= (3, 11):
-        task.uncancel()
 
 
 def _complete(handle: TrackedHandle, output: Any) -> None:
@@ -286,10 +284,12 @@ def tracked_run_streamed(
     ``result.cancel()`` of the caller's own ends the task ``CANCELLED`` with :data:`FRAMEWORK_CANCEL_REASON`.
 
     Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, or a bad
-    ``task_id``; ``RuntimeError`` outside a running event loop.
+    ``task_id``; ``timeout`` is checked as the session checks it (``TypeError``, ``ValueError``);
+    ``RuntimeError`` outside a running event loop.
     """
     check_session(session)
     check_task_id(task_id)
+    check_timeout(timeout)
     asyncio.get_running_loop()  # outside a loop, fail before a task is started
     return _StreamedRun(session).start(starting_agent, input, task_id, timeout, run_options)
 
@@ -301,7 +301,7 @@ class _StreamedRun:
     def __init__(self, session: TrackedSession) -> None:
         self._session = session
         self._record = _RunRecord()
-        self._text = _StreamedText()
+        self._text = StreamedText()
         # The run's own context: the task is its current run, so everything the run starts is its child.
         self._context = contextvars.copy_context()
         self._scope: contextlib.AbstractAsyncContextManager[TrackedHandle] | None = None
@@ -345,7 +345,7 @@ class _StreamedRun:
         reached_the_end = False
         try:
             async for event in events:
-                self._text.observe(event)
+                _observe(self._text, event)
                 yield event
             reached_the_end = True
         finally:
@@ -455,9 +455,14 @@ def _answer_every_call(result: RunResultStreaming, record: _RunRecord, reason: s
     for call_id, (agent, call) in calls.items():
         if call_id in answered:
             continue
-        output = record.outputs.get(call_id, f"The tool call was cancelled: {reason}.")
-        raw_output = ItemHelpers.tool_call_output_item(call, output)
-        items.append(ToolCallOutputItem(agent=agent, raw_item=raw_output, output=output))
+        started = call_id in record.started
+        answer: Any = (
+            record.outputs[call_id]
+            if call_id in record.outputs
+            else cancelled_tool_call_text(tool=call.name, reason=reason, started=started)
+        )
+        raw_output = ItemHelpers.tool_call_output_item(call, answer)
+        items.append(ToolCallOutputItem(agent=agent, raw_item=raw_output, output=answer))
 
 
 def _run_item(agent: Agent[Any], output: object) -> RunItem | None:
@@ -503,6 +508,8 @@ class _RecordingHooks(RunHooks[Any]):
         await self._inner.on_handoff(context, from_agent, to_agent)
 
     async def on_tool_start(self, context: RunContextWrapper[Any], agent: Any, tool: Tool) -> None:
+        if isinstance(context, ToolContext):
+            self._record.started.add(context.tool_call_id)
         await self._inner.on_tool_start(context, agent, tool)
 
     async def on_tool_end(

@@ -37,8 +37,10 @@ from typing import Any
 from subagent_tracker.integrations import TrackedHandle, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
     cancelled_run_text,
+    cancelled_tool_call_text,
     check_session,
     check_task_id,
+    check_timeout,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -165,7 +167,8 @@ class SubagentTracking(AbstractCapability[Any]):
       and the partial output, and the delegating run goes on. Awaited elsewhere, it raises ``RunCancelled``.
 
     Raises ``TypeError`` at construction for a ``session`` that is not a ``Session`` or a ``RedisSession``,
-    or a ``task_id`` of another type.
+    or a ``task_id`` of another type; ``timeout`` is checked as the session checks it (``TypeError``,
+    ``ValueError``).
     """
 
     def __init__(
@@ -177,6 +180,7 @@ class SubagentTracking(AbstractCapability[Any]):
     ) -> None:
         check_session(session)
         check_task_id(task_id)
+        check_timeout(timeout)
         self.session = session
         self.task_id = task_id
         self.timeout = timeout
@@ -264,24 +268,26 @@ class SubagentTracking(AbstractCapability[Any]):
         state.started_calls.add(call.tool_call_id)
         tool_call = _ToolCall()
         previous = _CURRENT_TOOL_CALL.set(tool_call)
+        started = False
         try:
             if _cancel_if_asked(state, ctx):
                 # The run's cancel cancels this tool's task at its next await: start nothing meanwhile.
                 await _torn_down()
+            started = True
             result = await handler(args)
         except (asyncio.CancelledError, RunCancelled) as error:
             handle = state.handle
             if handle is not None and handle.token.is_cancelled:
                 # The run is being cancelled and tears its tools down: a result returned then is kept in the
                 # history pydantic-ai records for the cancelled run, so this call is answered.
-                answer = _cancelled_call_text(tool_call.cancelled_run, handle.token.reason)
+                answer = _cancelled_call_text(call, tool_call.cancelled_run, handle.token.reason, started)
                 if isinstance(error, RunCancelled):  # the subagent's cancel, ahead of this run's teardown
                     await _held_until_torn_down(state, ctx)
                 return answer
             if isinstance(error, RunCancelled) and tool_call.cancelled_run is not None:
                 # A tracked subagent was cancelled, not this run: pydantic-ai would answer the call with a
                 # generic failure; this says why, and what the subagent had produced, and the run goes on.
-                return _cancelled_call_text(tool_call.cancelled_run, None)
+                return _cancelled_call_text(call, tool_call.cancelled_run, None, started)
             raise
         finally:
             _CURRENT_TOOL_CALL.reset(previous)
@@ -308,7 +314,9 @@ def _run_state(runs: dict[str, _RunState], ctx: RunContext[Any]) -> _RunState | 
     return None if ctx.run_id is None else runs.get(ctx.run_id)
 
 
-def _cancelled_call_text(cancelled_run: _CancelledRun | None, reason: str | None) -> str:
+def _cancelled_call_text(
+    call: ToolCallPart, cancelled_run: _CancelledRun | None, reason: str | None, started: bool
+) -> str:
     """The result of a tool call cut short by a cancel: a tracked subagent's reason and partial output if the
     call was running one, else the cancelled run's reason."""
     if cancelled_run is not None:
@@ -318,11 +326,7 @@ def _cancelled_call_text(cancelled_run: _CancelledRun | None, reason: str | None
             reason=cancelled_run.reason,
             partial=cancelled_run.partial,
         )
-    return _not_run_text(reason)
-
-
-def _not_run_text(reason: str | None) -> str:
-    return f"The tool call was cut short: the run was cancelled ({reason or 'no reason given'})."
+    return cancelled_tool_call_text(tool=call.tool_name, reason=reason, started=started)
 
 
 def _cancel_if_asked(state: _RunState, ctx: RunContext[Any]) -> bool:
@@ -387,7 +391,7 @@ def _answer_calls_never_started(messages: list[ModelMessage], started: set[str],
     answers = [
         ToolReturnPart(
             tool_name=call.tool_name,
-            content=_not_run_text(reason),
+            content=cancelled_tool_call_text(tool=call.tool_name, reason=reason, started=False),
             tool_call_id=call.tool_call_id,
             outcome="interrupted",
         )

@@ -31,7 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextvars import ContextVar, Token
 from typing import Any
 
-from subagent_tracker._native import CancellationToken, _check_seconds
+from subagent_tracker._native import CancellationToken
 from subagent_tracker.integrations import (
     FRAMEWORK_CANCEL_REASON,
     STREAM_CLOSED_REASON,
@@ -40,9 +40,13 @@ from subagent_tracker.integrations import (
     tracked,
 )
 from subagent_tracker.integrations._support import (
+    StreamedText,
+    absorb_own_cancel,
     cancelled_run_text,
+    cancelled_tool_call_text,
     check_session,
     check_task_id,
+    check_timeout,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -89,6 +93,8 @@ class _Step:
         self._waiting = False
         self.interrupted = token.is_cancelled
         self.answered = False
+        # Whether the stage was entered: a step interrupted before its first event never started.
+        self.started = False
 
     def interrupt(self) -> None:
         """Stops the step at once (from the loop's thread), unless it has already been answered."""
@@ -104,13 +110,12 @@ class _Step:
             raise _Interrupted
         self._task = asyncio.current_task()
         self._waiting = True
+        self.started = True
         try:
             return await events.__anext__()
         except asyncio.CancelledError:
-            if not self.interrupted or self._task is None:
-                raise
             # Only the adapter's own cancel request is absorbed: another one still pending goes on up.
-            if sys.version_info >= (3, 11) and self._task.uncancel() > 0:
+            if not self.interrupted or self._task is None or not absorb_own_cancel(self._task):
                 raise
             raise _Interrupted from None
         finally:
@@ -160,7 +165,7 @@ class _AgentRun:
         self.outer_error: BaseException | None = None
         self.steps: set[_Step] = set()
         self.tool_calls: dict[asyncio.Task[Any] | None, _ToolCall] = {}
-        self.responses: list[list[str]] = []
+        self.text = StreamedText()
         self.ended = False
         self.cancelled = False
 
@@ -169,16 +174,10 @@ class _AgentRun:
         keeps it."""
         chunk = event.get("event")
         if isinstance(chunk, dict) and "messageStart" in chunk:
-            self.responses.append([])
+            self.text.new_response()
         data = event.get("data")
         if isinstance(data, str) and data:
-            if not self.responses:
-                self.responses.append([])
-            self.responses[-1].append(data)
-
-    def partial(self) -> str:
-        """The text the run streamed, one line per model response."""
-        return "\n".join(text for text in ("".join(parts).strip() for parts in self.responses) if text)
+            self.text.add(data)
 
     def stop(self) -> None:
         """The run's cancel, on its loop: the agent's own cancel, and the steps it has in flight."""
@@ -235,7 +234,7 @@ class SubagentHooks(HookProvider):
     ) -> None:
         check_session(session)
         check_task_id(task_id)
-        _check_seconds(timeout, "timeout")
+        check_timeout(timeout)
         self._session = session
         self._task_id = task_id
         self._timeout = timeout
@@ -276,7 +275,7 @@ class SubagentHooks(HookProvider):
                 agent=agent.name,
                 task_id=self._task_id,
                 timeout=self._timeout,
-                partial_output=lambda: None if run is None else run.partial(),
+                partial_output=lambda: None if run is None else run.text.text,
             )
         )
         run = _AgentRun(agent, handle, exits, tool_call)
@@ -338,7 +337,7 @@ class SubagentHooks(HookProvider):
         if stopped or result is None:
             # After a cancel this is a late end: the task stays CANCELLED and keeps what the run had streamed
             # (``result`` is None only for the deprecated ``structured_output`` call).
-            handle.complete(run.partial() or None)
+            handle.complete(run.text.text or None)
         else:
             handle.complete(_output(result))
         await run.exits.aclose()
@@ -405,7 +404,7 @@ async def _stop_tool_call(
                 return
             except _Interrupted:
                 call.answered = True
-                yield ToolResultEvent(_cancelled_tool_result(context, run.handle.token.reason))
+                yield ToolResultEvent(_cancelled_tool_result(context, run.handle.token.reason, call.started))
                 return
             if isinstance(event, ToolResultEvent):
                 call.answered = True
@@ -417,13 +416,10 @@ async def _stop_tool_call(
             del run.tool_calls[task]
 
 
-def _cancelled_tool_result(context: ExecuteToolContext, reason: str | None) -> Any:
-    name = context.tool_use["name"]
-    return {
-        "toolUseId": str(context.tool_use.get("toolUseId")),
-        "status": "error",
-        "content": [{"text": f"The tool {name!r} was cancelled: {reason or 'no reason given'}."}],
-    }
+def _cancelled_tool_result(context: ExecuteToolContext, reason: str | None, started: bool) -> Any:
+    text = cancelled_tool_call_text(tool=context.tool_use["name"], reason=reason, started=started)
+    tool_use_id = str(context.tool_use.get("toolUseId"))
+    return {"toolUseId": tool_use_id, "status": "error", "content": [{"text": text}]}
 
 
 def _answer_for_subagent(
@@ -439,7 +435,7 @@ def _answer_for_subagent(
         agent=run.agent.name,
         task_id=run.handle.task_id,
         reason=run.handle.token.reason,
-        partial=run.partial(),
+        partial=run.text.text,
     )
     return ToolResultEvent(
         {"toolUseId": event.tool_use_id, "status": "error", "content": [{"text": text}]},

@@ -1,0 +1,191 @@
+"""What tracking costs a framework run: one subagent run of each framework's fake-model agent, untracked and
+tracked through its adapter, measured in the same run.
+
+    python benches/integrations_bench.py            # full sizes (about a minute)
+    python benches/integrations_bench.py --smoke    # tiny sizes, to check that it still runs
+
+Each agent is built once and runs again and again (building an agent is not part of a run, and leaving it out
+makes the tracker's share larger, not smaller). The model of each is the framework's own fake, offline:
+pydantic-ai's ``TestModel``, the OpenAI Agents SDK's ``ScriptedModel``, and, for LangGraph and Strands, the
+scripted models of the tests. The tracked runs use an in-memory ``Session``, and a Redis session on a local
+``redis-server`` when one is installed. Rounds alternate between the untracked and the tracked agent, and each
+figure is the median of the rounds: a shared 2-core machine drifts, and the ratio is what to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from subagent_tracker import RedisRegistry, Session
+from subagent_tracker._demo_workers import start_redis
+from subagent_tracker.integrations import TrackedSession
+
+#: One run of an agent, built for a given number of runs (a scripted model is given a reply per run).
+RunOnce = Callable[[], Awaitable[None]]
+#: Builds a framework's agent, tracked in the session given or untracked without one.
+Build = Callable[[TrackedSession | None, int], RunOnce]
+
+REPLY = " ".join(f"word{index}" for index in range(20))
+
+
+def pydantic_ai_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from pydantic_ai import Agent
+    from pydantic_ai.models.test import TestModel
+
+    from subagent_tracker.integrations.pydantic_ai import SubagentTracking
+
+    capabilities = [] if session is None else [SubagentTracking(session)]
+    agent = Agent(TestModel(custom_output_text=REPLY), name="researcher", capabilities=capabilities)
+
+    async def run_once() -> None:
+        await agent.run("research this")
+
+    return run_once
+
+
+def openai_agents_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from agents import Agent, Runner
+    from agents.testing import ScriptedModel
+    from openai_agents_fakes import text_step
+
+    from subagent_tracker.integrations.openai_agents import tracked_run_streamed
+
+    agent = Agent[Any](name="researcher", model=ScriptedModel([text_step(REPLY) for _ in range(runs)]))
+
+    async def run_once() -> None:
+        if session is None:
+            result = Runner.run_streamed(agent, "research this")
+        else:
+            result = tracked_run_streamed(session, agent, "research this")
+        async for _event in result.stream_events():
+            pass
+
+    return run_once
+
+
+def langgraph_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import MessagesState
+    from langgraph_fakes import agent_graph, scripted_model
+
+    from subagent_tracker.integrations.langgraph import tracked_astream
+
+    graph = agent_graph(scripted_model([REPLY] * runs), name="researcher")
+
+    async def run_once() -> None:
+        request: MessagesState = {"messages": [HumanMessage("research this")]}
+        stream = graph.astream(request) if session is None else tracked_astream(session, graph, request)
+        async for _chunk in stream:
+            pass
+
+    return run_once
+
+
+def strands_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from strands import Agent
+    from strands.hooks import HookCallback, HookProvider
+    from strands_fakes import ScriptedModel
+
+    from subagent_tracker.integrations.strands import SubagentHooks
+
+    hooks: list[HookProvider | HookCallback[Any]] = [] if session is None else [SubagentHooks(session)]
+    agent = Agent(model=ScriptedModel([REPLY] * runs), name="researcher", hooks=hooks, callback_handler=None)
+
+    async def run_once() -> None:
+        await agent.invoke_async("research this")
+
+    return run_once
+
+
+FRAMEWORKS: dict[str, Build] = {
+    "pydantic-ai": pydantic_ai_agent,
+    "OpenAI Agents": openai_agents_agent,
+    "LangGraph": langgraph_agent,
+    "Strands": strands_agent,
+}
+
+
+@dataclass
+class Row:
+    framework: str
+    untracked: float
+    in_memory: float
+    redis: float | None
+
+
+async def per_run(run_once: RunOnce, runs: int) -> float:
+    started = time.perf_counter()
+    for _ in range(runs):
+        await run_once()
+    return (time.perf_counter() - started) / runs
+
+
+async def measure(build: Build, sessions: dict[str, TrackedSession], runs: int, rounds: int) -> list[float]:
+    """The median seconds per run, untracked first, then tracked in each session."""
+    total = runs * (rounds + 1)  # a warm-up round, then the measured ones
+    agents = [build(None, total)] + [build(session, total) for session in sessions.values()]
+    for run_once in agents:
+        await per_run(run_once, runs)
+    samples: list[list[float]] = [[] for _ in agents]
+    for round_number in range(rounds):
+        order = list(range(len(agents)))
+        if round_number % 2:
+            order.reverse()  # neither side always runs first, on a warmer cache
+        for index in order:
+            samples[index].append(await per_run(agents[index], runs))
+    return [statistics.median(figures) for figures in samples]
+
+
+def print_table(rows: list[Row]) -> None:
+    print("| framework | untracked run | tracked, in memory | overhead | tracked, Redis | overhead |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        redis = "n/a" if row.redis is None else f"{row.redis * 1e6:,.0f} µs"
+        redis_overhead = "" if row.redis is None else f"{(row.redis / row.untracked - 1) * 100:+.1f}%"
+        print(
+            f"| {row.framework} | {row.untracked * 1e6:,.0f} µs | {row.in_memory * 1e6:,.0f} µs "
+            f"| {(row.in_memory / row.untracked - 1) * 100:+.1f}% | {redis} | {redis_overhead} |"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
+    smoke = parser.parse_args().smoke
+    runs, rounds = (3, 1) if smoke else (100, 9)
+    server = None
+    sessions: dict[str, TrackedSession] = {"memory": Session(max_finished_tasks=10_000)}
+    if shutil.which("redis-server") is not None:
+        server, url = start_redis()
+        sessions["redis"] = RedisRegistry(url).session("integrations-bench")
+    print(f"python {sys.version.split()[0]}; {runs} runs a round, median of {rounds} rounds\n")
+    rows = []
+    try:
+        for framework, build in FRAMEWORKS.items():
+            if framework == "pydantic-ai" and sys.version_info < (3, 11):
+                print("pydantic-ai: skipped, it needs Python 3.11 or later")
+                continue
+            figures = asyncio.run(measure(build, sessions, runs, rounds))
+            rows.append(Row(framework, figures[0], figures[1], figures[2] if len(figures) > 2 else None))
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
