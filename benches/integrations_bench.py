@@ -103,6 +103,7 @@ def strands_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     agent = Agent(model=ScriptedModel([REPLY] * runs), name="researcher", hooks=hooks, callback_handler=None)
 
     async def run_once() -> None:
+        agent.messages.clear()  # each run a new conversation: a growing one costs more every run
         await agent.invoke_async("research this")
 
     return run_once

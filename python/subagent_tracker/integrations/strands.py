@@ -31,7 +31,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextvars import ContextVar, Token
 from typing import Any
 
-from subagent_tracker._native import CancellationToken
 from subagent_tracker.integrations import (
     FRAMEWORK_CANCEL_REASON,
     STREAM_CLOSED_REASON,
@@ -75,23 +74,20 @@ __all__ = ["SubagentHooks"]
 _CANCELLED_RESPONSE_TEXT = "Cancelled by user"
 
 
-class _Interrupted(Exception):
-    """The adapter stopped a step of a cancelled run."""
-
-
 class _Step:
     """A model call or a tool call of a tracked run, in flight: the adapter's own checkpoint.
 
-    The step pulls its stage's events through :meth:`next`. Interrupting it while it waits there cancels the
-    waiting asyncio task, so the ``CancelledError`` lands inside the model's or the tool's await and comes out
-    of :meth:`next`, where it is caught and turned into :class:`_Interrupted`: the task goes on, and the stage
-    is answered as cancelled. Interrupting it anywhere else only marks it, for the next :meth:`next`.
+    :meth:`run` passes the stage's events on. Interrupting the step while the stage waits for its next event
+    cancels the waiting asyncio task, so the ``CancelledError`` lands inside the model's or the tool's await;
+    it is absorbed there, once, and the stage is answered as cancelled. Interrupting it anywhere else only
+    marks it, for the next event.
     """
 
-    def __init__(self, token: CancellationToken) -> None:
+    def __init__(self, run: _AgentRun) -> None:
+        self._run = run
         self._task: asyncio.Task[Any] | None = None
         self._waiting = False
-        self.interrupted = token.is_cancelled
+        self.interrupted = run.handle.token.is_cancelled
         self.answered = False
         # Whether the stage was entered: a step interrupted before its first event never started.
         self.started = False
@@ -104,22 +100,43 @@ class _Step:
         if self._waiting and self._task is not None:
             self._task.cancel()
 
-    async def next(self, events: AsyncIterator[Any]) -> Any:
-        """The stage's next event; raises ``StopAsyncIteration`` at its end, ``_Interrupted`` once stopped."""
-        if self.interrupted and not self.answered:
-            raise _Interrupted
+    async def run(
+        self, events: AsyncIterator[Any], passing: Callable[[Any], Any], stopped: Callable[[], Any]
+    ) -> AsyncGenerator[Any, None]:
+        """The stage's events, each through ``passing``; once the step is interrupted, ``stopped()`` ends the
+        stage instead. The middleware returns this generator itself: one layer per event, the least a
+        checkpoint at every chunk costs."""
+        # A stage's events are pulled by one task, from its first to its last.
         self._task = asyncio.current_task()
-        self._waiting = True
-        self.started = True
+        self.enter()
         try:
-            return await events.__anext__()
-        except asyncio.CancelledError:
-            # Only the adapter's own cancel request is absorbed: another one still pending goes on up.
-            if not self.interrupted or self._task is None or not absorb_own_cancel(self._task):
-                raise
-            raise _Interrupted from None
+            while not self.interrupted:
+                self.started = True
+                self._waiting = True
+                try:
+                    event = await events.__anext__()
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    # Only the adapter's own cancel request is absorbed: another one still pending goes on up.
+                    if not self.interrupted or self._task is None or not absorb_own_cancel(self._task):
+                        raise
+                    break
+                finally:
+                    self._waiting = False
+                yield passing(event)
+            self.answered = True
+            yield stopped()
         finally:
-            self._waiting = False
+            self.leave()
+
+    def enter(self) -> None:
+        """The stage has begun: the run's cancel stops it from now on."""
+        self._run.steps.add(self)
+
+    def leave(self) -> None:
+        """The stage has ended: a cancel has nothing more to stop here."""
+        self._run.steps.discard(self)
 
 
 class _ToolCall(_Step):
@@ -127,10 +144,22 @@ class _ToolCall(_Step):
     interrupted from outside: it is cancelled with the run (it is its child, or linked to it) and stops at its
     own checkpoints, so its history and partial output survive and its tool call gets its cancelled text."""
 
-    def __init__(self, token: CancellationToken) -> None:
-        super().__init__(token)
+    def __init__(self, run: _AgentRun) -> None:
+        super().__init__(run)
+        self._key: asyncio.Task[Any] | None = None
         self.subagent_runs: list[_AgentRun] = []
         self._deferred = False
+
+    def enter(self) -> None:
+        # By the task that runs the call: a subagent started inside it finds its call so.
+        super().enter()
+        self._key = self._task
+        self._run.tool_calls[self._key] = self
+
+    def leave(self) -> None:
+        super().leave()
+        if self._run.tool_calls.get(self._key) is self:
+            del self._run.tool_calls[self._key]
 
     def interrupt(self) -> None:
         if any(not run.ended for run in self.subagent_runs):
@@ -169,16 +198,6 @@ class _AgentRun:
         self.ended = False
         self.cancelled = False
 
-    def record(self, event: dict[str, Any]) -> None:
-        """Keeps the streamed text: strands drops a response cancelled mid-stream; the partial output
-        keeps it."""
-        chunk = event.get("event")
-        if isinstance(chunk, dict) and "messageStart" in chunk:
-            self.text.new_response()
-        data = event.get("data")
-        if isinstance(data, str) and data:
-            self.text.add(data)
-
     def stop(self) -> None:
         """The run's cancel, on its loop: the agent's own cancel, and the steps it has in flight."""
         self.agent.cancel()
@@ -188,21 +207,6 @@ class _AgentRun:
 
 #: The innermost run of an agent carrying the adapter, in the current context.
 _RUN: ContextVar[_AgentRun | None] = ContextVar("subagent_tracker_strands_run", default=None)
-
-
-class _StreamedTextRecorder:
-    """The agent's ``callback_handler``, wrapped: every event still reaches it, and the text events are kept
-    for the partial output of the agent's current run."""
-
-    def __init__(self, agent: Agent, inner: Callable[..., Any]) -> None:
-        self._agent = weakref.ref(agent)
-        self.inner = inner
-
-    def __call__(self, **event: Any) -> Any:
-        run = _RUN.get()
-        if run is not None and run.agent is self._agent():
-            run.record(event)
-        return self.inner(**event)
 
 
 class SubagentHooks(HookProvider):
@@ -252,10 +256,6 @@ class SubagentHooks(HookProvider):
         self._attach(event.agent)
 
     def _attach(self, agent: Agent) -> None:
-        # stream_async reads the callback handler before BeforeInvocationEvent: it is wrapped at construction,
-        # and again after a run if it was replaced since (the replacement then counts from the next run).
-        if not isinstance(agent.callback_handler, _StreamedTextRecorder):
-            agent.callback_handler = _StreamedTextRecorder(agent, agent.callback_handler)
         if agent in self._attached:
             return
         self._attached.add(agent)
@@ -348,72 +348,54 @@ def _output(result: Any) -> str:
     return str(result).strip()
 
 
-async def _stop_model_call(
+def _stop_model_call(
     context: InvokeModelContext, next_stage: Callable[[InvokeModelContext], AsyncGenerator[Any, None]]
 ) -> AsyncGenerator[Any, None]:
     """Middleware of the model call: a cancel stops it at once, even while the model sends nothing; the call
     ends as strands ends one it sees cancelled between chunks."""
     run = _RUN.get()
     if run is None or run.agent is not context.agent:
-        async for event in next_stage(context):
-            yield event
-        return
-    step = _Step(run.handle.token)
-    run.steps.add(step)
-    events = next_stage(context)
-    try:
-        while True:
-            try:
-                event = await step.next(events)
-            except StopAsyncIteration:
-                return
-            except _Interrupted:
-                step.answered = True
-                yield ModelStopReason(
-                    stop_reason="cancelled",
-                    message={"role": "assistant", "content": [{"text": _CANCELLED_RESPONSE_TEXT}]},
-                    usage={"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
-                    metrics={"latencyMs": 0},
-                )
-                return
-            yield event
-    finally:
-        run.steps.discard(step)
+        return next_stage(context)
+    text = run.text
+    text.new_response()
+
+    def passing(event: Any) -> Any:
+        # Strands drops the text of a response cancelled mid-stream: the partial output keeps it.
+        if (data := event.get("data")) and isinstance(data, str):
+            text.add(data)
+        return event
+
+    def stopped() -> Any:
+        return ModelStopReason(
+            stop_reason="cancelled",
+            message={"role": "assistant", "content": [{"text": _CANCELLED_RESPONSE_TEXT}]},
+            usage={"inputTokens": 0, "outputTokens": 0, "totalTokens": 0},
+            metrics={"latencyMs": 0},
+        )
+
+    return _Step(run).run(next_stage(context), passing, stopped)
 
 
-async def _stop_tool_call(
+def _stop_tool_call(
     context: ExecuteToolContext, next_stage: Callable[[ExecuteToolContext], AsyncGenerator[Any, None]]
 ) -> AsyncGenerator[Any, None]:
     """Middleware of a tool call: a cancel stops a running async tool at once and answers its call (strands
     would let it run to its end); the call that ran a cancelled tracked subagent gets its cancelled text."""
     run = _RUN.get()
     if run is None or run.agent is not context.agent:
-        async for event in next_stage(context):
-            yield event
-        return
-    call = _ToolCall(run.handle.token)
-    task = asyncio.current_task()
-    run.steps.add(call)
-    run.tool_calls[task] = call
-    events = next_stage(context)
-    try:
-        while True:
-            try:
-                event = await call.next(events)
-            except StopAsyncIteration:
-                return
-            except _Interrupted:
-                call.answered = True
-                yield ToolResultEvent(_cancelled_tool_result(context, run.handle.token.reason, call.started))
-                return
-            if isinstance(event, ToolResultEvent):
-                call.answered = True
-                event = _answer_for_subagent(context, call, event)
-            yield event
-    finally:
-        run.steps.discard(call)
-        if run.tool_calls.get(task) is call:
-            del run.tool_calls[task]
+        return next_stage(context)
+    call = _ToolCall(run)
+
+    def passing(event: Any) -> Any:
+        if isinstance(event, ToolResultEvent):
+            call.answered = True
+            return _answer_for_subagent(context, call, event)
+        return event
+
+    def stopped() -> Any:
+        return ToolResultEvent(_cancelled_tool_result(context, run.handle.token.reason, call.started))
+
+    return call.run(next_stage(context), passing, stopped)
 
 
 def _cancelled_tool_result(context: ExecuteToolContext, reason: str | None, started: bool) -> Any:
