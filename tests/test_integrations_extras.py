@@ -120,3 +120,17 @@ def test_a_bad_timeout_is_refused_at_construction_before_any_task_starts(
     with pytest.raises(error, match="timeout"):
         ENTRY_POINTS[entry_point](session, timeout)
     assert session.subagent_tasks() == []
+
+
+def test_the_pydantic_ai_adapter_on_python_3_10_says_it_needs_3_11(monkeypatch: pytest.MonkeyPatch) -> None:
+    # pydantic-ai needs 3.11: on 3.10 the extra installs nothing, its import fails, and the adapter says why.
+    for name in [name for name in sys.modules if name == "pydantic_ai" or name.startswith("pydantic_ai.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pydantic_ai", None)
+    monkeypatch.delitem(sys.modules, "subagent_tracker.integrations.pydantic_ai", raising=False)
+    monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
+
+    with pytest.raises(
+        ImportError, match=r"needs Python 3\.11 or later, as pydantic-ai does \(this is Python 3\.10\)"
+    ):
+        importlib.import_module("subagent_tracker.integrations.pydantic_ai")

@@ -73,7 +73,7 @@ except ImportError as error:
     if sys.version_info < (3, 11):
         raise ImportError(
             "subagent_tracker.integrations.pydantic_ai needs Python 3.11 or later, as pydantic-ai does "
-            f"(this is Python {sys.version_info.major}.{sys.version_info.minor})"
+            f"(this is Python {sys.version_info[0]}.{sys.version_info[1]})"
         ) from error
     raise missing_framework("pydantic_ai", "pydantic-ai", error) from error
 
