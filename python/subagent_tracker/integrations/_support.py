@@ -48,6 +48,15 @@ def check_timeout(timeout: float | None) -> None:
     _check_seconds(timeout, "timeout")
 
 
+def check_run_options(session: object, task_id: object, timeout: float | None) -> None:
+    """The checks every adapter makes when it is built (or, for a call that returns a stream, when called):
+    :func:`check_session`, :func:`check_task_id` and :func:`check_timeout`, so a mistake raises where it was
+    made and before any task starts."""
+    check_session(session)
+    check_task_id(task_id)
+    check_timeout(timeout)
+
+
 def cancelled_run_text(*, agent: str | None, task_id: str, reason: str | None, partial: str | None) -> str:
     """What a delegating tool call returns for a subagent that was cancelled: the reason and the partial
     output, so the delegating model can go on with its turn (and tell the user what was stopped, and why)."""

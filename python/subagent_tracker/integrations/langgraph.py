@@ -29,9 +29,7 @@ from subagent_tracker.integrations import STREAM_CLOSED_REASON, TrackedSession, 
 from subagent_tracker.integrations._support import (
     cancelled_run_text,
     cancelled_tool_call_text,
-    check_session,
-    check_task_id,
-    check_timeout,
+    check_run_options,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -101,9 +99,7 @@ def tracked_subgraph_tool(
     ``TypeError`` at once for a bad ``session`` or ``task_id``; ``timeout`` is checked as the session checks
     it (``TypeError``, ``ValueError``).
     """
-    check_session(session)
-    check_task_id(task_id)
-    check_timeout(timeout)
+    check_run_options(session, task_id, timeout)
 
     async def run_subagent(input: str) -> str:
         return await _run_subgraph(graph, session, name, task_id, timeout, input)
@@ -230,9 +226,7 @@ def tracked_astream(
     ``TypeError`` at once for a bad ``session`` or ``task_id``; ``timeout`` is checked as the session checks
     it (``TypeError``, ``ValueError``), at the call, before the run starts.
     """
-    check_session(session)
-    check_task_id(task_id)
-    check_timeout(timeout)
+    check_run_options(session, task_id, timeout)
     return _tracked_stream(session, graph, input, config, task_id, timeout, astream_options)
 
 

@@ -37,9 +37,7 @@ from subagent_tracker.integrations._support import (
     absorb_own_cancel,
     cancelled_run_text,
     cancelled_tool_call_text,
-    check_session,
-    check_task_id,
-    check_timeout,
+    check_run_options,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -158,9 +156,7 @@ def tracked_as_tool(
     Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, or a bad
     ``task_id``; ``timeout`` is checked as the session checks it (``TypeError``, ``ValueError``).
     """
-    check_session(session)
-    check_task_id(task_id)
-    check_timeout(timeout)
+    check_run_options(session, task_id, timeout)
     user_on_stream: Callable[[AgentToolStreamEvent], object] | None = as_tool_options.pop("on_stream", None)
     user_failure: _FailureFunction | None = as_tool_options.pop(
         "failure_error_function", default_tool_error_function
@@ -287,9 +283,7 @@ def tracked_run_streamed(
     ``task_id``; ``timeout`` is checked as the session checks it (``TypeError``, ``ValueError``);
     ``RuntimeError`` outside a running event loop.
     """
-    check_session(session)
-    check_task_id(task_id)
-    check_timeout(timeout)
+    check_run_options(session, task_id, timeout)
     asyncio.get_running_loop()  # outside a loop, fail before a task is started
     return _StreamedRun(session).start(starting_agent, input, task_id, timeout, run_options)
 

@@ -38,9 +38,7 @@ from subagent_tracker.integrations import TrackedHandle, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
     cancelled_run_text,
     cancelled_tool_call_text,
-    check_session,
-    check_task_id,
-    check_timeout,
+    check_run_options,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -178,9 +176,7 @@ class SubagentTracking(AbstractCapability[Any]):
         task_id: str | Callable[[], str] | None = None,
         timeout: float | None = None,
     ) -> None:
-        check_session(session)
-        check_task_id(task_id)
-        check_timeout(timeout)
+        check_run_options(session, task_id, timeout)
         self.session = session
         self.task_id = task_id
         self.timeout = timeout

@@ -43,9 +43,7 @@ from subagent_tracker.integrations._support import (
     absorb_own_cancel,
     cancelled_run_text,
     cancelled_tool_call_text,
-    check_session,
-    check_task_id,
-    check_timeout,
+    check_run_options,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -236,9 +234,7 @@ class SubagentHooks(HookProvider):
         task_id: str | Callable[[], str] | None = None,
         timeout: float | None = None,
     ) -> None:
-        check_session(session)
-        check_task_id(task_id)
-        check_timeout(timeout)
+        check_run_options(session, task_id, timeout)
         self._session = session
         self._task_id = task_id
         self._timeout = timeout
