@@ -57,8 +57,8 @@ step "Rust example, and each Rust benchmark once (divan's test mode)"
 cargo run --quiet --example orchestrator -p subagent-tracker
 cargo run --quiet --example two_workers -p subagent-tracker-redis
 cargo test --quiet --benches -p subagent-tracker
-step "the README's Python blocks, as written"
-python scripts/run_readme.py
+step "the Python blocks of the README and docs/integrations.md, as written"
+python scripts/run_doc_examples.py
 step "demo, examples and Python benchmarks (smoke sizes; the figures are not judged)"
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
