@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from subagent_tracker import RedisRegistry, Session
+from subagent_tracker import RedisRegistry, Session, SubagentStatus
 from subagent_tracker._demo_workers import start_redis
 from subagent_tracker.integrations import TrackedSession
 
@@ -150,6 +150,15 @@ async def measure(build: Build, sessions: dict[str, TrackedSession], runs: int) 
     return [statistics.median(figures) for figures in samples]
 
 
+def check_every_run_completed(framework: str, sessions: dict[str, TrackedSession]) -> None:
+    """A broken adapter would be measured as a fast one: every tracked run must have completed."""
+    for kind, session in sessions.items():
+        if session.pending_subagent_tasks() or any(
+            task.status != SubagentStatus.COMPLETED for task in session.subagent_tasks()
+        ):
+            raise SystemExit(f"{framework}: a tracked run in the {kind} session did not complete")
+
+
 def print_table(rows: list[Row]) -> None:
     print("| framework | untracked run | tracked, in memory | overhead | tracked, Redis | overhead |")
     print("|---|---|---|---|---|---|")
@@ -182,6 +191,7 @@ def main() -> None:
                 print("pydantic-ai: skipped, it needs Python 3.11 or later")
                 continue
             figures = asyncio.run(measure(build, sessions, runs))
+            check_every_run_completed(framework, sessions)
             rows.append(Row(framework, figures[0], figures[1], figures[2] if len(figures) > 2 else None))
     finally:
         if server is not None:

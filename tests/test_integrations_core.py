@@ -6,6 +6,9 @@ against the in-memory session and a Redis session."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,7 +20,7 @@ from subagent_tracker import (
     SubagentStatus,
     TaskCancelledError,
 )
-from subagent_tracker.integrations import TrackedSession, current_task, tracked
+from subagent_tracker.integrations import RUN_STOPPED_REASON, TrackedSession, current_task, tracked
 
 
 @pytest.fixture
@@ -231,3 +234,74 @@ def test_a_task_id_callable_that_returns_no_str_is_a_type_error() -> None:
     with pytest.raises(TypeError, match="must return a str"):
         asyncio.run(run())
     assert session.subagent_tasks() == []
+
+
+def test_a_cancel_raised_from_another_token_keeps_that_token_s_reason(session: TrackedSession) -> None:
+    sibling = session.start_subagent_task("sibling")
+    assert session.cancel_subagent_task("sibling", reason="the sibling was stopped")
+
+    async def run() -> None:
+        with pytest.raises(TaskCancelledError):
+            async with tracked(session, agent="a", task_id="raised-it", parent=None):
+                sibling.token.raise_if_cancelled()  # a body may watch a token that is not its own
+
+    asyncio.run(run())
+    task = _task(session, "raised-it")
+    assert (task.status, task.cancel_reason) == (SubagentStatus.CANCELLED, "the sibling was stopped")
+    sibling.complete()
+
+
+def test_an_asyncio_cancel_keeps_the_partial_output_and_a_failing_one_does_not_hide_the_cancel(
+    session: TrackedSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def body(task_id: str, partial_output: Any) -> None:
+        async with tracked(session, agent="a", task_id=task_id, parent=None, partial_output=partial_output):
+            await asyncio.sleep(30)
+
+    async def cancelled(task_id: str, partial_output: Any) -> None:
+        running = asyncio.ensure_future(body(task_id, partial_output))
+        await asyncio.sleep(0.05)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(cancelled("kept", lambda: "what it had"))
+    asyncio.run(cancelled("broken", lambda: 1 / 0))
+
+    kept, broken = _task(session, "kept"), _task(session, "broken")
+    assert (kept.status, kept.cancel_reason, kept.result) == (
+        SubagentStatus.CANCELLED,
+        RUN_STOPPED_REASON,
+        "what it had",
+    )
+    assert (broken.status, broken.cancel_reason, broken.finished) == (
+        SubagentStatus.CANCELLED,
+        RUN_STOPPED_REASON,
+        True,
+    )
+    assert "could not record the end of the cancelled run 'broken'" in caplog.text
+
+
+def test_a_run_ended_elsewhere_is_nobody_s_parent(session: TrackedSession) -> None:
+    async def generator_run() -> AsyncIterator[int]:
+        async with tracked(session, agent="streamer", task_id="dropped", parent=None):
+            for index in range(100):
+                yield index
+                await asyncio.sleep(0)
+
+    async def run() -> str | None:
+        async for _chunk in generator_run():
+            break  # dropped, never closed: asyncio's finalizer ends the run, in a context of its own
+        deadline = time.monotonic() + 10
+        while not _task(session, "dropped").finished:
+            assert time.monotonic() < deadline, "the dropped run did not end within 10 s"
+            gc.collect()
+            await asyncio.sleep(0.01)
+        assert current_task() is None
+        async with tracked(session, agent="next", task_id="next") as task:
+            task.complete("ran")
+        parent_id: str | None = _task(session, "next").parent_id
+        return parent_id
+
+    assert asyncio.run(run()) is None
+    assert _task(session, "next").status == SubagentStatus.COMPLETED

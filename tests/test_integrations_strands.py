@@ -10,17 +10,25 @@ import asyncio
 import gc
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 import pytest
 from strands import Agent, tool
 from strands.hooks import AfterInvocationEvent, HookOrder
+from strands.middleware import InvokeModelContext, InvokeModelStage
 from strands.types.content import Messages
+from strands.types.events import ModelStopReason
 from strands_fakes import Reply, ScriptedModel, ToolCall
 
 from subagent_tracker import DEADLINE_REASON, Session, SubagentStatus
-from subagent_tracker.integrations import STREAM_CLOSED_REASON, TrackedSession, cancelled_run_text, tracked
+from subagent_tracker.integrations import (
+    STREAM_CLOSED_REASON,
+    TrackedSession,
+    cancelled_run_text,
+    current_task,
+    tracked,
+)
 from subagent_tracker.integrations.strands import SubagentHooks
 
 pytestmark = pytest.mark.timeout(120)
@@ -430,8 +438,9 @@ def test_a_run_started_while_its_caller_handles_an_exception_is_not_failed_by_it
     assert (task.status, task.error, task.result) == (SubagentStatus.COMPLETED, None, "the fallback answer")
 
 
-def test_a_stream_dropped_unclosed_still_ends_its_task(session: TrackedSession) -> None:
+def test_a_stream_dropped_unclosed_still_ends_its_task_and_parents_nothing(session: TrackedSession) -> None:
     agent = _agent(session, "dropped", [Reply("one two three four five six", chunk_delay=0.01)])
+    later = _agent(session, "later", ["a later answer"])
 
     async def read_first_chunk() -> None:
         async for event in agent.stream_async("go"):
@@ -445,8 +454,33 @@ def test_a_stream_dropped_unclosed_still_ends_its_task(session: TrackedSession) 
             assert time.monotonic() < deadline, "the dropped run's task did not end within 10 s"
             gc.collect()
             await asyncio.sleep(0.01)
+        # The dropped run is still set in this task's context (strands ran its hooks there), but has ended.
+        assert current_task() is None
+        await later.invoke_async("and now?")
 
     asyncio.run(run())
     task = _task(session, "dropped")
     assert (task.status, task.cancel_reason) == (SubagentStatus.CANCELLED, STREAM_CLOSED_REASON)
+    later_task = _task(session, "later")
+    assert (later_task.status, later_task.parent_id) == (SubagentStatus.COMPLETED, None)
     assert session.pending_subagent_tasks() == []
+
+
+def test_a_cancel_after_the_model_s_response_is_whole_does_not_replace_it(session: TrackedSession) -> None:
+    agent = _agent(session, "answered", ["the complete answer"])
+
+    async def cancel_once_the_response_is_whole(
+        context: InvokeModelContext, next_stage: Callable[[InvokeModelContext], AsyncGenerator[Any, None]]
+    ) -> AsyncGenerator[Any, None]:
+        # Registered after the adapter's, so it runs inside it: the cancel lands with the stop event passed.
+        async for event in next_stage(context):
+            yield event
+            if isinstance(event, ModelStopReason):
+                session.cancel_subagent_task("answered", reason="too late")
+                await asyncio.sleep(0.01)
+
+    agent.add_middleware(InvokeModelStage, cancel_once_the_response_is_whole)
+    asyncio.run(agent.invoke_async("go"))
+    assert agent.messages[-1]["content"] == [{"text": "the complete answer"}]
+    task = _task(session, "answered")
+    assert (task.status, task.result) == (SubagentStatus.CANCELLED, "the complete answer")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -63,20 +64,36 @@ STREAM_CLOSED_REASON: Final = "the caller stopped reading the run's stream befor
 FRAMEWORK_CANCEL_REASON: Final = "the run was cancelled through its framework's own cancel"
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Run:
     session: TrackedSession
     handle: TrackedHandle
+    #: The run this one was started inside, if any.
+    outer: _Run | None
+    ended: bool = False
 
 
 #: The innermost tracked run of the current context.
 _CURRENT: ContextVar[_Run | None] = ContextVar("subagent_tracker_current_run", default=None)
 
+#: Where a failure to record a cancelled run's end goes (the cancel itself still propagates).
+_LOG = logging.getLogger("subagent_tracker")
+
+
+def _current_run() -> _Run | None:
+    """The innermost run of the current context that has not ended. A run inside an async generator that was
+    dropped unclosed ends in asyncio's finalizer, in a context of its own, and cannot take itself out of the
+    context that iterated it: it is passed over here, so it is nobody's parent."""
+    run = _CURRENT.get()
+    while run is not None and run.ended:
+        run = run.outer
+    return run
+
 
 def current_task() -> TrackedHandle | None:
     """The handle of the innermost run tracked in the current context (this asyncio task, thread, or a
-    context copied from one), or ``None`` outside any."""
-    run = _CURRENT.get()
+    context copied from one) that has not ended, or ``None`` outside any."""
+    run = _current_run()
     return None if run is None else run.handle
 
 
@@ -150,7 +167,7 @@ async def _tracked(
     if isinstance(parent, str):
         parent_id = parent
     elif parent is ...:
-        outer = _CURRENT.get()
+        outer = _current_run()
         if outer is not None and outer.session == session:
             parent_id = outer.handle.task_id
         elif outer is not None:
@@ -164,20 +181,38 @@ async def _tracked(
         timeout=timeout,
         linked=links or None,
     )
-    current = _CURRENT.set(_Run(session, handle))
+    run = _Run(session, handle, _current_run())
+    current = _CURRENT.set(run)
     try:
         async with handle:
             try:
                 yield handle
-            except (asyncio.CancelledError, TaskCancelledError):
+            except (asyncio.CancelledError, TaskCancelledError) as cancel:
                 # Before the handle's exit: once the runner has ended, a late end is refused.
-                if not handle.token.is_cancelled:
-                    session.cancel_subagent_task(handle.task_id, reason=RUN_STOPPED_REASON)
-                if partial_output is not None and (partial := partial_output()) is not None:
-                    handle.complete(partial)
+                _end_cancelled(session, handle, cancel, partial_output)
                 raise
     finally:
+        run.ended = True
         # A run inside an async generator that was dropped unclosed is ended by asyncio's finalizer, in a
         # context of its own where this run was never current: there is nothing to restore there.
         with contextlib.suppress(ValueError):
             _CURRENT.reset(current)
+
+
+def _end_cancelled(
+    session: TrackedSession,
+    handle: TrackedHandle,
+    cancel: asyncio.CancelledError | TaskCancelledError,
+    partial_output: Callable[[], object] | None,
+) -> None:
+    """Ends a run whose body left cancelled: cancels its task if its token has not fired (asyncio cancelled
+    it, or the body raised another token's cancel), then keeps its partial output. Neither may hide the
+    cancel on its way out: a failure here (Redis unreachable, a ``partial_output`` that raises) is logged."""
+    try:
+        if not handle.token.is_cancelled:
+            reason = cancel.reason if isinstance(cancel, TaskCancelledError) else RUN_STOPPED_REASON
+            session.cancel_subagent_task(handle.task_id, reason=reason)
+        if partial_output is not None and (partial := partial_output()) is not None:
+            handle.complete(partial)
+    except Exception:
+        _LOG.exception("could not record the end of the cancelled run %r", handle.task_id)

@@ -262,6 +262,8 @@ class SubagentHooks(HookProvider):
         agent = event.agent
         self._attach(agent)
         delegating = _RUN.get()
+        if delegating is not None and delegating.ended:
+            delegating = None  # a run of a stream dropped unclosed, still set in the context that read it
         tool_call = None if delegating is None else delegating.tool_calls.get(asyncio.current_task())
         exits = contextlib.AsyncExitStack()
         run: _AgentRun | None = None
@@ -281,7 +283,8 @@ class SubagentHooks(HookProvider):
             await exits.__aexit__(type(error), error, error.__traceback__)
             raise
         # An exception the caller was handling when it started the run (a fallback in an ``except``) is in
-        # flight in the after-hook too, and must not count as the run's.
+        # flight in the after-hook too, and must not count as the run's. (One the caller began to handle
+        # while it read the run's stream would still count: strands gives the hook no other way to know.)
         run.outer_error = sys.exc_info()[1]
         run.context_token = _RUN.set(run)
         # By agent, not through the context: a stream dropped unclosed is closed by asyncio's finalizer in a
@@ -359,6 +362,8 @@ def _stop_model_call(
         # Strands drops the text of a response cancelled mid-stream: the partial output keeps it.
         if (data := event.get("data")) and isinstance(data, str):
             text.add(data)
+        elif isinstance(event, ModelStopReason):
+            step.answered = True  # the response is whole: a later cancel must not replace it
         return event
 
     def stopped() -> Any:
@@ -369,7 +374,8 @@ def _stop_model_call(
             metrics={"latencyMs": 0},
         )
 
-    return _Step(run).run(next_stage(context), passing, stopped)
+    step = _Step(run)
+    return step.run(next_stage(context), passing, stopped)
 
 
 def _stop_tool_call(
