@@ -34,7 +34,13 @@ from typing import Any, Final, TypeAlias
 from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import CancellationToken, RedisSession, RedisTaskHandle, SubagentTaskHandle
 from subagent_tracker._session import Session
-from subagent_tracker.integrations._support import cancelled_run_text, check_session, check_task_id
+from subagent_tracker.integrations._support import (
+    CancelledRun,
+    cancelled_run_text,
+    check_session,
+    check_task_id,
+    report_cancelled_run,
+)
 
 __all__ = [
     "FRAMEWORK_CANCEL_REASON",
@@ -189,7 +195,7 @@ async def _tracked(
                 yield handle
             except (asyncio.CancelledError, TaskCancelledError) as cancel:
                 # Before the handle's exit: once the runner has ended, a late end is refused.
-                _end_cancelled(session, handle, cancel, partial_output)
+                _end_cancelled(session, handle, agent, cancel, partial_output)
                 raise
     finally:
         run.ended = True
@@ -202,17 +208,28 @@ async def _tracked(
 def _end_cancelled(
     session: TrackedSession,
     handle: TrackedHandle,
+    agent: str | None,
     cancel: asyncio.CancelledError | TaskCancelledError,
     partial_output: Callable[[], object] | None,
 ) -> None:
     """Ends a run whose body left cancelled: cancels its task if its token has not fired (asyncio cancelled
-    it, or the body raised another token's cancel), then keeps its partial output. Neither may hide the
-    cancel on its way out: a failure here (Redis unreachable, a ``partial_output`` that raises) is logged."""
+    it, or the body raised another token's cancel), keeps its partial output, and reports it to the tool call
+    that ran it. None of it may hide the cancel on its way out: a failure here (Redis unreachable, a
+    ``partial_output`` that raises) is logged."""
     try:
         if not handle.token.is_cancelled:
             reason = cancel.reason if isinstance(cancel, TaskCancelledError) else RUN_STOPPED_REASON
             session.cancel_subagent_task(handle.task_id, reason=reason)
-        if partial_output is not None and (partial := partial_output()) is not None:
+        partial = None if partial_output is None else partial_output()
+        if partial is not None:
             handle.complete(partial)
+        report_cancelled_run(
+            CancelledRun(
+                agent=agent,
+                task_id=handle.task_id,
+                reason=handle.token.reason,
+                partial=None if partial is None else str(partial),
+            )
+        )
     except Exception:
         _LOG.exception("could not record the end of the cancelled run %r", handle.task_id)

@@ -1,13 +1,16 @@
 """What every framework adapter shares, written once: the import error that names the extra, the argument
-checks, the texts a tool call gets for a cancelled subagent or a cancelled call, the streamed text that
-becomes a cancelled run's partial output, and acting on a cancel from the run's own event loop."""
+checks, the texts a tool call gets for a cancelled subagent or a cancelled call, the report a cancelled
+subagent leaves for the tool call that ran it, the streamed text that becomes a cancelled run's partial
+output, and acting on a cancel from the run's own event loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from subagent_tracker._native import CancellationToken, RedisSession, _check_seconds
@@ -74,6 +77,60 @@ def cancelled_tool_call_text(*, tool: str | None, reason: str | None, started: b
     name = f"The tool {tool!r}" if tool else "The tool call"
     when = "while running" if started else "before it started"
     return f"{name} was cancelled {when}: {reason or 'no reason given'}."
+
+
+@dataclass(frozen=True)
+class CancelledRun:
+    """A tracked run that ended cancelled, as the tool call that ran it reports it: its
+    :func:`cancelled_run_text`."""
+
+    agent: str | None
+    task_id: str
+    reason: str | None
+    partial: str | None
+
+    def text(self) -> str:
+        return cancelled_run_text(
+            agent=self.agent, task_id=self.task_id, reason=self.reason, partial=self.partial
+        )
+
+
+class DelegatingCall:
+    """A tool call of a tracked run, running: the subagent runs tracked inside it, of any framework, report
+    here when they end cancelled. So a delegating run that tears the call down (its own cancel, which
+    cascades) can still answer it with the subagent's reason and partial output, though the subagent's
+    framework raised instead of answering."""
+
+    __slots__ = ("cancelled_run",)
+
+    def __init__(self) -> None:
+        #: The latest subagent run inside the call that ended cancelled.
+        self.cancelled_run: CancelledRun | None = None
+
+
+_DELEGATING_CALL: ContextVar[DelegatingCall | None] = ContextVar(
+    "subagent_tracker_delegating_call", default=None
+)
+
+
+@contextlib.contextmanager
+def delegating_call() -> Iterator[DelegatingCall]:
+    """Makes the block a tool call of a tracked run: the subagents it runs report to the call it yields."""
+    call = DelegatingCall()
+    previous = _DELEGATING_CALL.set(call)
+    try:
+        yield call
+    finally:
+        _DELEGATING_CALL.reset(previous)
+
+
+def report_cancelled_run(run: CancelledRun) -> None:
+    """Tells the innermost running tool call of the current context, if any, that ``run`` ended cancelled:
+    ``tracked`` does it for every run that leaves cancelled, and an adapter whose tool answers before its
+    subagent has ended does it itself."""
+    call = _DELEGATING_CALL.get()
+    if call is not None:
+        call.cancelled_run = run
 
 
 class StreamedText:

@@ -33,13 +33,14 @@ from subagent_tracker.integrations import (
     tracked,
 )
 from subagent_tracker.integrations._support import (
+    CancelledRun,
     StreamedText,
     absorb_own_cancel,
-    cancelled_run_text,
     cancelled_tool_call_text,
     check_run_options,
     missing_framework,
     on_cancel_in_loop,
+    report_cancelled_run,
 )
 
 try:
@@ -118,9 +119,12 @@ class _Invocation:
     handle: TrackedHandle | None = None
     error: Exception | None = None
 
-    def cancelled_text(self, reason: str | None) -> str:
+    def cancelled_run(self, reason: str | None) -> CancelledRun:
         task_id = "" if self.handle is None else self.handle.task_id
-        return cancelled_run_text(agent=self.agent, task_id=task_id, reason=reason, partial=self.text.text)
+        return CancelledRun(agent=self.agent, task_id=task_id, reason=reason, partial=self.text.text)
+
+    def cancelled_text(self, reason: str | None) -> str:
+        return self.cancelled_run(reason).text()
 
 
 #: The agent tool call the current code runs in: its ``on_stream`` and failure function record into it.
@@ -232,7 +236,10 @@ def tracked_as_tool(
                 session.cancel_subagent_task(handle.task_id, reason=RUN_STOPPED_REASON)
             nested.cancel()
             reason = RUN_STOPPED_REASON if handle is None else handle.token.reason
-            _record_torn_down_call(context, invocation.cancelled_text(reason))
+            cancelled = invocation.cancelled_run(reason)
+            _record_torn_down_call(context, cancelled.text())
+            # The nested run ends later, in its own task: the delegating run answers this call now.
+            report_cancelled_run(cancelled)
             raise
 
     tool.on_invoke_tool = on_invoke_tool

@@ -30,15 +30,15 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextvars import ContextVar
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from subagent_tracker.integrations import TrackedHandle, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
-    cancelled_run_text,
+    CancelledRun,
     cancelled_tool_call_text,
     check_run_options,
+    delegating_call,
     missing_framework,
     on_cancel_in_loop,
 )
@@ -76,29 +76,6 @@ except ImportError as error:
     raise missing_framework("pydantic_ai", "pydantic-ai", error) from error
 
 __all__ = ["SubagentTracking"]
-
-
-@dataclass(frozen=True)
-class _CancelledRun:
-    """What a delegating tool call needs to answer for the subagent run it awaited, which was cancelled."""
-
-    agent: str | None
-    task_id: str
-    reason: str | None
-    partial: str | None
-
-
-class _ToolCall:
-    """The tool call of a tracked run that is executing in the current context: the runs tracked inside it
-    report here when they end cancelled, so the call can answer with their reason and partial output."""
-
-    def __init__(self) -> None:
-        self.cancelled_run: _CancelledRun | None = None
-
-
-_CURRENT_TOOL_CALL: ContextVar[_ToolCall | None] = ContextVar(
-    "subagent_tracker_pydantic_ai_tool_call", default=None
-)
 
 
 class _RunState:
@@ -208,7 +185,6 @@ class SubagentTracking(AbstractCapability[Any]):
         self, ctx: RunContext[Any], handler: WrapRunHandler, state: _RunState
     ) -> AgentRunResult[Any]:
         agent = ctx.agent.name if ctx.agent is not None else None
-        delegating_call = _CURRENT_TOOL_CALL.get()
         async with tracked(
             self.session,
             agent=agent,
@@ -222,15 +198,11 @@ class SubagentTracking(AbstractCapability[Any]):
                     result = await handler()
             except asyncio.CancelledError:
                 # pydantic-ai's own cancels arrive here bare, and its `RunCancelled` is raised further out.
-                # Leaving `tracked` keeps the partial output as the task's result (a late end).
-                partial = _partial_text(state, ctx.run_id)
+                # Leaving `tracked` keeps the partial output as the task's result (a late end), and reports
+                # the run to the tool call that ran it.
                 if handle.token.is_cancelled and state.messages is not None:
                     _keep_tool_results(state.messages, state.next_request)
                     _answer_calls_never_started(state.messages, state.started_calls, handle.token.reason)
-                if delegating_call is not None:
-                    delegating_call.cancelled_run = _CancelledRun(
-                        agent=agent, task_id=handle.task_id, reason=handle.token.reason, partial=partial
-                    )
                 raise
             handle.complete(_output_text(result.output))
             return result
@@ -262,31 +234,28 @@ class SubagentTracking(AbstractCapability[Any]):
         if state is None:
             return await handler(args)
         state.started_calls.add(call.tool_call_id)
-        tool_call = _ToolCall()
-        previous = _CURRENT_TOOL_CALL.set(tool_call)
         started = False
-        try:
-            if _cancel_if_asked(state, ctx):
-                # The run's cancel cancels this tool's task at its next await: start nothing meanwhile.
-                await _torn_down()
-            started = True
-            result = await handler(args)
-        except (asyncio.CancelledError, RunCancelled) as error:
-            handle = state.handle
-            if handle is not None and handle.token.is_cancelled:
-                # The run is being cancelled and tears its tools down: a result returned then is kept in the
-                # history pydantic-ai records for the cancelled run, so this call is answered.
-                answer = _cancelled_call_text(call, tool_call.cancelled_run, handle.token.reason, started)
-                if isinstance(error, RunCancelled):  # the subagent's cancel, ahead of this run's teardown
-                    await _held_until_torn_down(state, ctx)
-                return answer
-            if isinstance(error, RunCancelled) and tool_call.cancelled_run is not None:
-                # A tracked subagent was cancelled, not this run: pydantic-ai would answer the call with a
-                # generic failure; this says why, and what the subagent had produced, and the run goes on.
-                return _cancelled_call_text(call, tool_call.cancelled_run, None, started)
-            raise
-        finally:
-            _CURRENT_TOOL_CALL.reset(previous)
+        with delegating_call() as tool_call:
+            try:
+                if _cancel_if_asked(state, ctx):
+                    # The run's cancel cancels this tool's task at its next await: start nothing meanwhile.
+                    await _torn_down()
+                started = True
+                result = await handler(args)
+            except (asyncio.CancelledError, RunCancelled) as error:
+                handle = state.handle
+                if handle is not None and handle.token.is_cancelled:
+                    # The run is being cancelled and tears its tools down: a result returned then is kept in
+                    # the history pydantic-ai records for the cancelled run, so this call is answered.
+                    answer = _cancelled_call_text(call, tool_call.cancelled_run, handle.token.reason, started)
+                    if isinstance(error, RunCancelled):  # the subagent's cancel, ahead of this run's teardown
+                        await _held_until_torn_down(state, ctx)
+                    return answer
+                if isinstance(error, RunCancelled) and tool_call.cancelled_run is not None:
+                    # A tracked subagent was cancelled, not this run: pydantic-ai would answer the call with a
+                    # generic failure; this says why, and what the subagent had produced, and the run goes on.
+                    return _cancelled_call_text(call, tool_call.cancelled_run, None, started)
+                raise
         await _held_until_torn_down(state, ctx)
         return result
 
@@ -311,17 +280,12 @@ def _run_state(runs: dict[str, _RunState], ctx: RunContext[Any]) -> _RunState | 
 
 
 def _cancelled_call_text(
-    call: ToolCallPart, cancelled_run: _CancelledRun | None, reason: str | None, started: bool
+    call: ToolCallPart, cancelled_run: CancelledRun | None, reason: str | None, started: bool
 ) -> str:
     """The result of a tool call cut short by a cancel: a tracked subagent's reason and partial output if the
     call was running one, else the cancelled run's reason."""
     if cancelled_run is not None:
-        return cancelled_run_text(
-            agent=cancelled_run.agent,
-            task_id=cancelled_run.task_id,
-            reason=cancelled_run.reason,
-            partial=cancelled_run.partial,
-        )
+        return cancelled_run.text()
     return cancelled_tool_call_text(tool=call.tool_name, reason=reason, started=started)
 
 
