@@ -137,6 +137,8 @@ def tracked(
     - ``description``, ``metadata`` and ``linked`` are passed to ``start_subagent_task`` as they are.
     - ``partial_output``: called when the body leaves cancelled; what it returns (unless ``None``) becomes the
       task's ``result`` through a late end (contract §2), so the output the run had made survives the cancel.
+      The run then reports itself, reason and partial output, to the tool call of an adapter that ran it,
+      whichever framework that call belongs to, so the delegating run can answer the call with them.
 
     Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, and for a
     ``task_id`` or ``parent`` of another type. Starting the task (on entering) raises what
