@@ -30,17 +30,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from subagent_tracker import RedisRegistry, Session, SubagentStatus
 from subagent_tracker._demo_workers import start_redis
-from subagent_tracker.integrations import TrackedSession
+from subagent_tracker.integrations._support import BlockingSession
 
 #: One run of an agent, built for a given number of runs (a scripted model is given a reply per run).
 RunOnce = Callable[[], Awaitable[None]]
 #: Builds a framework's agent, tracked in the session given or untracked without one.
-Build = Callable[[TrackedSession | None, int], RunOnce]
+Build = Callable[[BlockingSession | None, int], RunOnce]
 
 REPLY = " ".join(f"word{index}" for index in range(20))
 
 
-def pydantic_ai_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+def pydantic_ai_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
 
@@ -55,7 +55,7 @@ def pydantic_ai_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-def openai_agents_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+def openai_agents_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     from agents import Agent, Runner
     from agents.testing import ScriptedModel
     from openai_agents_fakes import text_step
@@ -75,7 +75,7 @@ def openai_agents_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-def langgraph_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+def langgraph_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     from langchain_core.messages import HumanMessage
     from langgraph.graph import MessagesState
     from langgraph_fakes import agent_graph, scripted_model
@@ -93,7 +93,7 @@ def langgraph_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-def strands_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+def strands_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     from strands import Agent
     from strands.hooks import HookCallback, HookProvider
     from strands_fakes import ScriptedModel
@@ -132,7 +132,7 @@ async def timed(run_once: RunOnce) -> float:
     return time.perf_counter() - started
 
 
-async def measure(build: Build, sessions: dict[str, TrackedSession], runs: int) -> list[float]:
+async def measure(build: Build, sessions: dict[str, BlockingSession], runs: int) -> list[float]:
     """The median seconds of one run, untracked first, then tracked in each session.
 
     The agents take turns run by run, in an order that rotates: whatever drifts on a shared machine (another
@@ -150,7 +150,7 @@ async def measure(build: Build, sessions: dict[str, TrackedSession], runs: int) 
     return [statistics.median(figures) for figures in samples]
 
 
-def check_every_run_completed(framework: str, sessions: dict[str, TrackedSession]) -> None:
+def check_every_run_completed(framework: str, sessions: dict[str, BlockingSession]) -> None:
     """A broken adapter would be measured as a fast one: every tracked run must have completed."""
     for kind, session in sessions.items():
         if session.pending_subagent_tasks() or any(
@@ -179,7 +179,7 @@ def main() -> None:
     smoke = parser.parse_args().smoke
     runs = 3 if smoke else 2_000
     server = None
-    sessions: dict[str, TrackedSession] = {"memory": Session(max_finished_tasks=10_000)}
+    sessions: dict[str, BlockingSession] = {"memory": Session(max_finished_tasks=10_000)}
     if shutil.which("redis-server") is not None:
         server, url = start_redis()
         sessions["redis"] = RedisRegistry(url).session("integrations-bench")

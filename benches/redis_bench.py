@@ -10,6 +10,7 @@ Times across processes are read from ``time.monotonic`` (CLOCK_MONOTONIC, one cl
 from __future__ import annotations
 
 import argparse
+import asyncio
 import multiprocessing
 import os
 import statistics
@@ -22,7 +23,7 @@ from typing import Any
 
 import redis
 
-from subagent_tracker import RedisRegistry
+from subagent_tracker import AsyncRedisRegistry, RedisRegistry
 from subagent_tracker._demo_workers import start_redis
 
 
@@ -135,6 +136,39 @@ def lifecycles(url: str, count: int, worker: str) -> float:
     for _ in range(count):
         session.start_subagent_task().complete()
     return count / (time.perf_counter() - started)
+
+
+def blocking_runner_lifecycles(url: str, count: int) -> float:
+    """Start, one progress report and complete, one after the other through the blocking API."""
+    registry = RedisRegistry(url, worker_id="blocking-runner")
+    session = registry.session("runners-blocking", max_finished_tasks=1000)
+    started = time.perf_counter()
+    for _ in range(count):
+        handle = session.start_subagent_task()
+        handle.progress("working")
+        handle.complete()
+    return count / (time.perf_counter() - started)
+
+
+def asyncio_runner_lifecycles(url: str, count: int, runners: int) -> float:
+    """The same lifecycles, run by ``runners`` concurrent asyncio runners of one loop through the asyncio
+    API."""
+
+    async def run() -> float:
+        registry = await AsyncRedisRegistry.connect(url, worker_id="asyncio-runner")
+        session = await registry.session("runners-asyncio", max_finished_tasks=1000)
+
+        async def runner(share: int) -> None:
+            for _ in range(share):
+                handle = await session.start_subagent_task()
+                await handle.progress("working")
+                await handle.complete()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(runner(count // runners) for _ in range(runners)))
+        return (count // runners * runners) / (time.perf_counter() - started)
+
+    return asyncio.run(run())
 
 
 def cpu_per_lifecycle(url: str, port: int, count: int) -> tuple[float, float]:
@@ -373,6 +407,18 @@ def main() -> None:
             f"{one:,.0f}/s",
             f"redis-py, 2 round trips: {bare_rate:,.0f}/s",
             f"{one / bare_rate:.0%} of the baseline",
+        )
+        blocking_runners = timed(
+            "runner lifecycles, blocking", lambda: blocking_runner_lifecycles(url, count)
+        )
+        asyncio_runners = timed(
+            "runner lifecycles, asyncio", lambda: asyncio_runner_lifecycles(url, count, 64)
+        )
+        row(
+            "start + progress + complete, one process: 64 asyncio runners through the asyncio API",
+            f"{asyncio_runners:,.0f}/s",
+            f"one after the other through the blocking API: {blocking_runners:,.0f}/s",
+            f"{asyncio_runners / blocking_runners:.2f}x",
         )
         four = timed("lifecycles, four processes", lambda: parallel_lifecycles(url, count, 4))
         row(

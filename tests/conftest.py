@@ -10,7 +10,7 @@ import pytest
 from redis_support import RedisServer
 
 from subagent_tracker import RedisRegistry, Session
-from subagent_tracker.integrations import TrackedSession
+from subagent_tracker.integrations._support import BlockingSession
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ _TRACKED_SESSIONS = itertools.count()
 
 
 @pytest.fixture(params=["memory", "redis"])
-def tracked_session(request: pytest.FixtureRequest) -> TrackedSession:
+def tracked_session(request: pytest.FixtureRequest) -> BlockingSession:
     """Each session kind the integrations accept: in memory, and a Redis session of its own on the module's
     server."""
     if request.param == "memory":

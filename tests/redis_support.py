@@ -3,7 +3,9 @@ port (without persistence, or with an append-only file for the restart tests) an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import inspect
 import json
 import os
 import socket
@@ -12,11 +14,16 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
+from subagent_tracker import AsyncRedisRegistry, RedisRegistry
 from subagent_tracker._loopback import free_port
+
+#: The two APIs of the Redis store: calls that block, and calls that are awaited.
+Api = Literal["blocking", "asyncio"]
+APIS: tuple[Api, ...] = ("blocking", "asyncio")
 
 WORKER = Path(__file__).with_name("redis_worker.py")
 
@@ -85,12 +92,53 @@ class RedisServer:
         os.kill(self.process.pid, number)
 
 
-class Worker:
-    """Another OS process, a worker of the registry, driven by JSON commands."""
+class ThroughAsyncio:
+    """An object of the asyncio API driven by blocking test code: each call is awaited, on an event loop of
+    its own, and what it gives is wrapped in turn. It lets one test body check both APIs alike."""
 
-    def __init__(self, url: str, worker_id: str, lease: float | None = None) -> None:
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __getattr__(self, name: str) -> Any:
+        member = getattr(self._target, name)
+        if not callable(member):
+            return member
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            async def awaited() -> Any:
+                value = member(*args, **kwargs)
+                return await value if inspect.isawaitable(value) else value
+
+            return _wrapped(asyncio.run(awaited()))
+
+        return call
+
+
+def _wrapped(value: Any) -> Any:
+    if type(value).__name__.startswith("AsyncRedis"):
+        return ThroughAsyncio(value)
+    if isinstance(value, list):
+        return [_wrapped(item) for item in value]
+    return value
+
+
+def connect(api: str, url: str, **options: Any) -> Any:
+    """A registry on ``url`` through ``api``; through the asyncio API, driven as :class:`ThroughAsyncio`."""
+    if api == "blocking":
+        return RedisRegistry(url, **options)
+    return ThroughAsyncio(asyncio.run(_connect(url, options)))
+
+
+async def _connect(url: str, options: dict[str, Any]) -> AsyncRedisRegistry:
+    return await AsyncRedisRegistry.connect(url, **options)
+
+
+class Worker:
+    """Another OS process, a worker of the registry, driven by JSON commands; it uses the ``api`` given."""
+
+    def __init__(self, url: str, worker_id: str, lease: float | None = None, api: Api = "blocking") -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(WORKER), url, worker_id, *([] if lease is None else [str(lease)])],
+            [sys.executable, str(WORKER), url, worker_id, api, *([] if lease is None else [str(lease)])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -211,3 +259,14 @@ class Proxy:
     def close(self) -> None:
         self.listener.close()
         self.reset()
+
+
+def wait_finished(session: Any, task_id: str, timeout: float) -> Any:
+    """``session.wait_subagent_task`` from blocking test code, for either API: the final snapshot."""
+    if isinstance(session, ThroughAsyncio):
+        return session.wait_subagent_task(task_id, timeout=timeout)
+
+    async def finished() -> Any:
+        return await session.wait_subagent_task(task_id, timeout=timeout)
+
+    return asyncio.run(finished())

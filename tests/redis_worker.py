@@ -1,5 +1,6 @@
-"""A worker process for the cross-process tests: connects a RedisRegistry and carries out JSON commands read
-from stdin, one per line, answering each with one JSON line on stdout."""
+"""A worker process for the cross-process tests: connects a registry through the API named on its command
+line (``blocking`` or ``asyncio``) and carries out JSON commands read from stdin, one per line, answering each
+with one JSON line on stdout."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import sys
 import time
 from typing import Any
 
-from subagent_tracker import RedisRegistry, RedisTaskHandle, RegistryUnavailableError, SubagentTrackerError
+from redis_support import connect
+
+from subagent_tracker import RegistryUnavailableError, SubagentTrackerError
 
 
-def carry_out(
-    registry: RedisRegistry, handles: dict[str, RedisTaskHandle], command: dict[str, Any]
-) -> object:
+def carry_out(registry: Any, handles: dict[str, Any], command: dict[str, Any]) -> object:
     try:
         return run_command(registry, handles, command)
     except RegistryUnavailableError:
@@ -22,9 +23,7 @@ def carry_out(
         return {"raised": type(error).__name__, "message": str(error)}
 
 
-def run_command(
-    registry: RedisRegistry, handles: dict[str, RedisTaskHandle], command: dict[str, Any]
-) -> object:
+def run_command(registry: Any, handles: dict[str, Any], command: dict[str, Any]) -> object:
     session = registry.session(command["session"])
     operation = command["op"]
     if operation == "start":
@@ -50,10 +49,11 @@ def run_command(
 
 
 def main() -> None:
-    url, worker_id = sys.argv[1], sys.argv[2]
-    lease = float(sys.argv[3]) if len(sys.argv) > 3 else None
-    registry = RedisRegistry(url, worker_id=worker_id, lease=lease, reconcile_interval=0.5)
-    handles: dict[str, RedisTaskHandle] = {}
+    url, worker_id, api = sys.argv[1], sys.argv[2], sys.argv[3]
+    lease = float(sys.argv[4]) if len(sys.argv) > 4 else None
+    assert api in ("blocking", "asyncio")
+    registry = connect(api, url, worker_id=worker_id, lease=lease, reconcile_interval=0.5)
+    handles: dict[str, Any] = {}
     print(json.dumps({"ready": worker_id}), flush=True)
     for line in sys.stdin:
         command: dict[str, Any] = json.loads(line)

@@ -20,21 +20,22 @@ from subagent_tracker import (
     SubagentStatus,
     TaskCancelledError,
 )
-from subagent_tracker.integrations import RUN_STOPPED_REASON, TrackedSession, current_task, tracked
+from subagent_tracker.integrations import RUN_STOPPED_REASON, current_task, tracked
+from subagent_tracker.integrations._support import BlockingSession
 
 
 @pytest.fixture
-def session(tracked_session: TrackedSession) -> TrackedSession:
+def session(tracked_session: BlockingSession) -> BlockingSession:
     return tracked_session
 
 
-def _task(session: TrackedSession, task_id: str) -> Any:
+def _task(session: BlockingSession, task_id: str) -> Any:
     snapshot = session.subagent_task(task_id)
     assert snapshot is not None
     return snapshot
 
 
-def test_a_normal_exit_completes_and_the_body_s_output_is_the_result(session: TrackedSession) -> None:
+def test_a_normal_exit_completes_and_the_body_s_output_is_the_result(session: BlockingSession) -> None:
     async def run() -> None:
         async with tracked(session, agent="researcher", task_id="plain") as task:
             assert current_task() is task
@@ -48,7 +49,7 @@ def test_a_normal_exit_completes_and_the_body_s_output_is_the_result(session: Tr
     assert (answered.status, answered.result) == (SubagentStatus.COMPLETED, "the answer")
 
 
-def test_an_exception_fails_the_task_and_goes_on(session: TrackedSession) -> None:
+def test_an_exception_fails_the_task_and_goes_on(session: BlockingSession) -> None:
     async def run() -> None:
         async with tracked(session, agent="coder", task_id="broken"):
             raise RuntimeError("the tool broke")
@@ -61,7 +62,7 @@ def test_an_exception_fails_the_task_and_goes_on(session: TrackedSession) -> Non
 
 
 def test_nested_runs_are_children_and_a_cancel_by_id_cascades_while_siblings_go_on(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     async def child(name: str, started: asyncio.Event) -> str:
         async with tracked(session, agent="researcher", task_id=name) as task:
@@ -100,7 +101,7 @@ def test_nested_runs_are_children_and_a_cancel_by_id_cascades_while_siblings_go_
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_run_inside_another_session_s_run_is_linked_to_it(session: TrackedSession) -> None:
+def test_a_run_inside_another_session_s_run_is_linked_to_it(session: BlockingSession) -> None:
     elsewhere = Session()
 
     async def run() -> None:
@@ -124,7 +125,7 @@ def test_a_run_inside_another_session_s_run_is_linked_to_it(session: TrackedSess
     )
 
 
-def test_parent_can_be_named_or_refused_and_ids_can_come_from_a_callable(session: TrackedSession) -> None:
+def test_parent_can_be_named_or_refused_and_ids_can_come_from_a_callable(session: BlockingSession) -> None:
     ids = iter(["first", "second"])
 
     async def run() -> None:
@@ -142,7 +143,7 @@ def test_parent_can_be_named_or_refused_and_ids_can_come_from_a_callable(session
     assert _task(session, "second").parent_id == "root", "a named parent, not the innermost run"
 
 
-def test_a_deadline_cancels_the_run(session: TrackedSession) -> None:
+def test_a_deadline_cancels_the_run(session: BlockingSession) -> None:
     async def run() -> None:
         async with tracked(session, agent="slow", task_id="slow", timeout=0.2) as task:
             await task.token.cancelled()
@@ -159,7 +160,7 @@ def test_a_deadline_cancels_the_run(session: TrackedSession) -> None:
 
 
 def test_asyncio_cancellation_of_the_body_leaves_the_task_cancelled_and_finished(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     async def body(started: asyncio.Event) -> None:
         async with tracked(session, agent="worker", task_id="interrupted"):
@@ -179,7 +180,7 @@ def test_asyncio_cancellation_of_the_body_leaves_the_task_cancelled_and_finished
     assert (interrupted.status, interrupted.finished) == (SubagentStatus.CANCELLED, True)
 
 
-def test_concurrent_runs_each_see_their_own_current_run(session: TrackedSession) -> None:
+def test_concurrent_runs_each_see_their_own_current_run(session: BlockingSession) -> None:
     async def leaf(name: str) -> str | None:
         async with tracked(session, agent="leaf", task_id=name):
             await asyncio.sleep(0.01)
@@ -198,7 +199,7 @@ def test_concurrent_runs_each_see_their_own_current_run(session: TrackedSession)
     assert _task(session, "b-0").parent_id == "b"
 
 
-def test_a_start_that_raises_leaves_the_current_run_as_it_was(session: TrackedSession) -> None:
+def test_a_start_that_raises_leaves_the_current_run_as_it_was(session: BlockingSession) -> None:
     async def run() -> None:
         async with tracked(session, agent="orchestrator", task_id="root") as root:
             with pytest.raises(DuplicateTaskError):
@@ -236,7 +237,7 @@ def test_a_task_id_callable_that_returns_no_str_is_a_type_error() -> None:
     assert session.subagent_tasks() == []
 
 
-def test_a_cancel_raised_from_another_token_keeps_that_token_s_reason(session: TrackedSession) -> None:
+def test_a_cancel_raised_from_another_token_keeps_that_token_s_reason(session: BlockingSession) -> None:
     sibling = session.start_subagent_task("sibling")
     assert session.cancel_subagent_task("sibling", reason="the sibling was stopped")
 
@@ -252,7 +253,7 @@ def test_a_cancel_raised_from_another_token_keeps_that_token_s_reason(session: T
 
 
 def test_an_asyncio_cancel_keeps_the_partial_output_and_a_failing_one_does_not_hide_the_cancel(
-    session: TrackedSession, caplog: pytest.LogCaptureFixture
+    session: BlockingSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def body(task_id: str, partial_output: Any) -> None:
         async with tracked(session, agent="a", task_id=task_id, parent=None, partial_output=partial_output):
@@ -282,7 +283,7 @@ def test_an_asyncio_cancel_keeps_the_partial_output_and_a_failing_one_does_not_h
     assert "could not record the end of the cancelled run 'broken'" in caplog.text
 
 
-def test_a_run_ended_elsewhere_is_nobody_s_parent(session: TrackedSession) -> None:
+def test_a_run_ended_elsewhere_is_nobody_s_parent(session: BlockingSession) -> None:
     async def generator_run() -> AsyncIterator[int]:
         async with tracked(session, agent="streamer", task_id="dropped", parent=None):
             for index in range(100):

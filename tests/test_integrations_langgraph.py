@@ -23,11 +23,11 @@ from langgraph_fakes import ScriptedChatModel, agent_graph, scripted_model, tool
 from subagent_tracker import DEADLINE_REASON, Session, SubagentStatus, TaskCancelledError
 from subagent_tracker.integrations import (
     STREAM_CLOSED_REASON,
-    TrackedSession,
     cancelled_run_text,
     current_task,
     tracked,
 )
+from subagent_tracker.integrations._support import BlockingSession
 from subagent_tracker.integrations.langgraph import tracked_astream, tracked_subgraph_tool
 
 _T = TypeVar("_T")
@@ -37,7 +37,7 @@ LONG_REPLY = "slow " * 300
 
 
 @pytest.fixture
-def session(tracked_session: TrackedSession) -> TrackedSession:
+def session(tracked_session: BlockingSession) -> BlockingSession:
     return tracked_session
 
 
@@ -45,7 +45,7 @@ def _run(work: Coroutine[Any, Any, _T]) -> _T:
     return asyncio.run(asyncio.wait_for(work, timeout=20))
 
 
-def _task(session: TrackedSession, task_id: str) -> Any:
+def _task(session: BlockingSession, task_id: str) -> Any:
     snapshot = session.subagent_task(task_id)
     assert snapshot is not None, f"no task {task_id!r}"
     return snapshot
@@ -89,7 +89,7 @@ class _SlowSearch:
 
 
 def test_a_subagent_cancelled_by_id_mid_stream_answers_its_call_while_its_sibling_finishes(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     slow_model = scripted_model([LONG_REPLY], token_delay=0.01)
     slow = tracked_subgraph_tool(
@@ -145,7 +145,7 @@ def test_a_subagent_cancelled_by_id_mid_stream_answers_its_call_while_its_siblin
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_cancel_stops_the_subagent_inside_its_running_async_tool(session: TrackedSession) -> None:
+def test_a_cancel_stops_the_subagent_inside_its_running_async_tool(session: BlockingSession) -> None:
     search = _SlowSearch()
     model = scripted_model(
         [tool_calls(("s1", "search", {"query": "x"}), text="Searching the archive"), "never"]
@@ -183,7 +183,7 @@ def test_a_cancel_stops_the_subagent_inside_its_running_async_tool(session: Trac
 
 
 def test_a_cancel_between_tool_calls_stops_the_subagent_before_its_next_model_call(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     @tool
     async def take_note(text: str) -> str:
@@ -215,7 +215,7 @@ def test_a_cancel_between_tool_calls_stops_the_subagent_before_its_next_model_ca
     )
 
 
-def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: TrackedSession) -> None:
+def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: BlockingSession) -> None:
     # A deadline of a second, for a stream of six: it lands mid stream even if a loaded machine is slow to
     # set the run up.
     researcher = tracked_subgraph_tool(
@@ -244,7 +244,7 @@ def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: T
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_deadline_ends_a_tracked_stream_with_task_cancelled_error(session: TrackedSession) -> None:
+def test_a_deadline_ends_a_tracked_stream_with_task_cancelled_error(session: BlockingSession) -> None:
     graph = agent_graph(scripted_model([LONG_REPLY], token_delay=0.02), name="writer")
     received: list[Any] = []
 
@@ -265,7 +265,7 @@ def test_a_deadline_ends_a_tracked_stream_with_task_cancelled_error(session: Tra
 
 
 def test_normal_runs_complete_with_the_last_message_as_result_and_callable_ids(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     ids = iter(["research-1", "research-2"])
     researcher = tracked_subgraph_tool(
@@ -300,7 +300,7 @@ def test_normal_runs_complete_with_the_last_message_as_result_and_callable_ids(
     assert {answer.status for answer in answers.values()} == {"success"}
 
 
-def test_a_raising_subagent_fails_and_so_does_the_run_it_fails(session: TrackedSession) -> None:
+def test_a_raising_subagent_fails_and_so_does_the_run_it_fails(session: BlockingSession) -> None:
     @tool
     async def broken(query: str) -> str:
         """Always breaks."""
@@ -334,7 +334,7 @@ def test_a_raising_subagent_fails_and_so_does_the_run_it_fails(session: TrackedS
 
 
 def test_runs_nest_through_the_context_across_frameworks_and_the_stream_leaks_no_current_run(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     @tool
     async def leaf_work(query: str) -> str:
@@ -376,7 +376,7 @@ def test_runs_nest_through_the_context_across_frameworks_and_the_stream_leaks_no
 
 
 def test_a_cancelled_top_level_run_answers_every_tool_call_and_the_next_turn_runs(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     @tool
     async def lookup(query: str) -> str:
@@ -450,7 +450,7 @@ def test_a_cancelled_top_level_run_answers_every_tool_call_and_the_next_turn_run
     assert session.pending_subagent_tasks() == []
 
 
-def test_closing_the_stream_early_cancels_the_run(session: TrackedSession) -> None:
+def test_closing_the_stream_early_cancels_the_run(session: BlockingSession) -> None:
     graph = agent_graph(scripted_model([LONG_REPLY], token_delay=0.01))
 
     async def run() -> None:
@@ -470,7 +470,7 @@ def test_closing_the_stream_early_cancels_the_run(session: TrackedSession) -> No
 
 
 def test_called_outside_a_graph_the_tool_returns_text_and_each_run_gets_its_own_id(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     answering = tracked_subgraph_tool(
         agent_graph(scripted_model(["one", "two"])), session, name="researcher", description="Researches."

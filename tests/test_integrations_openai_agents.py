@@ -25,10 +25,10 @@ from subagent_tracker.integrations import (
     FRAMEWORK_CANCEL_REASON,
     RUN_STOPPED_REASON,
     STREAM_CLOSED_REASON,
-    TrackedSession,
     cancelled_run_text,
     tracked,
 )
+from subagent_tracker.integrations._support import BlockingSession
 from subagent_tracker.integrations.openai_agents import tracked_as_tool, tracked_run_streamed
 
 _T = TypeVar("_T")
@@ -37,12 +37,12 @@ DONE = "orchestrator done"
 
 
 @pytest.fixture
-def session(tracked_session: TrackedSession) -> Iterator[TrackedSession]:
+def session(tracked_session: BlockingSession) -> Iterator[BlockingSession]:
     yield tracked_session
     assert tracked_session.pending_subagent_tasks() == [], "nothing stays pending"
 
 
-def _task(session: TrackedSession, task_id: str) -> Any:
+def _task(session: BlockingSession, task_id: str) -> Any:
     snapshot = session.subagent_task(task_id)
     assert snapshot is not None
     return snapshot
@@ -85,7 +85,7 @@ def _assert_partial(partial: str, at_least: int) -> None:
 
 
 def test_a_subagent_cancelled_by_id_mid_stream_answers_its_call_while_its_sibling_finishes(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     deltas = _Deltas(enough=3)
     slow = scripted_agent("researcher", [slow_text_step(WORDS, delay=0.01)])
@@ -146,7 +146,7 @@ def test_a_subagent_cancelled_by_id_mid_stream_answers_its_call_while_its_siblin
 
 
 def test_a_cancelled_top_level_run_ends_its_stream_quietly_and_answers_every_call(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     deltas = _Deltas(enough=3)
     slow_tool_started = threading.Event()
@@ -227,7 +227,7 @@ def test_a_cancelled_top_level_run_ends_its_stream_quietly_and_answers_every_cal
     }
 
 
-def test_a_top_level_run_cancelled_mid_stream_keeps_its_streamed_text(session: TrackedSession) -> None:
+def test_a_top_level_run_cancelled_mid_stream_keeps_its_streamed_text(session: BlockingSession) -> None:
     talker = scripted_agent("talker", [slow_text_step(WORDS, delay=0.01)])
 
     async def scenario() -> list[Any]:
@@ -247,7 +247,7 @@ def test_a_top_level_run_cancelled_mid_stream_keeps_its_streamed_text(session: T
     assert history == [{"content": "go", "role": "user"}]
 
 
-def test_deadlines_stop_a_subagent_and_a_whole_run(session: TrackedSession) -> None:
+def test_deadlines_stop_a_subagent_and_a_whole_run(session: BlockingSession) -> None:
     # A deadline of a second, for streams of four: it lands mid stream even if a loaded machine is slow to
     # set the runs up. The two runs go side by side, so the test waits for one deadline.
     researcher = scripted_agent("researcher", [slow_text_step(WORDS, delay=0.01)])
@@ -286,7 +286,7 @@ def test_deadlines_stop_a_subagent_and_a_whole_run(session: TrackedSession) -> N
 
 
 def test_a_normal_finish_completes_with_the_output_and_ids_can_come_from_a_callable(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     ids = iter(["first", "second"])
     helper = scripted_agent("helper", [text_step("one"), text_step("two")])
@@ -318,7 +318,7 @@ def test_a_normal_finish_completes_with_the_output_and_ids_can_come_from_a_calla
     assert (root.status, root.result) == (SubagentStatus.COMPLETED, DONE)
 
 
-def test_a_raising_subagent_fails_its_task_and_the_delegating_run_goes_on(session: TrackedSession) -> None:
+def test_a_raising_subagent_fails_its_task_and_the_delegating_run_goes_on(session: BlockingSession) -> None:
     broken = scripted_agent("broken", [ModelStep.raise_error(RuntimeError("the model broke"))])
     orchestrator = scripted_agent(
         "orchestrator",
@@ -347,7 +347,7 @@ def test_a_raising_subagent_fails_its_task_and_the_delegating_run_goes_on(sessio
 
 
 def test_runs_nest_through_the_context_across_frameworks_and_the_tool_runs_outside_a_run(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     helper = scripted_agent("helper", [text_step("from a plain run"), text_step("called directly")])
     tool = tracked_as_tool(helper, session, tool_name="help", tool_description="d", task_id=lambda: next(ids))
@@ -378,7 +378,7 @@ def test_runs_nest_through_the_context_across_frameworks_and_the_tool_runs_outsi
     )
 
 
-def test_a_tool_run_inside_another_session_s_run_is_linked_to_it(session: TrackedSession) -> None:
+def test_a_tool_run_inside_another_session_s_run_is_linked_to_it(session: BlockingSession) -> None:
     elsewhere = Session()
     deltas = _Deltas(enough=2)
     researcher = scripted_agent("researcher", [slow_text_step(WORDS, delay=0.01)])
@@ -405,7 +405,7 @@ def test_a_tool_run_inside_another_session_s_run_is_linked_to_it(session: Tracke
     )
 
 
-def test_a_torn_down_tool_call_cancels_its_subagent(session: TrackedSession) -> None:
+def test_a_torn_down_tool_call_cancels_its_subagent(session: BlockingSession) -> None:
     deltas = _Deltas(enough=2)
     researcher = scripted_agent("researcher", [slow_text_step(WORDS, delay=0.01)])
     tool = tracked_as_tool(
@@ -435,7 +435,7 @@ def test_a_torn_down_tool_call_cancels_its_subagent(session: TrackedSession) -> 
     _assert_partial(torn.result, at_least=2)
 
 
-def test_a_consumer_that_stops_reading_stops_the_run(session: TrackedSession) -> None:
+def test_a_consumer_that_stops_reading_stops_the_run(session: BlockingSession) -> None:
     talker = scripted_agent("talker", [slow_text_step(WORDS, delay=0.01)])
     other = scripted_agent("other", [slow_text_step(WORDS, delay=0.01)])
 
@@ -479,7 +479,7 @@ class _Answer(BaseModel):
     answer: int
 
 
-def test_a_structured_output_is_the_result_and_kept_as_json_on_redis(session: TrackedSession) -> None:
+def test_a_structured_output_is_the_result_and_kept_as_json_on_redis(session: BlockingSession) -> None:
     answering = scripted_agent("answering", [text_step('{"answer": 42}')])
     answering.output_type = _Answer
 

@@ -28,7 +28,8 @@ from pydantic_ai_fakes import (
 )
 
 from subagent_tracker import DEADLINE_REASON, Session, SubagentStatus
-from subagent_tracker.integrations import TrackedSession, cancelled_run_text, current_task, tracked
+from subagent_tracker.integrations import cancelled_run_text, current_task, tracked
+from subagent_tracker.integrations._support import BlockingSession
 from subagent_tracker.integrations.pydantic_ai import SubagentTracking
 
 Drive = Literal["run", "run_events", "run_stream", "iter"]
@@ -37,7 +38,7 @@ STREAMING_DRIVES: list[Drive] = ["run_events", "run_stream", "iter"]
 
 
 @pytest.fixture
-def session(tracked_session: TrackedSession) -> TrackedSession:
+def session(tracked_session: BlockingSession) -> BlockingSession:
     return tracked_session
 
 
@@ -66,7 +67,7 @@ async def drive(agent: Agent[None, str], prompt: str, how: Drive) -> str:
     return run.result.output
 
 
-def _task(session: TrackedSession, task_id: str) -> Any:
+def _task(session: BlockingSession, task_id: str) -> Any:
     snapshot = session.subagent_task(task_id)
     assert snapshot is not None, task_id
     return snapshot
@@ -84,7 +85,7 @@ def _words_streamed(count: int) -> tuple[asyncio.Event, Callable[[int], None]]:
 
 
 def _orchestrator(
-    session: TrackedSession, researchers: dict[str, Agent[None, str]], how: Drive, **tracking: Any
+    session: BlockingSession, researchers: dict[str, Agent[None, str]], how: Drive, **tracking: Any
 ) -> Agent[None, str]:
     """An agent that calls one tool per researcher at once (``ask_<name>``, each running that researcher
     ``how``), then answers with one line per tool result."""
@@ -109,7 +110,7 @@ def _asking(researcher: Agent[None, str], how: Drive) -> Callable[[], Awaitable[
 
 @pytest.mark.parametrize("how", STREAMING_DRIVES)
 def test_a_subagent_cancelled_by_id_mid_stream_answers_its_tool_call_and_its_sibling_finishes(
-    session: TrackedSession, how: Drive
+    session: BlockingSession, how: Drive
 ) -> None:
     async def run() -> str:
         slow_streamed, streamed = _words_streamed(3)
@@ -152,7 +153,7 @@ def test_a_subagent_cancelled_by_id_mid_stream_answers_its_tool_call_and_its_sib
 
 @pytest.mark.parametrize("how", ["run", *STREAMING_DRIVES])
 def test_a_cancelled_top_level_run_raises_run_cancelled_with_every_tool_call_answered(
-    session: TrackedSession, how: Drive
+    session: BlockingSession, how: Drive
 ) -> None:
     async def run() -> list[ModelMessage]:
         slow_streamed, streamed = _words_streamed(3)
@@ -197,7 +198,7 @@ def test_a_cancelled_top_level_run_raises_run_cancelled_with_every_tool_call_ans
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_cancel_mid_stream_of_a_tool_call_answers_the_call_that_never_ran(session: TrackedSession) -> None:
+def test_a_cancel_mid_stream_of_a_tool_call_answers_the_call_that_never_ran(session: BlockingSession) -> None:
     called = asyncio.Event()
 
     async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
@@ -238,7 +239,7 @@ def test_a_cancel_mid_stream_of_a_tool_call_answers_the_call_that_never_ran(sess
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: TrackedSession) -> None:
+def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: BlockingSession) -> None:
     # A deadline of a second, for a stream of ten: it lands mid stream even if a loaded machine is slow to
     # set the run up.
     slow = Agent(
@@ -261,7 +262,7 @@ def test_a_deadline_cancels_a_subagent_and_the_delegating_run_goes_on(session: T
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_deadline_cancels_a_top_level_run_inside_its_tool(session: TrackedSession) -> None:
+def test_a_deadline_cancels_a_top_level_run_inside_its_tool(session: BlockingSession) -> None:
     agent = Agent(
         calls_then_text([("wait", {})]),
         name="waiter",
@@ -297,7 +298,7 @@ class Verdict(BaseModel):
 
 @pytest.mark.parametrize("how", ["run", *STREAMING_DRIVES])
 def test_a_run_that_returns_completes_with_its_output_as_the_result(
-    session: TrackedSession, how: Drive
+    session: BlockingSession, how: Drive
 ) -> None:
     agent = Agent(
         TestModel(custom_output_text="all done"), name="writer", capabilities=[SubagentTracking(session)]
@@ -314,7 +315,7 @@ def test_a_run_that_returns_completes_with_its_output_as_the_result(
     assert session.pending_subagent_tasks() == []
 
 
-def test_structured_output_is_the_result_as_json(session: TrackedSession) -> None:
+def test_structured_output_is_the_result_as_json(session: BlockingSession) -> None:
     agent = Agent(
         TestModel(custom_output_args={"verdict": "yes", "confidence": 0.5}),
         name="judge",
@@ -326,7 +327,7 @@ def test_structured_output_is_the_result_as_json(session: TrackedSession) -> Non
     assert _task(session, "judge").result == '{"verdict":"yes","confidence":0.5}'
 
 
-def test_a_raising_subagent_fails_its_task(session: TrackedSession) -> None:
+def test_a_raising_subagent_fails_its_task(session: BlockingSession) -> None:
     def broken(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         raise RuntimeError("the model broke")
 
@@ -349,7 +350,7 @@ def test_a_raising_subagent_fails_its_task(session: TrackedSession) -> None:
     assert session.pending_subagent_tasks() == []
 
 
-def test_task_ids_come_from_a_string_a_callable_or_are_generated_per_run(session: TrackedSession) -> None:
+def test_task_ids_come_from_a_string_a_callable_or_are_generated_per_run(session: BlockingSession) -> None:
     ids = itertools.count(1)
     numbered = Agent(
         TestModel(),
@@ -372,7 +373,7 @@ def test_task_ids_come_from_a_string_a_callable_or_are_generated_per_run(session
     assert len(set(by_agent["generated"])) == 2, "a generated id is unique per run"
 
 
-def test_runs_nest_through_the_context_across_the_core_s_tracked(session: TrackedSession) -> None:
+def test_runs_nest_through_the_context_across_the_core_s_tracked(session: BlockingSession) -> None:
     seen_in_tool: list[str | None] = []
     inner = Agent(TestModel(), name="inner", capabilities=[SubagentTracking(session, task_id="inner")])
     middle = Agent(
@@ -403,7 +404,7 @@ def test_runs_nest_through_the_context_across_the_core_s_tracked(session: Tracke
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_run_inside_another_session_s_run_is_linked_to_it(session: TrackedSession) -> None:
+def test_a_run_inside_another_session_s_run_is_linked_to_it(session: BlockingSession) -> None:
     elsewhere = Session()
     slow_streamed, streamed = _words_streamed(2)
     agent = Agent(
@@ -442,7 +443,7 @@ def test_bad_arguments_are_type_errors_at_construction(arguments: dict[str, Any]
 
 
 def test_a_cancel_during_a_tool_stops_the_next_tool_and_the_next_model_request(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     model_requests: list[int] = []
     tools_run: list[str] = []

@@ -24,18 +24,18 @@ from strands_fakes import Reply, ScriptedModel, ToolCall
 from subagent_tracker import DEADLINE_REASON, Session, SubagentStatus
 from subagent_tracker.integrations import (
     STREAM_CLOSED_REASON,
-    TrackedSession,
     cancelled_run_text,
     current_task,
     tracked,
 )
+from subagent_tracker.integrations._support import BlockingSession
 from subagent_tracker.integrations.strands import SubagentHooks
 
 pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture
-def session(tracked_session: TrackedSession) -> TrackedSession:
+def session(tracked_session: BlockingSession) -> BlockingSession:
     return tracked_session
 
 
@@ -47,7 +47,7 @@ async def wait_for(seconds: float) -> str:
 
 
 def _agent(
-    session: TrackedSession,
+    session: BlockingSession,
     name: str,
     script: Iterable[Reply | str],
     *,
@@ -64,7 +64,7 @@ def _agent(
     )
 
 
-def _task(session: TrackedSession, task_id: str) -> Any:
+def _task(session: BlockingSession, task_id: str) -> Any:
     snapshot = session.subagent_task(task_id)
     assert snapshot is not None
     return snapshot
@@ -100,7 +100,7 @@ async def _until(condition: Callable[[], bool]) -> None:
 
 
 def test_a_subagent_cancelled_by_id_mid_stream_leaves_its_sibling_and_the_delegating_turn_going(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     slow = _agent(session, "slow", [Reply("alpha beta gamma delta epsilon zeta eta theta", chunk_delay=0.1)])
     quick = _agent(session, "quick", ["the quick answer"])
@@ -146,7 +146,7 @@ def test_a_subagent_cancelled_by_id_mid_stream_leaves_its_sibling_and_the_delega
 
 
 def test_the_top_level_run_cancelled_returns_cancelled_with_every_tool_call_answered(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     researcher = _agent(session, "researcher", [Reply("one two three four five six seven", chunk_delay=0.1)])
     orchestrator = _agent(
@@ -189,7 +189,7 @@ def test_the_top_level_run_cancelled_returns_cancelled_with_every_tool_call_answ
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_silent_model_is_stopped_without_waiting_for_a_chunk(session: TrackedSession) -> None:
+def test_a_silent_model_is_stopped_without_waiting_for_a_chunk(session: BlockingSession) -> None:
     thinker = _agent(session, "thinker", [Reply("never sent", stall=60)])
 
     async def run() -> tuple[Any, float]:
@@ -207,7 +207,7 @@ def test_a_silent_model_is_stopped_without_waiting_for_a_chunk(session: TrackedS
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_deadline_stops_a_running_async_tool_from_its_timer_thread(session: TrackedSession) -> None:
+def test_a_deadline_stops_a_running_async_tool_from_its_timer_thread(session: BlockingSession) -> None:
     worker = _agent(
         session,
         "worker",
@@ -230,7 +230,7 @@ def test_a_deadline_stops_a_running_async_tool_from_its_timer_thread(session: Tr
 
 
 def test_a_cancel_from_another_thread_stops_a_run_of_the_synchronous_entry_point(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     # ``agent(prompt)`` runs the invocation on an event loop of its own, in a worker thread.
     talker = _agent(
@@ -254,7 +254,7 @@ def test_a_cancel_from_another_thread_stops_a_run_of_the_synchronous_entry_point
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_normal_finish_completes_each_run_with_its_output(session: TrackedSession) -> None:
+def test_a_normal_finish_completes_each_run_with_its_output(session: BlockingSession) -> None:
     helper = _agent(session, "helper", ["helped"])
     lead = _agent(
         session,
@@ -279,7 +279,7 @@ def test_a_normal_finish_completes_each_run_with_its_output(session: TrackedSess
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_run_that_raises_fails_and_its_delegating_run_goes_on(session: TrackedSession) -> None:
+def test_a_run_that_raises_fails_and_its_delegating_run_goes_on(session: BlockingSession) -> None:
     broken = Agent(
         model=ScriptedModel([Reply("half", error=RuntimeError("provider down"))]),
         name="broken",
@@ -313,7 +313,7 @@ def test_a_run_that_raises_fails_and_its_delegating_run_goes_on(session: Tracked
     assert session.pending_subagent_tasks() == []
 
 
-def test_task_ids_come_from_a_string_a_callable_or_are_generated_per_run(session: TrackedSession) -> None:
+def test_task_ids_come_from_a_string_a_callable_or_are_generated_per_run(session: BlockingSession) -> None:
     ids = iter(["first-run", "second-run"])
     named = Agent(
         model=ScriptedModel(["one", "two"]),
@@ -341,7 +341,7 @@ def test_task_ids_come_from_a_string_a_callable_or_are_generated_per_run(session
 
 
 def test_a_run_inside_a_tracked_block_is_its_child_and_its_cancel_reaches_the_run(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     writer = _agent(session, "writer", [Reply(" ".join(["text"] * 200))], chunk_delay=0.02)
 
@@ -363,7 +363,7 @@ def test_a_run_inside_a_tracked_block_is_its_child_and_its_cancel_reaches_the_ru
     assert session.pending_subagent_tasks() == []
 
 
-def test_the_agent_s_own_cancel_ends_its_task_cancelled(session: TrackedSession) -> None:
+def test_the_agent_s_own_cancel_ends_its_task_cancelled(session: BlockingSession) -> None:
     talker = _agent(session, "talker", [Reply(" ".join(["word"] * 200))], chunk_delay=0.02)
 
     async def run() -> Any:
@@ -395,7 +395,7 @@ def test_bad_arguments_are_refused_at_construction(
         SubagentHooks(**call)
 
 
-def test_a_cancel_landing_as_a_run_ends_does_not_stop_the_agent_s_next_run(session: TrackedSession) -> None:
+def test_a_cancel_landing_as_a_run_ends_does_not_stop_the_agent_s_next_run(session: BlockingSession) -> None:
     ids = iter(["run-1", "run-2"])
     agent = Agent(
         model=ScriptedModel(["first answer", "second answer"]),
@@ -423,7 +423,7 @@ def test_a_cancel_landing_as_a_run_ends_does_not_stop_the_agent_s_next_run(sessi
 
 
 def test_a_run_started_while_its_caller_handles_an_exception_is_not_failed_by_it(
-    session: TrackedSession,
+    session: BlockingSession,
 ) -> None:
     agent = _agent(session, "fallback", ["the fallback answer"])
 
@@ -438,7 +438,7 @@ def test_a_run_started_while_its_caller_handles_an_exception_is_not_failed_by_it
     assert (task.status, task.error, task.result) == (SubagentStatus.COMPLETED, None, "the fallback answer")
 
 
-def test_a_stream_dropped_unclosed_still_ends_its_task_and_parents_nothing(session: TrackedSession) -> None:
+def test_a_stream_dropped_unclosed_still_ends_its_task_and_parents_nothing(session: BlockingSession) -> None:
     agent = _agent(session, "dropped", [Reply("one two three four five six", chunk_delay=0.01)])
     later = _agent(session, "later", ["a later answer"])
 
@@ -466,7 +466,7 @@ def test_a_stream_dropped_unclosed_still_ends_its_task_and_parents_nothing(sessi
     assert session.pending_subagent_tasks() == []
 
 
-def test_a_cancel_after_the_model_s_response_is_whole_does_not_replace_it(session: TrackedSession) -> None:
+def test_a_cancel_after_the_model_s_response_is_whole_does_not_replace_it(session: BlockingSession) -> None:
     agent = _agent(session, "answered", ["the complete answer"])
 
     async def cancel_once_the_response_is_whole(

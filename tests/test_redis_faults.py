@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import Proxy, RedisServer, Worker
+from redis_support import APIS, Api, Proxy, RedisServer, Worker, connect, wait_finished
 
 from subagent_tracker import (
     LEASE_LOST_REASON,
@@ -56,14 +56,15 @@ def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisS
         runner.stop()
 
 
+@pytest.mark.parametrize("api", APIS)
 def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_reconcile(
-    redis_server: RedisServer,
+    redis_server: RedisServer, api: Api
 ) -> None:
-    runner = Worker(redis_server.url, "runner")
+    runner = Worker(redis_server.url, "runner", api=api)
     try:
         for task in ("root", "child", "other"):
             runner.ask(op="start", session="s", task=task, parent="root" if task == "child" else None)
-        session = RedisRegistry(redis_server.url, timeout=5).session("s")
+        session = connect(api, redis_server.url, timeout=5).session("s")
         # Every subscription is dropped, then a cancel by id (with its cascade) and a session cancel are
         # published at once to nobody.
         assert _admin(redis_server, "CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
@@ -133,13 +134,14 @@ def test_a_stopped_and_continued_server_loses_nothing(redis_server: RedisServer)
         runner.stop()
 
 
-def test_a_server_restarted_from_its_append_only_file_loses_no_cancel(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", APIS)
+def test_a_server_restarted_from_its_append_only_file_loses_no_cancel(tmp_path: Path, api: Api) -> None:
     server = RedisServer(aof_directory=tmp_path)
-    runner = Worker(server.url, "runner")
+    runner = Worker(server.url, "runner", api=api)
     try:
         runner.ask(op="start", session="s", task="job")
         server = server.restart()
-        session = RedisRegistry(server.url, timeout=5).session("s")
+        session = connect(api, server.url, timeout=5).session("s")
         snapshot = session.subagent_task("job")
         assert snapshot is not None and snapshot.status is SubagentStatus.RUNNING, "the session survived"
         assert session.cancel_subagent_task("job", reason="after the restart")
@@ -152,21 +154,18 @@ def test_a_server_restarted_from_its_append_only_file_loses_no_cancel(tmp_path: 
         server.stop()
 
 
+@pytest.mark.parametrize("api", APIS)
 def test_a_worker_stopped_past_its_lease_has_fenced_itself_when_it_continues(
-    redis_server: RedisServer,
+    redis_server: RedisServer, api: Api
 ) -> None:
-    frozen = Worker(redis_server.url, "frozen", lease=0.5)
-    survivor = RedisRegistry(redis_server.url, worker_id="survivor", lease=0.5)
+    frozen = Worker(redis_server.url, "frozen", lease=0.5, api=api)
+    survivor = connect(api, redis_server.url, worker_id="survivor", lease=0.5)
     try:
         frozen.ask(op="start", session="s", task="job")
         frozen.signal(signal.SIGSTOP)
         session = survivor.session("s")
-
-        async def failed() -> None:
-            snapshot = await session.wait_subagent_task("job", timeout=10)
-            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
-
-        asyncio.run(asyncio.wait_for(failed(), 20))
+        snapshot = wait_finished(session, "job", timeout=10)
+        assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
         frozen.signal(signal.SIGCONT)
         assert frozen.ask(op="wait_cancelled", session="s", task="job", timeout=5) == {
             "cancelled": True,
@@ -177,12 +176,8 @@ def test_a_worker_stopped_past_its_lease_has_fenced_itself_when_it_continues(
         assert frozen.ask(op="start", session="s", task="later") == {"cancelled": False, "reason": None}
         frozen.signal(signal.SIGKILL)
         frozen.process.wait(timeout=10)
-
-        async def later_failed() -> None:
-            snapshot = await session.wait_subagent_task("later", timeout=10)
-            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
-
-        asyncio.run(asyncio.wait_for(later_failed(), 20))
+        snapshot = wait_finished(session, "later", timeout=10)
+        assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
     finally:
         if frozen.process.poll() is None:
             frozen.signal(signal.SIGCONT)
@@ -270,13 +265,14 @@ def test_a_forked_child_refuses_its_parent_s_registry_and_makes_its_own(redis_se
     assert parent.session("s").subagent_task("parent's") is not None, "the parent's registry still works"
 
 
-def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("api", APIS)
+def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisServer, api: Api) -> None:
     proxy = Proxy(redis_server.port)
     try:
-        runner = RedisRegistry(proxy.url, worker_id="runner", reconcile_interval=0.2, timeout=1)
+        runner = connect(api, proxy.url, worker_id="runner", reconcile_interval=0.2, timeout=1)
         handle = runner.session("s").start_subagent_task("job")
         proxy.reset()
-        stopper = RedisRegistry(redis_server.url, worker_id="stopper").session("s")
+        stopper = connect(api, redis_server.url, worker_id="stopper").session("s")
         assert stopper.cancel_subagent_task("job", reason="while reset")
         assert handle.token.wait(5), "the runner reconnected, resubscribed and reconciled"
         assert handle.token.reason == "while reset"
@@ -284,19 +280,18 @@ def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisServ
         proxy.close()
 
 
-def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("api", APIS)
+def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(
+    redis_server: RedisServer, api: Api
+) -> None:
     proxy = Proxy(redis_server.port)
     try:
-        runner = RedisRegistry(proxy.url, worker_id="cut-off", lease=0.6, reconcile_interval=0.2, timeout=0.3)
+        runner = connect(api, proxy.url, worker_id="cut-off", lease=0.6, reconcile_interval=0.2, timeout=0.3)
         handle = runner.session("s").start_subagent_task("job")
-        survivor = RedisRegistry(redis_server.url, worker_id="survivor", lease=0.6).session("s")
+        survivor = connect(api, redis_server.url, worker_id="survivor", lease=0.6).session("s")
         proxy.blackholed.set()
-
-        async def failed() -> None:
-            snapshot = await survivor.wait_subagent_task("job", timeout=10)
-            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
-
-        asyncio.run(asyncio.wait_for(failed(), 20))
+        snapshot = wait_finished(survivor, "job", timeout=10)
+        assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
         assert handle.token.wait(5), "the cut-off worker fenced itself"
         assert handle.token.reason == LEASE_LOST_REASON
         proxy.blackholed.clear()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import os
 
+from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
 from subagent_tracker._checkpoints import (
     GuardedStream,
     ToolCall,
@@ -44,6 +45,9 @@ from subagent_tracker._native import (
     MAX_TASK_ID_BYTES,
     ORPHANED_RUN_ERROR,
     WORKER_LOST_ERROR,
+    AsyncRedisRegistry,
+    AsyncRedisSession,
+    AsyncRedisTaskHandle,
     CancelCallbackRegistration,
     CancellationToken,
     RedisRegistry,
@@ -58,6 +62,12 @@ from subagent_tracker._native import (
     _after_fork_in_parent,
     _before_fork,
     _interpreter_exiting,
+)
+from subagent_tracker._protocols import (
+    AsyncSessionProtocol,
+    AsyncTaskHandleProtocol,
+    SessionProtocol,
+    TaskHandleProtocol,
 )
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
 from subagent_tracker._status import SubagentStatus
@@ -82,6 +92,13 @@ __all__ = [
     "MAX_TASK_ID_BYTES",
     "ORPHANED_RUN_ERROR",
     "WORKER_LOST_ERROR",
+    "AsyncRedisRegistry",
+    "AsyncRedisSession",
+    "AsyncRedisTaskHandle",
+    "AsyncSessionProtocol",
+    "AsyncTaskHandleProtocol",
+    "AwaitableSession",
+    "AwaitableTaskHandle",
     "CancelCallbackRegistration",
     "CancellationToken",
     "DuplicateTaskError",
@@ -94,6 +111,7 @@ __all__ = [
     "RegistryUnavailableError",
     "Session",
     "SessionClosedError",
+    "SessionProtocol",
     "SpawnedSubagent",
     "SubagentEvent",
     "SubagentStatus",
@@ -101,6 +119,7 @@ __all__ = [
     "SubagentTaskHandle",
     "SubagentTrackerError",
     "TaskCancelledError",
+    "TaskHandleProtocol",
     "ToolCall",
     "ToolOutcome",
     "UnknownTaskError",

@@ -23,6 +23,9 @@ __all__ = [
     "ORPHANED_RUN_ERROR",
     "WORKER_LOST_ERROR",
     "_EVENT_STREAM_BUSY",
+    "AsyncRedisRegistry",
+    "AsyncRedisSession",
+    "AsyncRedisTaskHandle",
     "CancelCallbackRegistration",
     "CancellationToken",
     "EventSubscription",
@@ -259,6 +262,10 @@ class Session:
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str: ...
+    def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[SubagentTaskHandle]: ...
+    def reserve_subagent_tasks(
+        self, tasks: Iterable[Mapping[str, Any]], *, claim_timeout: float | None = None
+    ) -> list[str]: ...
     def claim_subagent_task(self, task_id: str) -> SubagentTaskHandle: ...
     def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool: ...
     def end_subagent_task(
@@ -361,6 +368,10 @@ class RedisSession:
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str: ...
+    def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[RedisTaskHandle]: ...
+    def reserve_subagent_tasks(
+        self, tasks: Iterable[Mapping[str, Any]], *, claim_timeout: float | None = None
+    ) -> list[str]: ...
     def claim_subagent_task(self, task_id: str) -> RedisTaskHandle: ...
     def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool: ...
     def end_subagent_task(
@@ -420,3 +431,127 @@ class RedisTaskHandle:
     def __exit__(self, _exception_type: object, exception: object, _traceback: object) -> bool: ...
     def __aenter__(self) -> Ready[RedisTaskHandle]: ...
     def __aexit__(self, _exception_type: object, exception: object, _traceback: object) -> Ready[bool]: ...
+
+@final
+class AsyncRedisRegistry:
+    """Sessions kept in Redis, for asyncio programs: ``registry = await AsyncRedisRegistry.connect(url)``.
+
+    The asyncio twin of ``RedisRegistry``, as ``redis.asyncio`` is redis-py's: every call that touches the
+    network returns an awaitable at once and never blocks the event loop, with the blocking twin's semantics
+    and errors. Cancelling the awaiting coroutine abandons the wait, never the call: a transition always
+    completes, and a start or claim nobody received ends as a dropped handle does."""
+
+    def __new__(cls, *_args: object, **_kwargs: object) -> AsyncRedisRegistry: ...
+    @staticmethod
+    def connect(
+        url: str,
+        *,
+        worker_id: str | None = None,
+        lease: float | None = None,
+        reconcile_interval: float | None = None,
+        timeout: float | None = None,
+        session_ttl: float | None = None,
+        key_prefix: str | None = None,
+    ) -> asyncio.Future[AsyncRedisRegistry]: ...
+    @property
+    def worker_id(self) -> str: ...
+    def session(
+        self,
+        session_id: str | None = None,
+        *,
+        max_finished_tasks: int | None = None,
+        event_buffer: int | None = None,
+    ) -> asyncio.Future[AsyncRedisSession]: ...
+    def get_session(self, session_id: str) -> asyncio.Future[AsyncRedisSession | None]: ...
+    def sessions(self) -> asyncio.Future[list[str]]: ...
+
+@final
+class AsyncRedisSession:
+    """A session kept in Redis, for asyncio programs: ``RedisSession`` with every call awaited."""
+
+    @property
+    def session_id(self) -> str: ...
+    def start_subagent_task(
+        self,
+        task_id: str | None = None,
+        *,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+    ) -> asyncio.Future[AsyncRedisTaskHandle]: ...
+    def reserve_subagent_task(
+        self,
+        task_id: str | None = None,
+        *,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+        claim_timeout: float | None = None,
+    ) -> asyncio.Future[str]: ...
+    def start_subagent_tasks(
+        self, tasks: Iterable[Mapping[str, Any]]
+    ) -> asyncio.Future[list[AsyncRedisTaskHandle]]: ...
+    def reserve_subagent_tasks(
+        self, tasks: Iterable[Mapping[str, Any]], *, claim_timeout: float | None = None
+    ) -> asyncio.Future[list[str]]: ...
+    def claim_subagent_task(self, task_id: str) -> asyncio.Future[AsyncRedisTaskHandle]: ...
+    def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> asyncio.Future[bool]: ...
+    def end_subagent_task(
+        self, task_id: str, *, result: Any = None, error: str | BaseException | None = None
+    ) -> asyncio.Future[bool]: ...
+    def cancel(self, reason: str | None = None) -> asyncio.Future[int]: ...
+    def close(self, reason: str | None = None) -> asyncio.Future[int]: ...
+    def subagent_task(self, task_id: str) -> asyncio.Future[SubagentTask | None]: ...
+    def subagent_tasks(self) -> asyncio.Future[list[SubagentTask]]: ...
+    def pending_subagent_tasks(self) -> asyncio.Future[list[SubagentTask]]: ...
+    def wait_subagent_task(
+        self, task_id: str, timeout: float | None = None
+    ) -> asyncio.Future[SubagentTask]: ...
+    def spawn_subagent_task(
+        self,
+        function: Callable[[AsyncRedisTaskHandle], Awaitable[Any]],
+        task_id: str | None = None,
+        *,
+        grace: float = ...,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Any = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+    ) -> Awaitable[_session.SpawnedSubagent]: ...
+    def events(self) -> asyncio.Future[_session.EventStream]: ...
+    def _blocking(self) -> RedisSession: ...
+
+@final
+class AsyncRedisTaskHandle:
+    """The runner's side of a task kept in Redis, for asyncio programs: ``async with handle:`` ends the task
+    from how the block exits, and each report is awaited."""
+
+    @property
+    def task_id(self) -> str: ...
+    @property
+    def session_id(self) -> str: ...
+    @property
+    def token(self) -> CancellationToken: ...
+    def progress(self, message: str) -> asyncio.Future[bool]: ...
+    def complete(self, result: Any = None) -> asyncio.Future[bool]: ...
+    def fail(self, error: str | BaseException) -> asyncio.Future[bool]: ...
+    def record_escalation(self) -> asyncio.Future[None]: ...
+    def snapshot(self) -> asyncio.Future[SubagentTask | None]: ...
+    def __aenter__(self) -> Ready[AsyncRedisTaskHandle]: ...
+    def __aexit__(
+        self, _exception_type: object, exception: object, _traceback: object
+    ) -> asyncio.Future[bool]: ...

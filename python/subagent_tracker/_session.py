@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
 from subagent_tracker._native import _EVENT_STREAM_BUSY, _check_seconds
@@ -13,6 +14,8 @@ from subagent_tracker._native import Session as _NativeSession
 
 if TYPE_CHECKING:
     from subagent_tracker._native import (
+        AsyncRedisSession,
+        AsyncRedisTaskHandle,
         CancellationToken,
         EventSubscription,
         RedisEventReader,
@@ -22,6 +25,17 @@ if TYPE_CHECKING:
         SubagentTask,
         SubagentTaskHandle,
     )
+
+_T = TypeVar("_T")
+
+
+async def _resolved(value: _T | Awaitable[_T]) -> _T:
+    """``value``, awaited if the call that gave it was an asyncio one: code shared by the blocking and the
+    asyncio sessions calls, then resolves."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
 
 #: How long a spawned subagent may take to stop cooperatively after a cancel before it is stopped by force.
 DEFAULT_GRACE_SECONDS = 5.0
@@ -53,6 +67,38 @@ def _spawn_subagent_task(
     # Asked before the start, so that a call outside a running loop leaves no task behind.
     loop = asyncio.get_running_loop()
     handle = session.start_subagent_task(
+        task_id,
+        parent_id=parent_id,
+        agent=agent,
+        description=description,
+        metadata=metadata,
+        timeout=timeout,
+        deadline=deadline,
+        detached=detached,
+        linked=linked,
+    )
+    return SpawnedSubagent(handle, function, grace, loop)
+
+
+async def _spawn_subagent_task_async(
+    session: AsyncRedisSession,
+    function: Callable[[Any], Awaitable[Any]],
+    task_id: str | None = None,
+    *,
+    grace: float = DEFAULT_GRACE_SECONDS,
+    parent_id: str | None = None,
+    agent: str | None = None,
+    description: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    deadline: float | None = None,
+    detached: bool = False,
+    linked: Iterable[CancellationToken] | None = None,
+) -> SpawnedSubagent:
+    """``_spawn_subagent_task`` for a session whose start is awaited."""
+    _check_seconds(grace, "grace")
+    loop = asyncio.get_running_loop()
+    handle = await session.start_subagent_task(
         task_id,
         parent_id=parent_id,
         agent=agent,
@@ -121,7 +167,7 @@ class SpawnedSubagent:
 
     def __init__(
         self,
-        handle: SubagentTaskHandle | RedisTaskHandle,
+        handle: SubagentTaskHandle | RedisTaskHandle | AsyncRedisTaskHandle,
         function: Callable[[Any], Awaitable[Any]],
         grace: float,
         loop: asyncio.AbstractEventLoop,
@@ -152,13 +198,13 @@ class SpawnedSubagent:
         try:
             async with handle:
                 result = await function(handle)
-                handle.complete(result)
+                await _resolved(handle.complete(result))
         except asyncio.CancelledError:
             if not self._escalated:
                 raise
         except (TaskCancelledError, Exception):
             pass  # The handle recorded the outcome; the snapshot tells it.
-        snapshot = handle.snapshot()
+        snapshot = await _resolved(handle.snapshot())
         if snapshot is None:
             # Only a Redis task can be gone: its session kept no finished task (`max_finished_tasks=0`).
             raise UnknownTaskError(f"task {handle.task_id!r} finished and is no longer retained")
@@ -220,10 +266,3 @@ class EventStream:
 
     async def __aexit__(self, *_exception: object) -> None:
         self.close()
-
-
-def _settle_future(future: asyncio.Future[Any], method: str, value: object) -> None:
-    """Resolves ``future`` with ``value`` (``method``: ``set_result`` or ``set_exception``), unless its caller
-    gave up on it first. Called on the future's loop."""
-    if not future.done():
-        getattr(future, method)(value)

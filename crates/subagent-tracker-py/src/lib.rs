@@ -7,15 +7,19 @@
 #![allow(clippy::needless_pass_by_value)]
 
 mod arguments;
+mod async_redis;
 mod asyncio_waker;
+mod batch_arguments;
 mod cancel_callback;
 mod errors;
 mod events;
 mod handle;
 mod interpreter;
+mod loop_inbox;
 mod package_imports;
 mod python_types;
 mod ready;
+mod redis_calls;
 mod redis_events;
 mod redis_handle;
 mod redis_registry;
@@ -38,6 +42,9 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<redis_registry::RedisSession>()?;
     module.add_class::<redis_events::RedisEventReader>()?;
     module.add_class::<redis_handle::RedisTaskHandle>()?;
+    module.add_class::<async_redis::AsyncRedisRegistry>()?;
+    module.add_class::<async_redis::AsyncRedisSession>()?;
+    module.add_class::<async_redis::AsyncRedisTaskHandle>()?;
     module.add_class::<handle::SubagentTaskHandle>()?;
     module.add_class::<token::CancellationToken>()?;
     module.add_class::<snapshot::SubagentTask>()?;

@@ -63,10 +63,11 @@ pub(crate) fn event_stream_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> 
     session_module_attribute(py, &CLASS, "EventStream")
 }
 
-/// `subagent_tracker._session._spawn_subagent_task`, which Redis sessions share with in-memory ones.
-pub(crate) fn spawn_function(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static FUNCTION: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    session_module_attribute(py, &FUNCTION, "_spawn_subagent_task")
+/// A function of `subagent_tracker._session` that spawns a subagent: Redis sessions share them with in-memory
+/// ones.
+pub(crate) fn spawn_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    module(py, &MODULE, "subagent_tracker._session")?.getattr(name)
 }
 
 fn session_module_attribute<'py>(
@@ -89,11 +90,4 @@ fn session_module_attribute<'py>(
 pub(crate) fn json_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     module(py, &MODULE, "json")?.getattr(name)
-}
-
-/// `subagent_tracker._session._settle_future`, which resolves an asyncio future unless its caller already gave
-/// up on it.
-pub(crate) fn settle_future(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    module(py, &MODULE, "subagent_tracker._session")?.getattr("_settle_future")
 }

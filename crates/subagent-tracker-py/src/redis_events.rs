@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::errors::redis_error;
 use crate::events::SubagentEvent;
-use crate::runtime::{asyncio_future, spawn, MadeIn};
+use crate::loop_inbox::{asyncio_future, WhenAbandoned};
+use crate::runtime::{spawn, MadeIn};
 
 /// What the reading task and the iterator share.
 struct Shared {
@@ -102,7 +103,10 @@ impl RedisEventReader {
                 () = shared.arrived.notified() => {}
             }
         };
-        asyncio_future(py, self.made_in, arrival, |py, ()| Ok(py.None())).map(Some)
+        asyncio_future(py, self.made_in, WhenAbandoned::Stop, arrival, |py, ()| {
+            Ok(py.None())
+        })
+        .map(Some)
     }
 
     /// Stops reading and wakes a waiting iteration; later reads find nothing.

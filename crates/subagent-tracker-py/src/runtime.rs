@@ -5,9 +5,6 @@ use std::future::Future;
 
 use pyo3::prelude::*;
 
-use crate::interpreter::with_python;
-use crate::package_imports::settle_future;
-
 /// The process a Redis object was made in. Its connections and background tasks live on that process's
 /// runtime, which a forked child does not inherit (its threads are not copied): in a child, the object refuses
 /// to work rather than hang.
@@ -32,7 +29,7 @@ impl MadeIn {
 /// This process's runtime. One worker thread: Redis calls are short and I/O-bound, and the threads that wait on
 /// them are the callers' own. A forked child makes one of its own (the parent's is left alone: dropping it
 /// would wait for threads the child does not have).
-fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
     static RUNTIME: Mutex<Option<(u32, &'static tokio::runtime::Runtime)>> = Mutex::new(None);
     let mut current = RUNTIME.lock();
     let process = std::process::id();
@@ -72,60 +69,4 @@ where
 pub(crate) fn spawn(future: impl Future<Output = ()> + Send + 'static) -> PyResult<()> {
     runtime()?.spawn(future);
     Ok(())
-}
-
-/// Runs `future` on the runtime and returns a future of the running asyncio loop that resolves with its
-/// outcome, converted by `convert` once the interpreter is held. Cancelling the asyncio future aborts the work.
-pub(crate) fn asyncio_future<'py, F, T>(
-    py: Python<'py>,
-    made_in: MadeIn,
-    future: F,
-    convert: impl FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
-) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = T> + Send + 'static,
-    T: Send + 'static,
-{
-    made_in.check()?;
-    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
-    let waiting = event_loop.call_method0("create_future")?;
-    let (event_loop, resolved) = (event_loop.unbind(), waiting.clone().unbind());
-    let task = runtime()?.spawn(async move {
-        let outcome = future.await;
-        with_python(move |py| {
-            let (method, value) = match convert(py, outcome) {
-                Ok(value) => ("set_result", value),
-                Err(error) => ("set_exception", error.into_value(py).into_any()),
-            };
-            // The loop may have closed meanwhile: nobody is left to tell.
-            let _ = settle_future(py).and_then(|settle| {
-                event_loop.call_method1(
-                    py,
-                    "call_soon_threadsafe",
-                    (settle, resolved, method, value),
-                )
-            });
-        });
-    });
-    waiting.call_method1(
-        "add_done_callback",
-        (AbortOnDone {
-            task: task.abort_handle(),
-        },),
-    )?;
-    Ok(waiting)
-}
-
-/// Aborts the runtime's work for an asyncio future once that future is done (resolved, or cancelled by its
-/// caller), so an abandoned wait leaves nothing running.
-#[pyclass(frozen, module = "subagent_tracker._native")]
-struct AbortOnDone {
-    task: tokio::task::AbortHandle,
-}
-
-#[pymethods]
-impl AbortOnDone {
-    fn __call__(&self, _future: &Bound<'_, PyAny>) {
-        self.task.abort();
-    }
 }

@@ -11,6 +11,7 @@ use crate::arguments::{
     SessionIdArgument, TaskIdArgument, TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
+use crate::batch_arguments::batch_tasks;
 use crate::errors::tracker_error;
 use crate::events::EventSubscription;
 use crate::handle::SubagentTaskHandle;
@@ -33,6 +34,34 @@ pub(crate) struct Session {
 #[pyclass(frozen, module = "subagent_tracker._native", name = "_SessionState")]
 pub(crate) struct SessionState {
     pub(crate) tracker: InMemorySubagentTaskTracker<PyValue>,
+}
+
+/// The tasks of a batch as the core describes them, each with its own claim timeout if it has one.
+fn memory_batch(
+    tasks: &Bound<'_, PyAny>,
+    reserving: bool,
+) -> PyResult<Vec<(TaskStart<PyValue>, Option<std::time::Duration>)>> {
+    batch_tasks(tasks, reserving)?
+        .into_iter()
+        .map(|task| {
+            let metadata = task
+                .metadata
+                .map(|metadata| metadata.extract::<Metadata>())
+                .transpose()?;
+            let start = task_start(
+                task.task_id,
+                task.parent_id,
+                task.agent.as_ref(),
+                task.description.as_ref(),
+                metadata.map(|metadata| PyValue::new(metadata.0)),
+                task.timeout,
+                task.deadline,
+                task.detached,
+                task.linked,
+            )?;
+            Ok((start, task.claim_timeout.map(|seconds| seconds.0)))
+        })
+        .collect()
 }
 
 /// The core's description of a task from the keyword arguments shared by `start_subagent_task` and
@@ -171,6 +200,45 @@ impl Session {
             handle,
             slf.clone().into_any().unbind(),
         ))
+    }
+
+    /// Starts every task of `tasks` (mappings of `start_subagent_task`'s keyword arguments), or none, and
+    /// returns their handles in order. A task may name as parent one earlier in the batch.
+    fn start_subagent_tasks(
+        slf: &Bound<'_, Self>,
+        tasks: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<SubagentTaskHandle>> {
+        let py = slf.py();
+        let starts = memory_batch(tasks, false)?
+            .into_iter()
+            .map(|(start, _)| start)
+            .collect();
+        let tracker = &slf.get().tracker;
+        let handles = with_wake_batch(py, || tracker.start_batch(starts))?
+            .map_err(|error| tracker_error(py, error))?;
+        Ok(handles
+            .into_iter()
+            .map(|handle| SubagentTaskHandle::new(handle, slf.clone().into_any().unbind()))
+            .collect())
+    }
+
+    /// Reserves every task of `tasks` (mappings of `reserve_subagent_task`'s keyword arguments), or none, and
+    /// returns their ids in order; a task without a `claim_timeout` of its own takes the call's.
+    #[pyo3(signature = (tasks, *, claim_timeout=None))]
+    fn reserve_subagent_tasks(
+        &self,
+        py: Python<'_>,
+        tasks: &Bound<'_, PyAny>,
+        claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+    ) -> PyResult<Vec<String>> {
+        let default = claim_timeout.map(|seconds| seconds.0);
+        let reservations = memory_batch(tasks, true)?
+            .into_iter()
+            .map(|(start, own)| (start, own.or(default)))
+            .collect();
+        let reserved = with_wake_batch(py, || self.tracker.reserve_batch(reservations))?
+            .map_err(|error| tracker_error(py, error))?;
+        Ok(reserved.iter().map(ToString::to_string).collect())
     }
 
     /// Reserves a task for a runner to claim later and returns its id; the task is queued until then.

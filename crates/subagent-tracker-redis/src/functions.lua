@@ -284,32 +284,27 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   return moved
 end
 
--- stv2_open(session_key; inc, task_id, parent_id, agent, description, metadata, detached, reserved, process,
--- deadline_ms, claim_timeout_ms, claim_error, deadline_reason): a start or a reservation, with an optional
--- deadline (milliseconds since the epoch; a child's is bounded by its parent's unless detached) and, for a
--- reservation, a claim timeout. Returns {run, status, reason, next timer due or ""} or an error reply whose message
--- starts with GONE, DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
-local function st_open(keys, args)
-  local session_key = keys[1]
-  if not same_incarnation(args[1]) then return gone() end
-  local base = base_of(session_key)
-  local task_id, parent_id, agent, description, metadata = args[2], args[3], args[4], args[5], args[6]
-  local detached, reserved = args[7] == '1', args[8] == '1'
-  local process, deadline = args[9], args[10]
-  if redis.call('HEXISTS', session_key, 'closed') == 1 then
-    return redis.error_reply('CLOSED')
-  end
+-- The fields of one task to open, in the order `stv2_open` and `stv2_open_batch` take them.
+local OPEN_FIELDS = 11
+
+-- Opens one task of the session: a start or a reservation (`a` holds its OPEN_FIELDS arguments from `first`).
+-- `opened_here` names the tasks a batch opened before this one. Returns {run, status, reason, next timer due or
+-- ""}, or nil and the refusal's code: DUPLICATE, UNKNOWN_PARENT or PARENT_FINISHED.
+local function open_task(session_key, base, a, first, deadline_reason)
+  local task_id, parent_id, agent, description, metadata = a[first], a[first + 1], a[first + 2], a[first + 3],
+    a[first + 4]
+  local detached, reserved = a[first + 5] == '1', a[first + 6] == '1'
+  local process, deadline = a[first + 7], a[first + 8]
+  local claim_timeout_ms, claim_error = a[first + 9], a[first + 10]
   local key = task_key(base, task_id)
   local old = fields(key, 'run', 'fin')
-  if old[1] and old[2] ~= '1' then
-    return redis.error_reply('DUPLICATE')
-  end
+  if old[1] and old[2] ~= '1' then return nil, 'DUPLICATE' end
   local inherited = nil
   local parent_run = nil
   if parent_id ~= '' then
     local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'reason', 'origin', 'due_ms')
-    if not parent[1] then return redis.error_reply('UNKNOWN_PARENT') end
-    if parent[2] == '1' then return redis.error_reply('PARENT_FINISHED') end
+    if not parent[1] then return nil, 'UNKNOWN_PARENT' end
+    if parent[2] == '1' then return nil, 'PARENT_FINISHED' end
     parent_run = parent[1]
     if parent[3] == 'cancelled' and not detached then
       inherited = { reason = parent[4], origin = parent[5] }
@@ -369,22 +364,81 @@ local function st_open(keys, args)
     redis.call('HSET', key, 'due_ms', deadline, 'deadline', string.format('%.3f', due / 1000))
     if due <= now_ms() then
       if PENDING[status] then
-        cancel_trees(base, session_key, { task_id }, args[13], 'deadline', at)
+        cancel_trees(base, session_key, { task_id }, deadline_reason, 'deadline', at)
         status = 'cancelled'
-        reason = args[13]
+        reason = deadline_reason
       end
     else
       redis.call('ZADD', base .. 'timers', due, timer('d', task_id, run))
       next_due = deadline
     end
   end
-  if reserved and args[11] ~= '' and status == 'queued' then
-    local due = now_ms() + tonumber(args[11])
-    redis.call('HSET', key, 'claim_error', args[12])
+  if reserved and claim_timeout_ms ~= '' and status == 'queued' then
+    local due = now_ms() + tonumber(claim_timeout_ms)
+    redis.call('HSET', key, 'claim_error', claim_error)
     redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
     if next_due == '' or due < tonumber(next_due) then next_due = digits(due) end
   end
   return { run, status, reason, next_due }
+end
+
+-- stv2_open(session_key; inc, task_id, parent_id, agent, description, metadata, detached, reserved, process,
+-- deadline_ms, claim_timeout_ms, claim_error, deadline_reason): a start or a reservation, with an optional
+-- deadline (milliseconds since the epoch; a child's is bounded by its parent's unless detached) and, for a
+-- reservation, a claim timeout. Returns {run, status, reason, next timer due or ""} or an error reply whose message
+-- starts with GONE, DUPLICATE, UNKNOWN_PARENT, PARENT_FINISHED or CLOSED.
+local function st_open(keys, args)
+  local session_key = keys[1]
+  if not same_incarnation(args[1]) then return gone() end
+  if redis.call('HEXISTS', session_key, 'closed') == 1 then
+    return redis.error_reply('CLOSED')
+  end
+  local opened, refusal = open_task(session_key, base_of(session_key), args, 2, args[13])
+  if not opened then return redis.error_reply(refusal) end
+  return opened
+end
+
+-- stv2_open_batch(session_key; inc, deadline_reason, then OPEN_FIELDS arguments per task, as stv2_open's):
+-- opens every task of the batch, in order, or none. A task may name as parent one earlier in the batch.
+-- Returns the four replies of stv2_open per task, one after the other, or an error reply `<CODE> <index>` (the
+-- 0-based index of the task refused) with stv2_open's codes, or DUPLICATE_IN_BATCH.
+local function st_open_batch(keys, args)
+  local session_key = keys[1]
+  if not same_incarnation(args[1]) then return gone() end
+  if redis.call('HEXISTS', session_key, 'closed') == 1 then
+    return redis.error_reply('CLOSED')
+  end
+  local base = base_of(session_key)
+  local count = (#args - 2) / OPEN_FIELDS
+  -- Every refusal is found before the first task opens: the function runs alone, so nothing changes between.
+  local named = {}
+  for index = 0, count - 1 do
+    local first = 3 + index * OPEN_FIELDS
+    local task_id, parent_id = args[first], args[first + 1]
+    local refusal = nil
+    if named[task_id] then
+      refusal = 'DUPLICATE_IN_BATCH'
+    else
+      local old = fields(task_key(base, task_id), 'run', 'fin')
+      if old[1] and old[2] ~= '1' then refusal = 'DUPLICATE' end
+    end
+    if not refusal and parent_id ~= '' and not named[parent_id] then
+      local parent = fields(task_key(base, parent_id), 'run', 'fin')
+      if not parent[1] then
+        refusal = 'UNKNOWN_PARENT'
+      elseif parent[2] == '1' then
+        refusal = 'PARENT_FINISHED'
+      end
+    end
+    if refusal then return redis.error_reply(refusal .. ' ' .. index) end
+    named[task_id] = true
+  end
+  local replies = {}
+  for index = 0, count - 1 do
+    local opened = open_task(session_key, base, args, 3 + index * OPEN_FIELDS, args[2])
+    for _, reply in ipairs(opened) do replies[#replies + 1] = reply end
+  end
+  return replies
 end
 
 -- stv2_cancel(session_key; inc, task_id, reason, cause): a cancel of one task and its pending descendants.
@@ -851,6 +905,7 @@ register('reap', session_function(st_reap))
 register('orphans', session_function(st_orphans))
 register('sweep', session_function(st_sweep))
 register('open', session_function(st_open))
+register('open_batch', session_function(st_open_batch))
 register('touch', session_function(st_touch))
 register('cancel', session_function(st_cancel))
 register('cancel_all', session_function(st_cancel_all))

@@ -41,6 +41,20 @@ pub struct RedisSession {
 /// What `open` gives: the task's id, its run and status, the links' registrations, and the call.
 type Opened = (Arc<str>, [String; 2], Vec<CancelCallback>, SessionCall);
 
+/// What `open_batch` gives per task: its id, its run and status, and the links' registrations.
+type OpenedInBatch = (Arc<str>, [String; 2], Vec<CancelCallback>);
+
+/// One task to open, checked, with the arguments its server function takes.
+struct Opening {
+    task_id: Arc<str>,
+    parent_id: Option<String>,
+    linked: Vec<SubagentTaskToken>,
+    reserved: bool,
+    /// A deadline or a claim timeout: the registry's index of timers must learn of it.
+    timed: bool,
+    args: [String; 11],
+}
+
 /// How a runner's end is written in Redis.
 pub(crate) enum Outcome<'a> {
     Completed(Option<&'a str>),
@@ -114,6 +128,46 @@ impl RedisSession {
         Ok(task_id)
     }
 
+    /// Starts many tasks run by this process in one round trip, and returns their handles in the batch's
+    /// order: all of them or none (contract §22). A task may name as parent one earlier in the batch.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) for the first task refused, and [`TrackerError::DuplicateInBatch`]: each
+    /// refuses the whole batch, and nothing changes in Redis.
+    pub async fn start_batch(
+        &self,
+        starts: Vec<TaskStart<String>>,
+    ) -> Result<Vec<RedisTaskHandle>, RedisTrackerError> {
+        let batch = starts.into_iter().map(|start| (start, None)).collect();
+        let (opened, calls) = self.open_batch(batch).await?;
+        let mut handles = Vec::with_capacity(opened.len());
+        for (task_id, [run, status], links) in opened {
+            let mut handle = self.hold(task_id, run, &status).await?;
+            handle.keep_links(links);
+            handles.push(handle);
+        }
+        calls.into_iter().for_each(SessionCall::settle);
+        Ok(handles)
+    }
+
+    /// Reserves many tasks in one round trip, each with its claim timeout, and returns their ids in the
+    /// batch's order: all of them or none, as [`start_batch`](Self::start_batch).
+    ///
+    /// # Errors
+    /// As [`start_batch`](Self::start_batch).
+    pub async fn reserve_batch(
+        &self,
+        reservations: Vec<(TaskStart<String>, Option<Duration>)>,
+    ) -> Result<Vec<Arc<str>>, RedisTrackerError> {
+        let batch = reservations
+            .into_iter()
+            .map(|(start, claim_timeout)| (start, Some(claim_timeout)))
+            .collect();
+        let (opened, calls) = self.open_batch(batch).await?;
+        calls.into_iter().for_each(SessionCall::settle);
+        Ok(opened.into_iter().map(|(task_id, _, _)| task_id).collect())
+    }
+
     /// A start (`reservation` `None`) or a reservation (with its claim timeout, if any). Returns the task's id,
     /// run and status, the links' registrations, and the call, to settle once the caller is done with it (a
     /// start once its run is held). An error or a dropped future leaves the call unsettled: what it may have done
@@ -123,6 +177,107 @@ impl RedisSession {
         start: TaskStart<String>,
         reservation: Option<Option<Duration>>,
     ) -> Result<Opened, RedisTrackerError> {
+        let opening = self.opening(start, reservation)?;
+        let call = self.begin(&opening).await?;
+        let mut args: Vec<&str> = vec![&self.incarnation];
+        args.extend(opening.args.iter().map(String::as_str));
+        args.push(DEADLINE_REASON);
+        let reply: Vec<String> = match self.call("open", &args).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                let error = self.refusal(error, &opening.task_id, opening.parent_id.as_deref());
+                if matches!(error, RedisTrackerError::Tracker(_)) {
+                    // Refused: nothing changed in Redis.
+                    call.settle();
+                }
+                return Err(error);
+            }
+        };
+        let [run, status, _reason, next_due]: [String; 4] = reply
+            .try_into()
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_open")))?;
+        self.schedule(&next_due).await?;
+        let (links, status) = self
+            .opened(&opening.task_id, opening.linked, status)
+            .await?;
+        Ok((opening.task_id, [run, status], links, call))
+    }
+
+    /// Opens every task of a batch in one call of `stv2_open_batch`, or none. Returns, per task, its id, run
+    /// and status and its links' registrations, and the calls to settle once the caller is done with them.
+    async fn open_batch(
+        &self,
+        batch: Vec<(TaskStart<String>, Option<Option<Duration>>)>,
+    ) -> Result<(Vec<OpenedInBatch>, Vec<SessionCall>), RedisTrackerError> {
+        let openings = batch
+            .into_iter()
+            .map(|(start, reservation)| self.opening(start, reservation))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut named = std::collections::HashSet::with_capacity(openings.len());
+        if let Some(repeated) = openings
+            .iter()
+            .find(|opening| !named.insert(opening.task_id.clone()))
+        {
+            return Err(TrackerError::DuplicateInBatch {
+                task_id: repeated.task_id.clone(),
+            }
+            .into());
+        }
+        let mut calls = Vec::with_capacity(openings.len());
+        for opening in &openings {
+            calls.push(self.begin(opening).await?);
+        }
+        let mut args: Vec<&str> = vec![&self.incarnation, DEADLINE_REASON];
+        for opening in &openings {
+            args.extend(opening.args.iter().map(String::as_str));
+        }
+        let reply: Vec<String> = match self.call("open_batch", &args).await {
+            Ok(reply) => reply,
+            Err(error) => {
+                let error = self.batch_refusal(error, &openings);
+                if matches!(error, RedisTrackerError::Tracker(_)) {
+                    calls.into_iter().for_each(SessionCall::settle);
+                }
+                return Err(error);
+            }
+        };
+        if reply.len() != openings.len() * 4 {
+            return Err(RedisTrackerError::Protocol(Arc::from("stv2_open_batch")));
+        }
+        let mut replies = reply.into_iter();
+        let mut opened = Vec::with_capacity(openings.len());
+        let mut earliest_due: Option<u64> = None;
+        let mut parts = Vec::with_capacity(openings.len());
+        for _ in &openings {
+            let (run, status, _reason, next_due) = (
+                replies.next().unwrap_or_default(),
+                replies.next().unwrap_or_default(),
+                replies.next(),
+                replies.next().unwrap_or_default(),
+            );
+            if let Ok(due) = next_due.parse::<u64>() {
+                earliest_due = Some(earliest_due.map_or(due, |earliest| earliest.min(due)));
+            }
+            parts.push((run, status));
+        }
+        if let Some(due) = earliest_due {
+            self.worker.schedule(&self.session_id, due).await?;
+        }
+        for (opening, (run, status)) in openings.into_iter().zip(parts) {
+            let (links, status) = self
+                .opened(&opening.task_id, opening.linked, status)
+                .await?;
+            opened.push((opening.task_id, [run, status], links));
+        }
+        Ok((opened, calls))
+    }
+
+    /// A task to open, checked and put into the arguments `stv2_open` and `stv2_open_batch` take.
+    fn opening(
+        &self,
+        start: TaskStart<String>,
+        reservation: Option<Option<Duration>>,
+    ) -> Result<Opening, RedisTrackerError> {
         let reserved = reservation.is_some();
         let parts = start.into_parts();
         let task_id = match parts.task_id {
@@ -135,70 +290,79 @@ impl RedisSession {
         if let Some(parent_id) = &parts.parent_id {
             validate_task_id("parent_id", parent_id)?;
         }
-        let timed = parts.deadline.is_some() || reservation.flatten().is_some();
-        let call = if reserved {
-            self.worker.track_call(&self.session_id, &task_id, timed)
-        } else {
-            self.worker
-                .begin_call(&self.session_id, &task_id, timed)
-                .await?
-        };
-        let process = if reserved { "" } else { &*self.worker.process };
+        let claim_timeout = reservation.flatten();
         // Deadlines are wall-clock instants (a timeout was turned into one by the caller's clock): Redis fires
         // them by its own clock, so they are as exact as the two clocks agree.
         let deadline_ms = parts
             .deadline
             .map(|deadline| epoch_millis(deadline).to_string())
             .unwrap_or_default();
-        let claim_timeout = reservation.flatten();
-        let claim_timeout_ms = claim_timeout
-            .map(|timeout| timeout.as_millis().to_string())
-            .unwrap_or_default();
-        let claim_error = claim_timeout
-            .map(subagent_tracker::claim_timeout_error)
-            .unwrap_or_default();
         let args = [
-            &*self.incarnation,
-            &*task_id,
-            parts.parent_id.as_deref().unwrap_or_default(),
-            parts.agent.as_deref().unwrap_or_default(),
-            parts.description.as_deref().unwrap_or_default(),
-            parts.metadata.as_deref().unwrap_or_default(),
-            if parts.detached { "1" } else { "0" },
-            if reserved { "1" } else { "0" },
-            process,
-            &deadline_ms,
-            &claim_timeout_ms,
-            &claim_error,
-            DEADLINE_REASON,
+            task_id.to_string(),
+            parts.parent_id.clone().unwrap_or_default(),
+            parts.agent.as_deref().unwrap_or_default().to_owned(),
+            parts.description.as_deref().unwrap_or_default().to_owned(),
+            parts.metadata.unwrap_or_default(),
+            if parts.detached { "1" } else { "0" }.to_owned(),
+            if reserved { "1" } else { "0" }.to_owned(),
+            if reserved { "" } else { &*self.worker.process }.to_owned(),
+            deadline_ms,
+            claim_timeout
+                .map(|timeout| timeout.as_millis().to_string())
+                .unwrap_or_default(),
+            claim_timeout
+                .map(subagent_tracker::claim_timeout_error)
+                .unwrap_or_default(),
         ];
-        let reply: Vec<String> = match self.call("open", &args).await {
-            Ok(reply) => reply,
-            Err(error) => {
-                let error = self.refusal(error, &task_id, parts.parent_id.as_deref());
-                if matches!(error, RedisTrackerError::Tracker(_)) {
-                    // Refused: nothing changed in Redis.
-                    call.settle();
-                }
-                return Err(error);
-            }
-        };
-        let [run, status, _reason, next_due]: [String; 4] = reply
-            .try_into()
-            .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_open")))?;
+        Ok(Opening {
+            timed: parts.deadline.is_some() || claim_timeout.is_some(),
+            reserved,
+            task_id,
+            parent_id: parts.parent_id,
+            linked: parts.linked,
+            args,
+        })
+    }
+
+    /// The worker's record of a call under way for `opening` (a start announces the session first).
+    async fn begin(&self, opening: &Opening) -> Result<SessionCall, RedisTrackerError> {
+        if opening.reserved {
+            Ok(self
+                .worker
+                .track_call(&self.session_id, &opening.task_id, opening.timed))
+        } else {
+            self.worker
+                .begin_call(&self.session_id, &opening.task_id, opening.timed)
+                .await
+        }
+    }
+
+    /// Puts a timer the function reported due (`next_due`, or "" for none) into the registry's index of timers.
+    async fn schedule(&self, next_due: &str) -> Result<(), RedisTrackerError> {
         if let Ok(next_due) = next_due.parse::<u64>() {
             // The timer exists in the session; the registry's index of timers is another key (another slot), so
             // a failure here is repaired by the reconcile.
             self.worker.schedule(&self.session_id, next_due).await?;
         }
-        let (links, fired) = self.link(&task_id, parts.linked).await?;
+        Ok(())
+    }
+
+    /// Links a task just opened to its tokens; returns the registrations and its status as the runner must
+    /// see it.
+    async fn opened(
+        &self,
+        task_id: &Arc<str>,
+        linked: Vec<SubagentTaskToken>,
+        status: String,
+    ) -> Result<(Vec<CancelCallback>, String), RedisTrackerError> {
+        let (links, fired) = self.link(task_id, linked).await?;
         // A link that had already fired cancelled the task after its start: the runner must get it cancelled.
         let status = if fired {
             SubagentStatus::Cancelled.as_str().to_owned()
         } else {
             status
         };
-        Ok((task_id, [run, status], links, call))
+        Ok((links, status))
     }
 
     /// Cancels the task (cause `linked`, with the token's reason) when any of `tokens` fires: at once for one
@@ -536,6 +700,32 @@ impl RedisSession {
         self.call(name, args)
             .await
             .map_err(|error| self.refusal(error, "", None))
+    }
+
+    /// The contract's refusal that `stv2_open_batch`'s error reply `<CODE> <index>` stands for, naming the
+    /// task it refused.
+    fn batch_refusal(&self, error: RedisTrackerError, openings: &[Opening]) -> RedisTrackerError {
+        let refused = match &error {
+            RedisTrackerError::Unavailable { source } => source
+                .detail()
+                .and_then(|detail| detail.rsplit(' ').next())
+                .and_then(|index| index.parse::<usize>().ok())
+                .and_then(|index| openings.get(index)),
+            _ => None,
+        };
+        let Some(opening) = refused else {
+            return self.refusal(error, "", None);
+        };
+        let is_repeat = matches!(&error, RedisTrackerError::Unavailable { source }
+            if source.code() == Some("DUPLICATE_IN_BATCH")
+                || source.detail().is_some_and(|detail| detail.starts_with("DUPLICATE_IN_BATCH")));
+        if is_repeat {
+            return TrackerError::DuplicateInBatch {
+                task_id: opening.task_id.clone(),
+            }
+            .into();
+        }
+        self.refusal(error, &opening.task_id, opening.parent_id.as_deref())
     }
 
     /// The contract's refusal that a function's error reply stands for, or the error as it was.

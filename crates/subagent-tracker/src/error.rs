@@ -17,6 +17,12 @@ pub enum TrackerError {
         /// The session that holds it.
         session_id: Arc<str>,
     },
+    /// A batch names one task id twice: each task of a batch needs its own.
+    #[error("task id {task_id:?} appears more than once in the batch; each task of a batch needs its own id")]
+    DuplicateInBatch {
+        /// The repeated id.
+        task_id: Arc<str>,
+    },
     /// No retained task has this id.
     #[error("no task {task_id:?} is retained in session {session_id:?}")]
     UnknownTask {

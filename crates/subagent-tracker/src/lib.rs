@@ -77,6 +77,6 @@ pub use tokio_util::sync::CancellationToken;
 pub struct ReadmeDoctests;
 
 pub use tracker::{
-    claim_timeout_error, InMemorySubagentTaskTracker, TrackerConfig, CLAIM_TIMEOUT_ERROR,
-    DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    claim_timeout_error, InMemorySubagentTaskTracker, TrackerConfig, BATCH_REFUSED_REASON,
+    CLAIM_TIMEOUT_ERROR, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };

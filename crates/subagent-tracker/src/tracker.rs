@@ -43,6 +43,10 @@ pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
 /// The cancel reason of a task whose deadline passed.
 pub const DEADLINE_REASON: &str = "deadline exceeded";
 
+/// The cancel reason of the tasks a batch had opened when another thread's change to the session (a start of
+/// one of its ids, the end of a parent it names, a close) refused the rest of it.
+pub const BATCH_REFUSED_REASON: &str = "the batch this task was started in was refused";
+
 /// The start of the error of a reservation that no runner claimed within its claim timeout.
 pub const CLAIM_TIMEOUT_ERROR: &str = "no runner claimed the task within its claim timeout";
 
@@ -215,6 +219,51 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     pub fn start(&self, start: TaskStart<V>) -> Result<SubagentTaskHandle<V>, TrackerError> {
         let entry = self.shared.open(start, Opening::Start)?;
         Ok(SubagentTaskHandle::new(self.shared.clone(), entry))
+    }
+
+    /// Starts many tasks in one call, and returns their runners' handles in the batch's order: all of them or
+    /// none (contract §22). A task may name as parent a task earlier in the batch; a child opens under its
+    /// parent's lock, so a cancel of that parent reaches every child of the batch, whenever it lands.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) for the first task that would be refused, and
+    /// [`TrackerError::DuplicateInBatch`] for an id named twice: each refuses the whole batch before anything
+    /// changes. Only a change made meanwhile by another thread (a start of one of its ids, the end of a parent
+    /// it names, a close) can refuse it part way; the tasks it had opened are then cancelled with
+    /// [`BATCH_REFUSED_REASON`] and finished, and the error is returned.
+    pub fn start_batch(
+        &self,
+        starts: Vec<TaskStart<V>>,
+    ) -> Result<Vec<SubagentTaskHandle<V>>, TrackerError> {
+        let batch = starts
+            .into_iter()
+            .map(|start| (start, Opening::Start))
+            .collect();
+        let entries = self.shared.open_batch(batch)?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| SubagentTaskHandle::new(self.shared.clone(), entry))
+            .collect())
+    }
+
+    /// Reserves many tasks in one call, each with its claim timeout, and returns their ids in the batch's
+    /// order: all of them or none, as [`start_batch`](Self::start_batch).
+    ///
+    /// # Errors
+    /// As [`start_batch`](Self::start_batch).
+    pub fn reserve_batch(
+        &self,
+        reservations: Vec<(TaskStart<V>, Option<Duration>)>,
+    ) -> Result<Vec<Arc<str>>, TrackerError> {
+        let batch = reservations
+            .into_iter()
+            .map(|(start, claim_timeout)| (start, Opening::Reserve { claim_timeout }))
+            .collect();
+        let entries = self.shared.open_batch(batch)?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| entry.task_id.clone())
+            .collect())
     }
 
     /// Reserves a task for a runner to claim later, and returns its id. The task is
@@ -737,6 +786,74 @@ impl<V> TrackerShared<V> {
 }
 
 impl<V: Send + Sync + 'static> TrackerShared<V> {
+    /// Opens every task of a batch, or none: everything the batch and the session's state refuse is found
+    /// before the first task opens.
+    fn open_batch(
+        self: &Arc<Self>,
+        mut batch: Vec<(TaskStart<V>, Opening)>,
+    ) -> Result<Vec<Arc<TaskEntry<V>>>, TrackerError> {
+        let mut named = std::collections::HashSet::with_capacity_and_hasher(
+            batch.len(),
+            RandomState::default(),
+        );
+        for (start, _) in &mut batch {
+            let task_id = start
+                .task_id
+                .get_or_insert_with(|| Arc::from(generate_id()))
+                .clone();
+            validate_task_id("task_id", &task_id)?;
+            if let Some(parent_id) = &start.parent_id {
+                validate_task_id("parent_id", parent_id)?;
+                if !named.contains(parent_id.as_str()) {
+                    let parent = self
+                        .lookup(parent_id)
+                        .ok_or_else(|| TrackerError::unknown_task(parent_id, &self.session_id))?;
+                    if parent.is_finished() {
+                        return Err(TrackerError::ParentFinished {
+                            parent_id: Arc::from(parent_id.as_str()),
+                            session_id: self.session_id.clone(),
+                        });
+                    }
+                }
+            }
+            if self
+                .lookup(&task_id)
+                .is_some_and(|live| !live.is_finished())
+            {
+                return Err(TrackerError::DuplicateTask {
+                    task_id,
+                    session_id: self.session_id.clone(),
+                });
+            }
+            if !named.insert(task_id.clone()) {
+                return Err(TrackerError::DuplicateInBatch { task_id });
+            }
+        }
+        if self.closed.get().is_some() {
+            return Err(TrackerError::SessionClosed {
+                session_id: self.session_id.clone(),
+            });
+        }
+        let mut opened: Vec<(Arc<TaskEntry<V>>, bool)> = Vec::with_capacity(batch.len());
+        for (start, opening) in batch {
+            let with_runner = matches!(opening, Opening::Start);
+            match self.open(start, opening) {
+                Ok(entry) => opened.push((entry, with_runner)),
+                Err(refusal) => {
+                    for (entry, with_runner) in opened {
+                        self.cancel_entry(&entry, Some(BATCH_REFUSED_REASON));
+                        if with_runner {
+                            // No runner ever got its handle: the task is finished here, as a dropped handle's.
+                            self.end(&entry, RunnerEnd::Stopped, Delivery::deliver);
+                        }
+                    }
+                    return Err(refusal);
+                }
+            }
+        }
+        Ok(opened.into_iter().map(|(entry, _)| entry).collect())
+    }
+
     /// Makes a new task live in the session (the common part of `start` and `reserve`).
     fn open(
         self: &Arc<Self>,

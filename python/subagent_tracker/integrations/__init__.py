@@ -29,17 +29,20 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from types import EllipsisType
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 from subagent_tracker._errors import TaskCancelledError
-from subagent_tracker._native import CancellationToken, RedisSession, RedisTaskHandle, SubagentTaskHandle
-from subagent_tracker._session import Session
+from subagent_tracker._native import CancellationToken
 from subagent_tracker.integrations._support import (
     CancelledRun,
+    TrackedHandle,
+    TrackedSession,
     cancelled_run_text,
     check_session,
     check_task_id,
     report_cancelled_run,
+    resolved,
+    same_session,
 )
 
 __all__ = [
@@ -52,12 +55,6 @@ __all__ = [
     "current_task",
     "tracked",
 ]
-
-#: The sessions a run can be tracked in.
-TrackedSession: TypeAlias = Session | RedisSession
-#: The handle a tracked run's body gets.
-TrackedHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle
-
 
 #: The cancel reason of a run stopped by asyncio alone, its token unfired: its framework cancelled its asyncio
 #: task, or the code awaiting it (a delegating run tearing down the tool call that ran it) gave up on it.
@@ -140,8 +137,12 @@ def tracked(
       The run then reports itself, reason and partial output, to the tool call of an adapter that ran it,
       whichever framework that call belongs to, so the delegating run can answer the call with them.
 
-    Raises ``TypeError`` at once for a ``session`` that is not a ``Session`` or a ``RedisSession``, and for a
-    ``task_id`` or ``parent`` of another type. Starting the task (on entering) raises what
+    ``session`` may be of either API: ``Session`` or ``RedisSession``, whose calls block (instantly, in
+    memory), or ``AsyncRedisSession`` or ``AwaitableSession``, whose calls are awaited; the body gets that
+    session's own kind of handle.
+
+    Raises ``TypeError`` at once for a ``session`` that is none of those, and for a ``task_id`` or ``parent``
+    of another type. Starting the task (on entering) raises what
     ``start_subagent_task`` raises, and leaves the current run as it was.
     """
     check_session(session)
@@ -176,18 +177,20 @@ async def _tracked(
         parent_id = parent
     elif parent is ...:
         outer = _current_run()
-        if outer is not None and outer.session == session:
+        if outer is not None and same_session(outer.session, session):
             parent_id = outer.handle.task_id
         elif outer is not None:
             links.append(outer.handle.token)
-    handle = session.start_subagent_task(
-        task_id,
-        parent_id=parent_id,
-        agent=agent,
-        description=description,
-        metadata=metadata,
-        timeout=timeout,
-        linked=links or None,
+    handle: TrackedHandle = await resolved(
+        session.start_subagent_task(
+            task_id,
+            parent_id=parent_id,
+            agent=agent,
+            description=description,
+            metadata=metadata,
+            timeout=timeout,
+            linked=links or None,
+        )
     )
     run = _Run(session, handle, _current_run())
     current = _CURRENT.set(run)
@@ -197,7 +200,7 @@ async def _tracked(
                 yield handle
             except (asyncio.CancelledError, TaskCancelledError) as cancel:
                 # Before the handle's exit: once the runner has ended, a late end is refused.
-                _end_cancelled(session, handle, agent, cancel, partial_output)
+                await _end_cancelled(session, handle, agent, cancel, partial_output)
                 raise
     finally:
         run.ended = True
@@ -207,7 +210,7 @@ async def _tracked(
             _CURRENT.reset(current)
 
 
-def _end_cancelled(
+async def _end_cancelled(
     session: TrackedSession,
     handle: TrackedHandle,
     agent: str | None,
@@ -221,10 +224,10 @@ def _end_cancelled(
     try:
         if not handle.token.is_cancelled:
             reason = cancel.reason if isinstance(cancel, TaskCancelledError) else RUN_STOPPED_REASON
-            session.cancel_subagent_task(handle.task_id, reason=reason)
+            await resolved(session.cancel_subagent_task(handle.task_id, reason=reason))
         partial = None if partial_output is None else partial_output()
         if partial is not None:
-            handle.complete(partial)
+            await resolved(handle.complete(partial))
         report_cancelled_run(
             CancelledRun(
                 agent=agent,

@@ -1,20 +1,77 @@
 """What every framework adapter shares, written once: the import error that names the extra, the argument
 checks, the texts a tool call gets for a cancelled subagent or a cancelled call, the report a cancelled
 subagent leaves for the tool call that ran it, the streamed text that becomes a cancelled run's partial
-output, and acting on a cancel from the run's own event loop."""
+output, acting on a cancel from the run's own event loop, and calling a session of either API."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import logging
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
-from subagent_tracker._native import CancellationToken, RedisSession, _check_seconds
-from subagent_tracker._session import Session
+from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
+from subagent_tracker._native import (
+    AsyncRedisSession,
+    AsyncRedisTaskHandle,
+    CancellationToken,
+    RedisSession,
+    RedisTaskHandle,
+    SubagentTaskHandle,
+    _check_seconds,
+)
+from subagent_tracker._session import Session, _resolved
+
+#: The sessions a run can be tracked in: either API, either store.
+TrackedSession: TypeAlias = Session | RedisSession | AsyncRedisSession | AwaitableSession
+#: The handle a tracked run's body gets: its session's own kind.
+TrackedHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle | AsyncRedisTaskHandle | AwaitableTaskHandle
+#: A session whose calls block (instantly, in memory), and its handle.
+BlockingSession: TypeAlias = Session | RedisSession
+BlockingHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle
+
+_T = TypeVar("_T")
+
+#: Where a failure of a call made in the background goes.
+_LOG = logging.getLogger("subagent_tracker")
+
+#: ``await resolved(session.call(...))`` makes one call on a session of either API.
+resolved = _resolved
+
+
+def fire(value: _T | Awaitable[_T]) -> None:
+    """Makes a call of either API from code that cannot await (a framework's synchronous callback): a blocking
+    call has already run; an asyncio one runs on, and a failure is logged rather than lost."""
+    if inspect.iscoroutine(value):
+        value = asyncio.ensure_future(value)
+    if isinstance(value, asyncio.Future):
+        value.add_done_callback(_log_failure)
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        _LOG.error("a call to the session failed", exc_info=future.exception())
+
+
+def same_session(one: TrackedSession, other: TrackedSession) -> bool:
+    """True when both are views of one session, whichever API each offers."""
+    return blocking_twin(one) == blocking_twin(other)
+
+
+def blocking_twin(session: TrackedSession) -> BlockingSession:
+    """The session with calls that block, for the steps a framework makes synchronous: an in-memory session's
+    calls never wait, and an ``AsyncRedisSession``'s twin shares its connection (each such call blocks the
+    event loop for one round trip)."""
+    if isinstance(session, AwaitableSession):
+        return session.session
+    if isinstance(session, AsyncRedisSession):
+        return session._blocking()
+    return session
 
 
 def missing_framework(module: str, extra: str, error: ImportError) -> ImportError:
@@ -29,9 +86,10 @@ def missing_framework(module: str, extra: str, error: ImportError) -> ImportErro
 def check_session(session: object) -> None:
     """Refuses, with ``TypeError``, anything that is not a session this package offers: at construction, so a
     mistake shows where it was made rather than at the first run."""
-    if not isinstance(session, (Session, RedisSession)):
+    if not isinstance(session, (Session, RedisSession, AsyncRedisSession, AwaitableSession)):
         raise TypeError(
-            f"session must be a subagent_tracker Session or RedisSession, got {type(session).__name__}"
+            "session must be a subagent_tracker Session, RedisSession, AsyncRedisSession or "
+            f"AwaitableSession, got {type(session).__name__}"
         )
 
 

@@ -30,8 +30,10 @@ from subagent_tracker.integrations._support import (
     cancelled_run_text,
     cancelled_tool_call_text,
     check_run_options,
+    fire,
     missing_framework,
     on_cancel_in_loop,
+    resolved,
 )
 
 try:
@@ -133,7 +135,7 @@ async def _run_subgraph(
             await _wait_or_cancel(run)
         finished = not run.cancelled() and run.result()  # a subgraph that raised fails the task here
         # After a cancel, a late end: the task stays CANCELLED and keeps what the subagent had said so far.
-        task.complete(output.text)
+        await resolved(task.complete(output.text))
         if finished:
             return output.text
         text = cancelled_run_text(
@@ -312,7 +314,7 @@ class _GraphRun:
         """Cancels the run's task (once it has started; before, the run will not start)."""
         self._stop_reason = reason
         if self._task_id is not None:
-            self._session.cancel_subagent_task(self._task_id, reason=reason)
+            fire(self._session.cancel_subagent_task(self._task_id, reason=reason))
 
     async def drive(self, task_id: str | Callable[[], str] | None, timeout: float | None) -> None:
         output = _LastMessageText()
@@ -324,7 +326,7 @@ class _GraphRun:
             ) as task:
                 self._task_id = task.task_id
                 if self._stop_reason is not None:
-                    self._session.cancel_subagent_task(task.task_id, reason=self._stop_reason)
+                    await resolved(self._session.cancel_subagent_task(task.task_id, reason=self._stop_reason))
                 pump = asyncio.ensure_future(self._pump(task.token, output))
                 async with on_cancel_in_loop(task.token, pump.cancel):
                     await _wait_or_cancel(pump)
@@ -334,7 +336,7 @@ class _GraphRun:
                     await self._answer_open_tool_calls(task.token.reason)
                     outcome = ("error", _cancelled_error(task.token))
                 # After a cancel, a late end: the task stays CANCELLED and keeps the partial output.
-                task.complete(output.text)
+                await resolved(task.complete(output.text))
         except Exception as failure:
             outcome = ("error", failure)
         self._items.put_nowait(outcome)

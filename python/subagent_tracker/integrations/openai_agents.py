@@ -33,14 +33,18 @@ from subagent_tracker.integrations import (
     tracked,
 )
 from subagent_tracker.integrations._support import (
+    BlockingHandle,
+    BlockingSession,
     CancelledRun,
     StreamedText,
     absorb_own_cancel,
+    blocking_twin,
     cancelled_tool_call_text,
     check_run_options,
     missing_framework,
     on_cancel_in_loop,
     report_cancelled_run,
+    resolved,
 )
 
 try:
@@ -210,9 +214,9 @@ def tracked_as_tool(
                 async with on_cancel_in_loop(handle.token, this_task.cancel):
                     output = await run_nested_agent(context, input_json)
                 if invocation.error is not None:
-                    handle.fail(invocation.error)
+                    await resolved(handle.fail(invocation.error))
                 else:
-                    _complete(handle, output)
+                    await _complete(handle, output)
                 return output
         except asyncio.CancelledError:
             # The tracker's cancel, handed to this task by `on_cancel_in_loop`, is answered here; another one
@@ -233,7 +237,7 @@ def tracked_as_tool(
         except asyncio.CancelledError:
             handle = invocation.handle
             if handle is not None:
-                session.cancel_subagent_task(handle.task_id, reason=RUN_STOPPED_REASON)
+                await resolved(session.cancel_subagent_task(handle.task_id, reason=RUN_STOPPED_REASON))
             nested.cancel()
             reason = RUN_STOPPED_REASON if handle is None else handle.token.reason
             cancelled = invocation.cancelled_run(reason)
@@ -246,13 +250,14 @@ def tracked_as_tool(
     return tool
 
 
-def _complete(handle: TrackedHandle, output: Any) -> None:
+async def _complete(handle: TrackedHandle, output: Any) -> None:
     # A Redis session keeps results as JSON: a structured output (a pydantic model, a dataclass) is kept as
-    # its JSON form there, and as itself in memory.
+    # its JSON form there, and as itself in memory. The call refuses it before anything is sent.
     try:
-        handle.complete(output)
+        completing = handle.complete(output)
     except TypeError:
-        handle.complete(to_jsonable_python(output, fallback=str))
+        completing = handle.complete(to_jsonable_python(output, fallback=str))
+    await resolved(completing)
 
 
 def _record_torn_down_call(context: object, output: str) -> None:
@@ -292,21 +297,22 @@ def tracked_run_streamed(
     """
     check_run_options(session, task_id, timeout)
     asyncio.get_running_loop()  # outside a loop, fail before a task is started
-    return _StreamedRun(session).start(starting_agent, input, task_id, timeout, run_options)
+    # `Runner.run_streamed` returns at once: the task is started, and later ended, synchronously.
+    return _StreamedRun(blocking_twin(session)).start(starting_agent, input, task_id, timeout, run_options)
 
 
 class _StreamedRun:
     """One tracked ``Runner.run_streamed``: starts the task, stops the run on a cancel, repairs its history,
     and ends the task from how the run ended."""
 
-    def __init__(self, session: TrackedSession) -> None:
+    def __init__(self, session: BlockingSession) -> None:
         self._session = session
         self._record = _RunRecord()
         self._text = StreamedText()
         # The run's own context: the task is its current run, so everything the run starts is its child.
         self._context = contextvars.copy_context()
-        self._scope: contextlib.AbstractAsyncContextManager[TrackedHandle] | None = None
-        self._handle: TrackedHandle | None = None
+        self._scope: contextlib.AbstractAsyncContextManager[BlockingHandle] | None = None
+        self._handle: BlockingHandle | None = None
         self._result: RunResultStreaming | None = None
         self._ended = False
 
@@ -385,7 +391,10 @@ class _StreamedRun:
         if error is not None:
             self._exit(error)
             return
-        _complete(handle, result.final_output)
+        try:
+            handle.complete(result.final_output)
+        except TypeError:
+            handle.complete(to_jsonable_python(result.final_output, fallback=str))
         self._exit(None)
 
     def _exit(self, error: BaseException | None) -> None:
@@ -400,17 +409,17 @@ class _StreamedRun:
 
 @contextlib.asynccontextmanager
 async def _run_scope(
-    session: TrackedSession,
+    session: BlockingSession,
     agent: str,
     task_id: str | Callable[[], str] | None,
     timeout: float | None,
     stop: Callable[[], None],
-) -> AsyncIterator[TrackedHandle]:
+) -> AsyncIterator[BlockingHandle]:
     async with (
         tracked(session, agent=agent, task_id=task_id, timeout=timeout) as handle,
         on_cancel_in_loop(handle.token, stop),
     ):
-        yield handle
+        yield cast(BlockingHandle, handle)
 
 
 def _settle(context: contextvars.Context, step: Awaitable[_T]) -> _T:
@@ -418,7 +427,7 @@ def _settle(context: contextvars.Context, step: Awaitable[_T]) -> _T:
 
     ``Runner.run_streamed`` returns at once, with its run loop already created in the caller's context; the
     task must be started and made the current run before that, in a context of the run's own, and ended in
-    the same context later. Starting and ending a task of the sessions this adapter takes never waits, so the
+    the same context later. Starting and ending a task of a blocking session never waits on the loop, so the
     core's ``tracked`` can be entered and left synchronously.
     """
     steps = step.__await__()
@@ -428,7 +437,7 @@ def _settle(context: contextvars.Context, step: Awaitable[_T]) -> _T:
         value: _T = done.value
         return value
     steps.close()
-    raise RuntimeError("tracked_run_streamed needs a session whose tasks start and end without waiting")
+    raise RuntimeError("tracked_run_streamed needs a blocking session, whose tasks start and end at once")
 
 
 def _answer_every_call(result: RunResultStreaming, record: _RunRecord, reason: str) -> None:

@@ -41,6 +41,7 @@ from subagent_tracker.integrations._support import (
     delegating_call,
     missing_framework,
     on_cancel_in_loop,
+    resolved,
 )
 
 try:
@@ -204,7 +205,7 @@ class SubagentTracking(AbstractCapability[Any]):
                     _keep_tool_results(state.messages, state.next_request)
                     _answer_calls_never_started(state.messages, state.started_calls, handle.token.reason)
                 raise
-            handle.complete(_output_text(result.output))
+            await resolved(handle.complete(_output_text(result.output)))
             return result
 
     def get_wrapper_model(self, model: Model) -> Model | None:

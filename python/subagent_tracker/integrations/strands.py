@@ -46,6 +46,7 @@ from subagent_tracker.integrations._support import (
     check_run_options,
     missing_framework,
     on_cancel_in_loop,
+    resolved,
 )
 
 try:
@@ -318,7 +319,9 @@ class SubagentHooks(HookProvider):
             if isinstance(error, GeneratorExit):
                 # The caller stopped reading the run's stream: the run was abandoned, not broken.
                 if not token.is_cancelled:
-                    self._session.cancel_subagent_task(handle.task_id, reason=STREAM_CLOSED_REASON)
+                    await resolved(
+                        self._session.cancel_subagent_task(handle.task_id, reason=STREAM_CLOSED_REASON)
+                    )
                 error = asyncio.CancelledError(STREAM_CLOSED_REASON)
             run.cancelled = token.is_cancelled or isinstance(error, asyncio.CancelledError)
             # Leaving `tracked` cancelled keeps the partial output as the task's result (a late end).
@@ -331,14 +334,14 @@ class SubagentHooks(HookProvider):
             result is not None and result.stop_reason == "cancelled" and event.agent.cancel_signal.is_set()
         )
         if stopped and not token.is_cancelled:
-            self._session.cancel_subagent_task(handle.task_id, reason=FRAMEWORK_CANCEL_REASON)
+            await resolved(self._session.cancel_subagent_task(handle.task_id, reason=FRAMEWORK_CANCEL_REASON))
         run.cancelled = stopped
         if stopped or result is None:
             # After a cancel this is a late end: the task stays CANCELLED and keeps what the run had streamed
             # (``result`` is None only for the deprecated ``structured_output`` call).
-            handle.complete(run.text.text or None)
+            await resolved(handle.complete(run.text.text or None))
         else:
-            handle.complete(_output(result))
+            await resolved(handle.complete(_output(result)))
         await run.exits.aclose()
 
 

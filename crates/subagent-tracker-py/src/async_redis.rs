@@ -1,0 +1,472 @@
+//! `AsyncRedisRegistry`, `AsyncRedisSession` and `AsyncRedisTaskHandle`: the asyncio twins of the Redis classes,
+//! as `redis.asyncio` is redis-py's. Each call that touches the network returns an awaitable at once and never
+//! blocks the event loop; its semantics and errors are the blocking twin's.
+//!
+//! Cancelling the coroutine that awaits a call abandons the wait, never the call: the call runs to its end on
+//! the runtime, so no transition is left half made. A start or claim whose awaiter was cancelled leaves a
+//! handle that nobody received; it is dropped, which ends the task as any dropped handle does (`FAILED` with
+//! `DROPPED_HANDLE_ERROR`, or finished if it was cancelled meanwhile). Waits stop.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+use subagent_tracker::TrackerConfig;
+use subagent_tracker_redis::RedisRegistry as CoreRegistry;
+
+use crate::arguments::{
+    self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, ParentIdArgument,
+    ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
+    TimeoutArgument, WorkerIdArgument,
+};
+use crate::errors::{redis_error, runner_exit};
+use crate::ready::Ready;
+use crate::redis_calls::{
+    redis_batch, task_start, Delivery, HandleCalls, RegistryCalls, SessionCalls,
+};
+use crate::redis_handle::handle_repr;
+use crate::redis_registry::{connect_options, session_hash, spawn};
+use crate::runtime::MadeIn;
+use crate::token::{CancellationToken, Tokens};
+
+/// Sessions kept in Redis, for asyncio programs: `registry = await AsyncRedisRegistry.connect(url, ...)`, with
+/// the options of `RedisRegistry`. This process is one worker among those connected, and may also hold a
+/// `RedisRegistry` for its threads.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct AsyncRedisRegistry {
+    calls: RegistryCalls,
+}
+
+/// A session kept in Redis, for asyncio programs: the `RedisSession` whose calls are awaited.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct AsyncRedisSession {
+    calls: SessionCalls,
+}
+
+impl AsyncRedisSession {
+    pub(crate) fn new(calls: SessionCalls) -> AsyncRedisSession {
+        AsyncRedisSession { calls }
+    }
+}
+
+/// Held by the code that runs a task kept in Redis, in an asyncio program: `async with handle:` ends the task
+/// from how the block exits, and its reports are awaited.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct AsyncRedisTaskHandle {
+    calls: HandleCalls,
+}
+
+impl AsyncRedisTaskHandle {
+    pub(crate) fn new(calls: HandleCalls) -> AsyncRedisTaskHandle {
+        AsyncRedisTaskHandle { calls }
+    }
+}
+
+#[pymethods]
+impl AsyncRedisRegistry {
+    #[new]
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn new(_args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        Err(PyTypeError::new_err(
+            "connecting to Redis is awaited: use `await AsyncRedisRegistry.connect(url, ...)`",
+        ))
+    }
+
+    /// Connects to Redis; the awaitable gives the registry. Raises as `RedisRegistry(...)` does.
+    #[staticmethod]
+    // One parameter per Python keyword argument: the signature is the Python API.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (
+        url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
+        key_prefix=None
+    ))]
+    fn connect<'py>(
+        py: Python<'py>,
+        url: &Bound<'_, PyAny>,
+        worker_id: Option<Id<WorkerIdArgument>>,
+        lease: Option<Seconds<LeaseArgument>>,
+        reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        session_ttl: Option<Seconds<SessionTtlArgument>>,
+        key_prefix: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (url, options) = connect_options(
+            url,
+            worker_id,
+            lease,
+            reconcile_interval,
+            timeout,
+            session_ttl,
+            key_prefix,
+        )?;
+        let made_in = MadeIn::here();
+        Delivery::Asyncio.deliver(
+            py,
+            made_in,
+            async move { CoreRegistry::connect(&url, options).await },
+            move |py, registry| {
+                let registry = registry.map_err(|error| redis_error(py, error))?;
+                let calls = RegistryCalls {
+                    registry,
+                    made_in,
+                    delivery: Delivery::Asyncio,
+                };
+                Ok(Py::new(py, AsyncRedisRegistry { calls })?.into_any())
+            },
+        )
+    }
+
+    /// This process's worker id.
+    #[getter]
+    fn worker_id(&self) -> &str {
+        self.calls.registry.worker_id()
+    }
+
+    /// The session `session_id`, created if no process has made it.
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
+    fn session<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: Option<Id<SessionIdArgument>>,
+        max_finished_tasks: Option<&Bound<'_, PyAny>>,
+        event_buffer: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let config: TrackerConfig = arguments::tracker_config(max_finished_tasks, event_buffer)?;
+        self.calls
+            .session(py, session_id.map(|id| id.0.to_string()), config)
+    }
+
+    /// The live session `session_id`, or None; never creates one.
+    fn get_session<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: Id<SessionIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.get_session(py, session_id.0.to_string())
+    }
+
+    /// The ids of the live sessions.
+    fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.sessions(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "AsyncRedisRegistry(worker_id={:?})",
+            self.calls.registry.worker_id()
+        )
+    }
+}
+
+#[pymethods]
+impl AsyncRedisSession {
+    #[getter]
+    fn session_id(&self) -> &str {
+        self.calls.session_id()
+    }
+
+    /// Starts a task that this process runs, and returns the runner's handle.
+    #[pyo3(signature = (
+        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
+        deadline=None, detached=false, linked=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn start_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Option<Id<TaskIdArgument>>,
+        parent_id: Option<Id<ParentIdArgument>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        description: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        deadline: Option<EpochDeadline>,
+        detached: bool,
+        linked: Option<Tokens>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let start = task_start(
+            task_id,
+            parent_id,
+            agent,
+            description,
+            metadata,
+            timeout,
+            deadline,
+            detached,
+            linked,
+        )?;
+        self.calls.start(py, start)
+    }
+
+    /// Reserves a task for a runner in any process to claim, and returns its id.
+    #[pyo3(signature = (
+        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
+        deadline=None, detached=false, linked=None, claim_timeout=None
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn reserve_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Option<Id<TaskIdArgument>>,
+        parent_id: Option<Id<ParentIdArgument>>,
+        agent: Option<&Bound<'_, PyAny>>,
+        description: Option<&Bound<'_, PyAny>>,
+        metadata: Option<&Bound<'_, PyAny>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+        deadline: Option<EpochDeadline>,
+        detached: bool,
+        linked: Option<Tokens>,
+        claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let start = task_start(
+            task_id,
+            parent_id,
+            agent,
+            description,
+            metadata,
+            timeout,
+            deadline,
+            detached,
+            linked,
+        )?;
+        self.calls
+            .reserve(py, start, claim_timeout.map(|timeout| timeout.0))
+    }
+
+    /// Starts every task of `tasks` (mappings of `start_subagent_task`'s keyword arguments), or none, in one
+    /// round trip, and returns their handles in order. A task may name as parent one earlier in the batch.
+    fn start_subagent_tasks<'py>(
+        &self,
+        py: Python<'py>,
+        tasks: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let starts = redis_batch(tasks, false)?
+            .into_iter()
+            .map(|(start, _)| start)
+            .collect();
+        self.calls.start_batch(py, starts)
+    }
+
+    /// Reserves every task of `tasks` (mappings of `reserve_subagent_task`'s keyword arguments), or none, in
+    /// one round trip, and returns their ids in order; a task without a `claim_timeout` takes the call's.
+    #[pyo3(signature = (tasks, *, claim_timeout=None))]
+    fn reserve_subagent_tasks<'py>(
+        &self,
+        py: Python<'py>,
+        tasks: &Bound<'_, PyAny>,
+        claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let default = claim_timeout.map(|seconds| seconds.0);
+        let reservations = redis_batch(tasks, true)?
+            .into_iter()
+            .map(|(start, own)| (start, own.or(default)))
+            .collect();
+        self.calls.reserve_batch(py, reservations)
+    }
+
+    /// Claims a reserved task for a runner in this process.
+    fn claim_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.claim(py, task_id)
+    }
+
+    /// Cancels a pending task and its pending descendants, wherever they run.
+    #[pyo3(signature = (task_id, reason=None))]
+    fn cancel_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        self.calls.cancel_task(py, task_id, reason)
+    }
+
+    /// Records the end of a task without its handle: `error` fails it, otherwise it completes with `result`.
+    #[pyo3(signature = (task_id, *, result=None, error=None))]
+    fn end_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        result: Option<&Bound<'_, PyAny>>,
+        error: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ended = arguments::end_outcome(result, error, |result| {
+            arguments::json_text(result, "result")
+        })?;
+        self.calls.end_task(py, task_id, ended)
+    }
+
+    /// Cancels every pending task of the session; returns how many moved.
+    #[pyo3(signature = (reason=None))]
+    fn cancel<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        self.calls.cancel_all(py, reason)
+    }
+
+    /// Cancels every pending task and refuses new starts, in every process.
+    #[pyo3(signature = (reason=None))]
+    fn close<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        self.calls.close(py, reason)
+    }
+
+    /// A snapshot of one retained task, or None.
+    fn subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.task(py, task_id)
+    }
+
+    /// Snapshots of every retained task, in start order.
+    fn subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.tasks(py)
+    }
+
+    /// Snapshots of the pending tasks, in start order.
+    fn pending_subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.pending(py)
+    }
+
+    /// Waits until the task has finished, in whatever process it runs, and returns its final snapshot; raises
+    /// `TimeoutError` if `timeout` seconds pass first and `UnknownTaskError` for an unknown id.
+    #[pyo3(signature = (task_id, timeout=None))]
+    fn wait_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls
+            .wait_task(py, task_id, timeout.map(|timeout| timeout.0))
+    }
+
+    /// Starts a task, then runs `await function(handle)` as an asyncio task of the running loop, as
+    /// `Session.spawn_subagent_task` does; awaiting this call gives the `SpawnedSubagent` once the task has
+    /// started.
+    #[pyo3(signature = (*args, **kwargs))]
+    fn spawn_subagent_task<'py>(
+        slf: &Bound<'py, Self>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        spawn(slf.as_any(), args, kwargs, "_spawn_subagent_task_async")
+    }
+
+    /// An async iterator of the session's lifecycle events from the subscription on, whichever process makes
+    /// them: awaiting this call subscribes and gives the `EventStream` that in-memory sessions hand out.
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.events(py)
+    }
+
+    /// The same session with calls that block: for the few steps a framework makes synchronous (entering a
+    /// streamed run that its API returns at once). Shares this session's connection.
+    fn _blocking(&self) -> crate::redis_registry::RedisSession {
+        crate::redis_registry::RedisSession::new(self.calls.with_delivery(Delivery::Blocking))
+    }
+
+    /// Two `AsyncRedisSession` objects are equal when they are the same incarnation of a session seen through the
+    /// same registry.
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        other
+            .cast::<AsyncRedisSession>()
+            .is_ok_and(|other| other.get().calls.same_session(&self.calls))
+    }
+
+    fn __hash__(&self) -> u64 {
+        session_hash(&self.calls)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "AsyncRedisSession(session_id={:?})",
+            self.calls.session_id()
+        )
+    }
+}
+
+#[pymethods]
+impl AsyncRedisTaskHandle {
+    #[getter]
+    fn task_id(&self) -> &str {
+        &self.calls.task_id
+    }
+
+    #[getter]
+    fn session_id(&self) -> &str {
+        &self.calls.session_id
+    }
+
+    #[getter]
+    fn token(&self, py: Python<'_>) -> Py<CancellationToken> {
+        self.calls.token.clone_ref(py)
+    }
+
+    fn progress<'py>(
+        &self,
+        py: Python<'py>,
+        message: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.progress(py, message)
+    }
+
+    #[pyo3(signature = (result=None))]
+    fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        result: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.complete(py, result)
+    }
+
+    fn fail<'py>(&self, py: Python<'py>, error: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.fail(py, error)
+    }
+
+    /// Records that the runner did not stop within its grace period after a cancel and is being stopped by
+    /// force; snapshots show it as `escalated`.
+    fn record_escalation<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.record_escalation(py)
+    }
+
+    fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.snapshot(py)
+    }
+
+    fn __aenter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<Ready>> {
+        Ready::entered(py, slf.into_any())
+    }
+
+    /// Ends the task from how the block exits, as the blocking handle's `with` does; the exception, if any,
+    /// propagates.
+    #[pyo3(signature = (_exception_type, exception, _traceback))]
+    fn __aexit__<'py>(
+        &self,
+        py: Python<'py>,
+        _exception_type: &Bound<'_, PyAny>,
+        exception: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.exit(py, runner_exit(py, exception)?)
+    }
+
+    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
+        visit.call(&self.calls.token)
+    }
+
+    fn __repr__(&self) -> String {
+        handle_repr("AsyncRedisTaskHandle", &self.calls)
+    }
+}

@@ -1,0 +1,152 @@
+//! The tasks of a batch (`start_subagent_tasks`, `reserve_subagent_tasks`): an iterable of mappings, each of the
+//! keyword arguments that `start_subagent_task` (or `reserve_subagent_task`) takes.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyMapping, PyString};
+
+use crate::arguments::{
+    ClaimTimeoutArgument, EpochDeadline, Id, ParentIdArgument, Seconds, TaskIdArgument,
+    TimeoutArgument,
+};
+use crate::token::Tokens;
+
+/// The keys a task of a started batch may have.
+const START_KEYS: [&str; 9] = [
+    "task_id",
+    "parent_id",
+    "agent",
+    "description",
+    "metadata",
+    "timeout",
+    "deadline",
+    "detached",
+    "linked",
+];
+
+/// One task of a batch, its arguments extracted as `start_subagent_task` extracts its own.
+pub(crate) struct BatchTask<'py> {
+    pub(crate) task_id: Option<Id<TaskIdArgument>>,
+    pub(crate) parent_id: Option<Id<ParentIdArgument>>,
+    pub(crate) agent: Option<Bound<'py, PyAny>>,
+    pub(crate) description: Option<Bound<'py, PyAny>>,
+    pub(crate) metadata: Option<Bound<'py, PyAny>>,
+    pub(crate) timeout: Option<Seconds<TimeoutArgument>>,
+    pub(crate) deadline: Option<EpochDeadline>,
+    pub(crate) detached: bool,
+    pub(crate) linked: Option<Tokens>,
+    /// For a reservation: its own claim timeout, else the call's.
+    pub(crate) claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+}
+
+/// The tasks of `tasks`, in order; `reserving` also allows each a `claim_timeout`. Raises `TypeError` or
+/// `ValueError` naming the task (by its index) and the key at fault.
+pub(crate) fn batch_tasks<'py>(
+    tasks: &Bound<'py, PyAny>,
+    reserving: bool,
+) -> PyResult<Vec<BatchTask<'py>>> {
+    let expected = || {
+        let call = if reserving {
+            "reserve_subagent_task"
+        } else {
+            "start_subagent_task"
+        };
+        format!("tasks must be an iterable of mappings, each of the keyword arguments of {call}")
+    };
+    if tasks.is_instance_of::<PyString>()
+        || tasks.is_instance_of::<PyBytes>()
+        || tasks.cast::<PyMapping>().is_ok()
+    {
+        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+            "{}, got {}",
+            expected(),
+            tasks.get_type().name()?
+        )));
+    }
+    let items = tasks.try_iter().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "{}, got {}",
+            expected(),
+            tasks
+                .get_type()
+                .name()
+                .map(|name| name.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    let mut batch = Vec::new();
+    for (index, item) in items.enumerate() {
+        let item = item?;
+        let task = batch_task(&item, reserving)
+            .map_err(|error| in_task(tasks.py(), error, index, &expected()))?;
+        batch.push(task);
+    }
+    Ok(batch)
+}
+
+fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<BatchTask<'py>> {
+    let mapping = item.cast::<PyMapping>().map_err(|_| {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "is a {}, not a mapping",
+            item.get_type()
+                .name()
+                .map(|name| name.to_string())
+                .unwrap_or_default()
+        ))
+    })?;
+    for key in mapping.keys()? {
+        let known = key
+            .extract::<&str>()
+            .ok()
+            .is_some_and(|key| START_KEYS.contains(&key) || (reserving && key == "claim_timeout"));
+        if !known {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "has the unknown key {}",
+                key.repr()?
+            )));
+        }
+    }
+    let value = |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
+        match mapping.get_item(key) {
+            Ok(value) if value.is_none() => Ok(None),
+            Ok(value) => Ok(Some(value)),
+            Err(error) if error.is_instance_of::<pyo3::exceptions::PyKeyError>(item.py()) => {
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    };
+    Ok(BatchTask {
+        task_id: value("task_id")?.map(|value| value.extract()).transpose()?,
+        parent_id: value("parent_id")?
+            .map(|value| value.extract())
+            .transpose()?,
+        agent: value("agent")?,
+        description: value("description")?,
+        metadata: value("metadata")?,
+        timeout: value("timeout")?.map(|value| value.extract()).transpose()?,
+        deadline: value("deadline")?
+            .map(|value| value.extract())
+            .transpose()?,
+        detached: value("detached")?
+            .map(|value| value.extract::<bool>())
+            .transpose()?
+            .unwrap_or(false),
+        linked: value("linked")?.map(|value| value.extract()).transpose()?,
+        claim_timeout: value("claim_timeout")?
+            .map(|value| value.extract())
+            .transpose()?,
+    })
+}
+
+/// `error`, of the same class, its message saying which task of the batch it is about.
+fn in_task(py: Python<'_>, error: PyErr, index: usize, expected: &str) -> PyErr {
+    let message = format!("task {index} of the batch {}", error.value(py));
+    let message = if error.is_instance_of::<pyo3::exceptions::PyTypeError>(py)
+        && message.contains("not a mapping")
+    {
+        format!("{message}: {expected}")
+    } else {
+        message
+    };
+    PyErr::from_type(error.get_type(py), message)
+}

@@ -1,0 +1,666 @@
+//! The calls that Redis registries, sessions and runners' handles make, written once for both ways of handing
+//! back their outcome: blocking (`RedisRegistry`) and asyncio (`AsyncRedisRegistry`).
+//!
+//! Every call builds one future for the runtime and one conversion of its outcome; [`Delivery`] decides whether
+//! the calling thread waits for it or gets an asyncio future at once. The two families of classes only declare
+//! the Python signatures and pick their delivery.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3::IntoPyObjectExt;
+use subagent_tracker::{SubagentTaskSnapshot, TaskStart, TrackerConfig};
+use subagent_tracker_redis::{
+    RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
+};
+
+use crate::arguments::{self, from_json_text, json_text, Id, JsonMetadata, TaskIdArgument};
+use crate::errors::{redis_error, RunnerExit};
+use crate::loop_inbox::{asyncio_future, WhenAbandoned};
+use crate::package_imports::event_stream_class;
+use crate::python_types::PyValue;
+use crate::redis_events::RedisEventReader;
+use crate::runtime::{block_on, MadeIn};
+use crate::snapshot::SubagentTask;
+use crate::token::CancellationToken;
+
+/// How a call to Redis hands its outcome to Python.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    /// The calling thread waits, with the interpreter released: for threads and scripts.
+    Blocking,
+    /// The call returns an asyncio future of the running loop at once; the event loop never waits on Redis.
+    /// Cancelling the awaiting coroutine abandons the wait, never the call: a transition always completes.
+    Asyncio,
+}
+
+impl Delivery {
+    /// Runs `future` and hands over its outcome, converted by `convert`.
+    pub(crate) fn deliver<'py, F, T>(
+        self,
+        py: Python<'py>,
+        made_in: MadeIn,
+        future: F,
+        convert: impl FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: Future<Output = T> + Send + 'static,
+        T: Send + 'static,
+    {
+        match self {
+            Delivery::Blocking => {
+                let outcome = block_on(py, made_in, future)?;
+                Ok(convert(py, outcome)?.into_bound(py))
+            }
+            Delivery::Asyncio => {
+                asyncio_future(py, made_in, WhenAbandoned::Finish, future, convert)
+            }
+        }
+    }
+}
+
+/// A value as a Python object.
+fn object<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<Py<PyAny>> {
+    value.into_bound_py_any(py).map(Bound::unbind)
+}
+
+/// A registry's calls.
+pub(crate) struct RegistryCalls {
+    pub(crate) registry: CoreRegistry,
+    pub(crate) made_in: MadeIn,
+    pub(crate) delivery: Delivery,
+}
+
+impl RegistryCalls {
+    pub(crate) fn session<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: Option<String>,
+        config: TrackerConfig,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let registry = self.registry.clone();
+        let (made_in, delivery) = (self.made_in, self.delivery);
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { registry.session(session_id.as_deref(), config).await },
+            move |py, session| {
+                let session = session.map_err(|error| redis_error(py, error))?;
+                SessionCalls {
+                    session,
+                    made_in,
+                    delivery,
+                }
+                .into_object(py)
+            },
+        )
+    }
+
+    pub(crate) fn get_session<'py>(
+        &self,
+        py: Python<'py>,
+        session_id: String,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let registry = self.registry.clone();
+        let (made_in, delivery) = (self.made_in, self.delivery);
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { registry.get_session(&session_id).await },
+            move |py, session| match session.map_err(|error| redis_error(py, error))? {
+                Some(session) => SessionCalls {
+                    session,
+                    made_in,
+                    delivery,
+                }
+                .into_object(py),
+                None => Ok(py.None()),
+            },
+        )
+    }
+
+    pub(crate) fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let registry = self.registry.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { registry.sessions().await },
+            |py, sessions| object(py, sessions.map_err(|error| redis_error(py, error))?),
+        )
+    }
+}
+
+/// A session's calls.
+pub(crate) struct SessionCalls {
+    pub(crate) session: CoreSession,
+    pub(crate) made_in: MadeIn,
+    pub(crate) delivery: Delivery,
+}
+
+impl SessionCalls {
+    /// The session as the Python class of its delivery.
+    fn into_object(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        match self.delivery {
+            Delivery::Blocking => {
+                Py::new(py, crate::redis_registry::RedisSession::new(self)).map(Py::into_any)
+            }
+            Delivery::Asyncio => {
+                Py::new(py, crate::async_redis::AsyncRedisSession::new(self)).map(Py::into_any)
+            }
+        }
+    }
+
+    pub(crate) fn session_id(&self) -> &str {
+        self.session.session_id()
+    }
+
+    pub(crate) fn same_session(&self, other: &SessionCalls) -> bool {
+        self.session.same_session(&other.session)
+    }
+
+    /// A runner's handle for `handle`, as the Python class of this delivery.
+    fn handle_object(&self, py: Python<'_>, handle: CoreHandle) -> PyResult<Py<PyAny>> {
+        let calls = HandleCalls::new(
+            py,
+            handle,
+            self.session.clone(),
+            self.made_in,
+            self.delivery,
+        )?;
+        match self.delivery {
+            Delivery::Blocking => {
+                Py::new(py, crate::redis_handle::RedisTaskHandle::new(calls)).map(Py::into_any)
+            }
+            Delivery::Asyncio => {
+                Py::new(py, crate::async_redis::AsyncRedisTaskHandle::new(calls)).map(Py::into_any)
+            }
+        }
+    }
+
+    fn twin(&self) -> SessionCalls {
+        self.with_delivery(self.delivery)
+    }
+
+    /// The same session, its outcomes handed over by `delivery`.
+    pub(crate) fn with_delivery(&self, delivery: Delivery) -> SessionCalls {
+        SessionCalls {
+            session: self.session.clone(),
+            made_in: self.made_in,
+            delivery,
+        }
+    }
+
+    pub(crate) fn start<'py>(
+        &self,
+        py: Python<'py>,
+        start: TaskStart<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (session, calls) = (self.session.clone(), self.twin());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.start(start).await },
+            move |py, handle| {
+                calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
+            },
+        )
+    }
+
+    pub(crate) fn start_batch<'py>(
+        &self,
+        py: Python<'py>,
+        starts: Vec<TaskStart<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (session, calls) = (self.session.clone(), self.twin());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.start_batch(starts).await },
+            move |py, handles| {
+                let handles = handles.map_err(|error| redis_error(py, error))?;
+                let objects = handles
+                    .into_iter()
+                    .map(|handle| calls.handle_object(py, handle))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(PyList::new(py, objects)?.into_any().unbind())
+            },
+        )
+    }
+
+    pub(crate) fn reserve_batch<'py>(
+        &self,
+        py: Python<'py>,
+        reservations: Vec<(TaskStart<String>, Option<Duration>)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.reserve_batch(reservations).await },
+            |py, task_ids| {
+                let task_ids = task_ids.map_err(|error| redis_error(py, error))?;
+                object(py, task_ids.iter().map(|id| &**id).collect::<Vec<&str>>())
+            },
+        )
+    }
+
+    pub(crate) fn reserve<'py>(
+        &self,
+        py: Python<'py>,
+        start: TaskStart<String>,
+        claim_timeout: Option<Duration>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.reserve(start, claim_timeout).await },
+            |py, task_id| object(py, &*task_id.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn claim<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (session, calls) = (self.session.clone(), self.twin());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.claim(&task_id.0).await },
+            move |py, handle| {
+                calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
+            },
+        )
+    }
+
+    pub(crate) fn cancel_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.cancel(&task_id.0, reason.as_deref()).await },
+            |py, cancelled| object(py, cancelled.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn end_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        ended: Result<Option<String>, String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                let outcome = match &ended {
+                    Ok(result) => Ok(result.as_deref()),
+                    Err(error) => Err(error.as_str()),
+                };
+                session.end(&task_id.0, outcome).await
+            },
+            |py, ended| object(py, ended.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn cancel_all<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.cancel_all(reason.as_deref()).await },
+            |py, moved| object(py, moved.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn close<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.close(reason.as_deref()).await },
+            |py, moved| object(py, moved.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        get_task(py, &self.session, self.made_in, self.delivery, task_id.0)
+    }
+
+    pub(crate) fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.tasks().await },
+            |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.pending().await },
+            |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    /// An asyncio future of the task's final snapshot, whichever the delivery: waiting is async in every
+    /// session. Cancelling the awaiting coroutine stops the wait.
+    pub(crate) fn wait_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        let wait = async move {
+            let finished = session.wait_finished(&task_id.0);
+            match timeout {
+                Some(timeout) => tokio::time::timeout(timeout, finished)
+                    .await
+                    .map_err(|_| (task_id.0.clone(), timeout)),
+                None => Ok(finished.await),
+            }
+        };
+        asyncio_future(
+            py,
+            self.made_in,
+            WhenAbandoned::Stop,
+            wait,
+            |py, outcome| match outcome {
+                Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
+                Ok(Err(error)) => Err(redis_error(py, error)),
+                Err((task_id, timeout)) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                "task {task_id:?} did not finish within {} seconds; its runner is still running",
+                timeout.as_secs_f64()
+            ))),
+            },
+        )
+    }
+
+    /// The session's events from this call on, as an `EventStream`.
+    pub(crate) fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (session, made_in) = (self.session.clone(), self.made_in);
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.subscribe().await },
+            move |py, subscription| {
+                let subscription = subscription.map_err(|error| redis_error(py, error))?;
+                let reader = RedisEventReader::start(subscription, made_in)?;
+                Ok(event_stream_class(py)?.call1((reader,))?.unbind())
+            },
+        )
+    }
+}
+
+/// A snapshot of one retained task, or None.
+fn get_task<'py>(
+    py: Python<'py>,
+    session: &CoreSession,
+    made_in: MadeIn,
+    delivery: Delivery,
+    task_id: Arc<str>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let session = session.clone();
+    delivery.deliver(
+        py,
+        made_in,
+        async move { session.get(&task_id).await },
+        |py, task| match task.map_err(|error| redis_error(py, error))? {
+            Some(task) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
+            None => Ok(py.None()),
+        },
+    )
+}
+
+/// A runner's handle's calls.
+pub(crate) struct HandleCalls {
+    /// Locked while a call to Redis reports through it.
+    handle: Arc<tokio::sync::Mutex<CoreHandle>>,
+    session: CoreSession,
+    pub(crate) task_id: Arc<str>,
+    pub(crate) session_id: String,
+    pub(crate) token: Py<CancellationToken>,
+    made_in: MadeIn,
+    delivery: Delivery,
+}
+
+impl HandleCalls {
+    fn new(
+        py: Python<'_>,
+        handle: CoreHandle,
+        session: CoreSession,
+        made_in: MadeIn,
+        delivery: Delivery,
+    ) -> PyResult<HandleCalls> {
+        Ok(HandleCalls {
+            task_id: Arc::from(handle.task_id()),
+            session_id: handle.session_id().to_owned(),
+            token: Py::new(py, CancellationToken::new(handle.token()))?,
+            handle: Arc::new(tokio::sync::Mutex::new(handle)),
+            session,
+            made_in,
+            delivery,
+        })
+    }
+
+    /// Reports the end; `result` is the completion's JSON, if any. Gives whether this call ended the task.
+    pub(crate) fn end<'py>(
+        &self,
+        py: Python<'py>,
+        ending: RunnerExit,
+        result: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.end_then(py, ending, result, |py, ended| ended.into_py_any(py))
+    }
+
+    /// Reports the end from how an `async with` block exited; gives `False`, so that its exception propagates.
+    pub(crate) fn exit<'py>(
+        &self,
+        py: Python<'py>,
+        ending: RunnerExit,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.end_then(py, ending, None, |py, _ended| object(py, false))
+    }
+
+    fn end_then<'py>(
+        &self,
+        py: Python<'py>,
+        ending: RunnerExit,
+        result: Option<String>,
+        give: fn(Python<'_>, bool) -> PyResult<Py<PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let handle = self.handle.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                let mut handle = handle.lock().await;
+                match &ending {
+                    RunnerExit::Completed => handle.complete(result.as_deref()).await,
+                    RunnerExit::Failed(error) => handle.fail(error).await,
+                    RunnerExit::Stopped(reason) => handle.stopped(reason.as_deref()).await,
+                }
+            },
+            move |py, ended| give(py, ended.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn complete<'py>(
+        &self,
+        py: Python<'py>,
+        result: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let result = match result.filter(|result| !result.is_none()) {
+            Some(result) => Some(json_text(result, "result")?),
+            None => None,
+        };
+        self.end(py, RunnerExit::Completed, result)
+    }
+
+    pub(crate) fn fail<'py>(
+        &self,
+        py: Python<'py>,
+        error: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let text = arguments::error_text(error)?;
+        self.end(py, RunnerExit::Failed(text), None)
+    }
+
+    pub(crate) fn progress<'py>(
+        &self,
+        py: Python<'py>,
+        message: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let message = arguments::string(message, "message")?.to_str()?.to_owned();
+        let handle = self.handle.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { handle.lock().await.progress(&message).await },
+            |py, recorded| object(py, recorded.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn record_escalation<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let handle = self.handle.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { handle.lock().await.record_escalation().await },
+            |py, recorded| {
+                recorded.map_err(|error| redis_error(py, error))?;
+                Ok(py.None())
+            },
+        )
+    }
+
+    pub(crate) fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        get_task(
+            py,
+            &self.session,
+            self.made_in,
+            self.delivery,
+            self.task_id.clone(),
+        )
+    }
+}
+
+/// The tasks of a batch to start or reserve, with their metadata as JSON, each with its own claim timeout if
+/// it has one.
+pub(crate) fn redis_batch(
+    tasks: &Bound<'_, PyAny>,
+    reserving: bool,
+) -> PyResult<Vec<(TaskStart<String>, Option<Duration>)>> {
+    crate::batch_arguments::batch_tasks(tasks, reserving)?
+        .into_iter()
+        .map(|task| {
+            let start = task_start(
+                task.task_id,
+                task.parent_id,
+                task.agent.as_ref(),
+                task.description.as_ref(),
+                task.metadata.as_ref(),
+                task.timeout,
+                task.deadline,
+                task.detached,
+                task.linked,
+            )?;
+            Ok((start, task.claim_timeout.map(|seconds| seconds.0)))
+        })
+        .collect()
+}
+
+/// The description of a task to start or reserve, with its metadata as JSON.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn task_start(
+    task_id: Option<Id<TaskIdArgument>>,
+    parent_id: Option<Id<arguments::ParentIdArgument>>,
+    agent: Option<&Bound<'_, PyAny>>,
+    description: Option<&Bound<'_, PyAny>>,
+    metadata: Option<&Bound<'_, PyAny>>,
+    timeout: Option<arguments::Seconds<arguments::TimeoutArgument>>,
+    deadline: Option<arguments::EpochDeadline>,
+    detached: bool,
+    linked: Option<crate::token::Tokens>,
+) -> PyResult<TaskStart<String>> {
+    let metadata = metadata
+        .filter(|metadata| !metadata.is_none())
+        .map(|metadata| {
+            metadata
+                .extract::<JsonMetadata>()
+                .map(|metadata| metadata.0)
+        })
+        .transpose()?;
+    crate::session::task_start(
+        task_id,
+        parent_id,
+        agent,
+        description,
+        metadata,
+        timeout,
+        deadline,
+        detached,
+        linked,
+    )
+}
+
+/// A snapshot of the store's task, with its metadata (read-only, as in memory) and result decoded from JSON.
+pub(crate) fn snapshot(
+    py: Python<'_>,
+    mut snapshot: SubagentTaskSnapshot<String>,
+) -> PyResult<SubagentTask> {
+    let mut failure = None;
+    let metadata = snapshot
+        .metadata
+        .take()
+        .map(|text| from_json_text(py, &text, true))
+        .transpose()?;
+    let mut decoded = snapshot.map_values(|text| match from_json_text(py, &text, false) {
+        Ok(value) => PyValue::new(value),
+        Err(error) => {
+            failure.get_or_insert(error);
+            PyValue::new(py.None())
+        }
+    });
+    decoded.metadata = metadata.map(PyValue::new);
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(SubagentTask::new(py, decoded)),
+    }
+}
+
+fn snapshots(py: Python<'_>, listed: Vec<SubagentTaskSnapshot<String>>) -> PyResult<Py<PyAny>> {
+    let converted = listed
+        .into_iter()
+        .map(|task| snapshot(py, task))
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(PyList::new(py, converted)?.into_any().unbind())
+}

@@ -1,0 +1,221 @@
+"""``AwaitableSession``: an in-memory ``Session`` seen through the asyncio API, so that code written
+against ``AsyncSessionProtocol`` runs on either store. Its calls complete at once: memory never waits."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from subagent_tracker._session import DEFAULT_GRACE_SECONDS, Session
+
+if TYPE_CHECKING:
+    from subagent_tracker._native import CancellationToken, SubagentTask, SubagentTaskHandle
+    from subagent_tracker._session import EventStream, SpawnedSubagent
+
+__all__ = ["AwaitableSession", "AwaitableTaskHandle"]
+
+
+class AwaitableTaskHandle:
+    """An in-memory runner's handle seen through awaits: ``await handle.complete(result)``. ``async with``
+    ends the task as the handle's own does."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: SubagentTaskHandle) -> None:
+        #: The in-memory handle, for its blocking calls.
+        self.handle = handle
+
+    @property
+    def task_id(self) -> str:
+        return self.handle.task_id
+
+    @property
+    def session_id(self) -> str:
+        return self.handle.session_id
+
+    @property
+    def token(self) -> CancellationToken:
+        return self.handle.token
+
+    async def progress(self, message: str) -> bool:
+        return self.handle.progress(message)
+
+    async def complete(self, result: Any = None) -> bool:
+        return self.handle.complete(result)
+
+    async def fail(self, error: str | BaseException) -> bool:
+        return self.handle.fail(error)
+
+    async def record_escalation(self) -> None:
+        self.handle.record_escalation()
+
+    async def snapshot(self) -> SubagentTask | None:
+        return self.handle.snapshot()
+
+    async def __aenter__(self) -> AwaitableTaskHandle:
+        return self
+
+    async def __aexit__(
+        self,
+        exception_type: type[BaseException] | None,
+        exception: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        return self.handle.__exit__(exception_type, exception, traceback)
+
+    def __repr__(self) -> str:
+        return f"AwaitableTaskHandle({self.handle!r})"
+
+
+class AwaitableSession:
+    """``AwaitableSession(session)``: the in-memory ``session`` with every call awaited, as an
+    ``AsyncRedisSession``'s are. The calls complete at once."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, session: Session) -> None:
+        if not isinstance(session, Session):
+            raise TypeError(
+                f"AwaitableSession wraps a subagent_tracker.Session, got {type(session).__name__}"
+            )
+        #: The in-memory session, for its blocking calls.
+        self.session = session
+
+    @property
+    def session_id(self) -> str:
+        return self.session.session_id
+
+    async def start_subagent_task(
+        self,
+        task_id: str | None = None,
+        *,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+    ) -> AwaitableTaskHandle:
+        handle = self.session.start_subagent_task(
+            task_id,
+            parent_id=parent_id,
+            agent=agent,
+            description=description,
+            metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
+            detached=detached,
+            linked=linked,
+        )
+        return AwaitableTaskHandle(handle)
+
+    async def reserve_subagent_task(
+        self,
+        task_id: str | None = None,
+        *,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+        claim_timeout: float | None = None,
+    ) -> str:
+        return self.session.reserve_subagent_task(
+            task_id,
+            parent_id=parent_id,
+            agent=agent,
+            description=description,
+            metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
+            detached=detached,
+            linked=linked,
+            claim_timeout=claim_timeout,
+        )
+
+    async def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[AwaitableTaskHandle]:
+        return [AwaitableTaskHandle(handle) for handle in self.session.start_subagent_tasks(tasks)]
+
+    async def reserve_subagent_tasks(
+        self, tasks: Iterable[Mapping[str, Any]], *, claim_timeout: float | None = None
+    ) -> list[str]:
+        return self.session.reserve_subagent_tasks(tasks, claim_timeout=claim_timeout)
+
+    async def claim_subagent_task(self, task_id: str) -> AwaitableTaskHandle:
+        return AwaitableTaskHandle(self.session.claim_subagent_task(task_id))
+
+    async def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool:
+        return self.session.cancel_subagent_task(task_id, reason)
+
+    async def end_subagent_task(
+        self, task_id: str, *, result: Any = None, error: str | BaseException | None = None
+    ) -> bool:
+        return self.session.end_subagent_task(task_id, result=result, error=error)
+
+    async def cancel(self, reason: str | None = None) -> int:
+        return self.session.cancel(reason)
+
+    async def close(self, reason: str | None = None) -> int:
+        return self.session.close(reason)
+
+    async def subagent_task(self, task_id: str) -> SubagentTask | None:
+        return self.session.subagent_task(task_id)
+
+    async def subagent_tasks(self) -> list[SubagentTask]:
+        return self.session.subagent_tasks()
+
+    async def pending_subagent_tasks(self) -> list[SubagentTask]:
+        return self.session.pending_subagent_tasks()
+
+    async def wait_subagent_task(self, task_id: str, timeout: float | None = None) -> SubagentTask:
+        return await self.session.wait_subagent_task(task_id, timeout)
+
+    async def spawn_subagent_task(
+        self,
+        function: Callable[[AwaitableTaskHandle], Awaitable[Any]],
+        task_id: str | None = None,
+        *,
+        grace: float = DEFAULT_GRACE_SECONDS,
+        parent_id: str | None = None,
+        agent: str | None = None,
+        description: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        detached: bool = False,
+        linked: Iterable[CancellationToken] | None = None,
+    ) -> SpawnedSubagent:
+        def run(handle: SubagentTaskHandle) -> Awaitable[Any]:
+            return function(AwaitableTaskHandle(handle))
+
+        return self.session.spawn_subagent_task(
+            run,
+            task_id,
+            grace=grace,
+            parent_id=parent_id,
+            agent=agent,
+            description=description,
+            metadata=metadata,
+            timeout=timeout,
+            deadline=deadline,
+            detached=detached,
+            linked=linked,
+        )
+
+    async def events(self) -> EventStream:
+        return self.session.events()
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AwaitableSession) and other.session == self.session
+
+    def __hash__(self) -> int:
+        return hash(self.session)
+
+    def __repr__(self) -> str:
+        return f"AwaitableSession({self.session!r})"

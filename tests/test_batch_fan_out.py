@@ -1,0 +1,167 @@
+"""CONTRACT §22: ``start_subagent_tasks`` and ``reserve_subagent_tasks`` open every task of a batch or none, in
+memory and on Redis (one round trip, through either API), and a cancel of a parent reaches every child a batch
+opens under it, whenever the cancel lands."""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis_support import RedisServer, connect
+
+from subagent_tracker import (
+    DuplicateTaskError,
+    RedisRegistry,
+    Session,
+    SubagentStatus,
+    UnknownTaskError,
+)
+
+_SESSIONS = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["memory", "redis", "redis-asyncio"])
+def store(request: pytest.FixtureRequest) -> tuple[str, Any]:
+    """A fresh session of each store and API: in memory, Redis blocking, Redis through the asyncio API."""
+    if request.param == "memory":
+        return "memory", Session(max_finished_tasks=10_000)
+    server: RedisServer = request.getfixturevalue("redis_server")
+    api = "blocking" if request.param == "redis" else "asyncio"
+    return request.param, connect(api, server.url).session(f"batch-{next(_SESSIONS)}")
+
+
+def _ids(session: Any) -> list[str]:
+    return [task.task_id for task in session.subagent_tasks()]
+
+
+def test_a_batch_starts_every_task_in_order_and_a_child_may_name_an_earlier_one(store: tuple[str, Any]) -> None:
+    _, session = store
+    handles = session.start_subagent_tasks(
+        [
+            {"task_id": "plan", "agent": "planner", "metadata": {"goal": "ship"}},
+            {"task_id": "step-1", "parent_id": "plan", "description": "read"},
+            {"parent_id": "plan", "timeout": 60},
+        ]
+    )
+    assert [handle.task_id for handle in handles][:2] == ["plan", "step-1"]
+    generated = handles[2].task_id
+    assert _ids(session) == ["plan", "step-1", generated]
+    step = session.subagent_task("step-1")
+    assert (step.parent_id, step.description, step.status) == ("plan", "read", SubagentStatus.RUNNING)
+    assert session.subagent_task(generated).deadline is not None
+    assert session.subagent_task("plan").metadata == {"goal": "ship"}
+    assert session.cancel_subagent_task("plan", reason="stop")
+    for handle in handles:
+        assert handle.token.wait(5), f"{handle.task_id} was not reached by its parent's cancel"
+    assert session.start_subagent_tasks([]) == []
+
+
+@pytest.mark.parametrize(
+    ("tasks", "error", "message"),
+    [
+        ([{"task_id": "a"}, {"task_id": ""}], ValueError, "task 1 of the batch"),
+        ([{"task_id": "a"}, {"task_id": 7}], TypeError, "task 1 of the batch"),
+        ([{"task_id": "a"}, {"task_id": "b", "colour": "red"}], TypeError, "unknown key 'colour'"),
+        ([{"task_id": "a"}, "b"], TypeError, "not a mapping"),
+        ([{"task_id": "a"}, {"task_id": "a"}], ValueError, "more than once in the batch"),
+        ([{"task_id": "a"}, {"task_id": "live"}], DuplicateTaskError, "live"),
+        ([{"task_id": "a"}, {"task_id": "b", "parent_id": "missing"}], UnknownTaskError, "missing"),
+        ([{"task_id": "child", "parent_id": "later"}, {"task_id": "later"}], UnknownTaskError, "later"),
+    ],
+)
+def test_any_refusal_refuses_the_whole_batch_and_changes_nothing(
+    store: tuple[str, Any], tasks: list[Any], error: type[Exception], message: str
+) -> None:
+    _, session = store
+    live = session.start_subagent_task("live")
+    with pytest.raises(error, match=message):
+        session.start_subagent_tasks(tasks)
+    assert _ids(session) == ["live"]
+    live.complete()
+
+
+def test_what_is_not_an_iterable_of_mappings_is_a_type_error(store: tuple[str, Any]) -> None:
+    _, session = store
+    for tasks in ("abc", {"task_id": "a"}, 42):
+        with pytest.raises(TypeError, match="iterable of mappings"):
+            session.start_subagent_tasks(tasks)
+    assert _ids(session) == []
+
+
+def test_a_reserved_batch_is_queued_with_each_claim_timeout(store: tuple[str, Any]) -> None:
+    _, session = store
+    parent = session.start_subagent_task("parent")
+    reserved = session.reserve_subagent_tasks(
+        [
+            {"task_id": "quick", "parent_id": "parent", "claim_timeout": 0.05},
+            {"task_id": "patient", "parent_id": "parent"},
+        ],
+        claim_timeout=60,
+    )
+    assert reserved == ["quick", "patient"]
+    assert session.subagent_task("patient").status is SubagentStatus.QUEUED
+    with pytest.raises(TypeError, match="unknown key 'claim_timeout'"):
+        session.start_subagent_tasks([{"task_id": "x", "claim_timeout": 1}])
+    claimed = session.claim_subagent_task("patient")
+    claimed.complete("done")
+    assert session.subagent_task("patient").result == "done"
+    parent.complete()
+
+
+def test_a_cancel_of_the_parent_racing_a_batch_reaches_every_child(store: tuple[str, Any]) -> None:
+    kind, session = store
+    for round_number in range(20 if kind == "memory" else 5):
+        parent_id = f"parent-{round_number}"
+        parent = session.start_subagent_task(parent_id)
+        started = threading.Event()
+
+        def cancel(parent_id: str = parent_id) -> None:
+            started.wait(5)
+            session.cancel_subagent_task(parent_id, reason="stop")
+
+        canceller = threading.Thread(target=cancel)
+        canceller.start()
+        started.set()
+        children = session.start_subagent_tasks(
+            [{"task_id": f"{parent_id}-child-{index}", "parent_id": parent_id} for index in range(20)]
+        )
+        canceller.join(10)
+        for child in children:
+            assert child.token.wait(5), f"{child.task_id} escaped its parent's cancel"
+            child.complete()
+        parent.complete()
+    assert session.pending_subagent_tasks() == []
+
+
+def _fcalls(server: RedisServer) -> int:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
+        connection.sendall(b"INFO commandstats\r\n")
+        reply = b""
+        while b"cmdstat_fcall:" not in reply or not reply.endswith(b"\r\n\r\n"):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    line = next(line for line in reply.decode().splitlines() if line.startswith("cmdstat_fcall:"))
+    return int(line.split("calls=")[1].split(",")[0])
+
+
+def test_on_redis_a_batch_of_500_is_one_server_call(redis_server: RedisServer) -> None:
+    session = RedisRegistry(redis_server.url).session("one-round-trip")
+    session.start_subagent_task("announces-the-worker").complete()
+    before = _fcalls(redis_server)
+    handles = session.start_subagent_tasks([{"task_id": f"r{index}"} for index in range(500)])
+    assert _fcalls(redis_server) - before == 1
+    assert len(handles) == 500 and len(session.pending_subagent_tasks()) == 500
+    session.cancel(reason="done")

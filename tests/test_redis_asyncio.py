@@ -1,0 +1,368 @@
+"""The asyncio API of the Redis store: the blocking API's semantics and errors, awaited, never blocking the
+event loop; what a cancelled ``await`` leaves behind; and the protocols that let one piece of code run on
+either store."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from redis_support import RedisServer
+
+from subagent_tracker import (
+    DROPPED_HANDLE_ERROR,
+    AsyncRedisRegistry,
+    AsyncRedisSession,
+    AsyncRedisTaskHandle,
+    AsyncSessionProtocol,
+    AsyncTaskHandleProtocol,
+    AwaitableSession,
+    AwaitableTaskHandle,
+    DuplicateTaskError,
+    RedisRegistry,
+    RedisSession,
+    RedisTaskHandle,
+    Session,
+    SessionProtocol,
+    SubagentStatus,
+    SubagentTaskHandle,
+    TaskCancelledError,
+    TaskHandleProtocol,
+    UnknownTaskError,
+)
+
+
+@pytest.fixture(scope="module")
+def redis_server() -> Iterator[RedisServer]:
+    server = RedisServer()
+    yield server
+    server.stop()
+
+
+_SESSIONS = iter(range(1_000_000))
+
+
+async def _redis_session(server: RedisServer, **options: Any) -> AsyncRedisSession:
+    registry = await AsyncRedisRegistry.connect(server.url, reconcile_interval=0.1, **options)
+    return await registry.session(f"asyncio-{next(_SESSIONS)}")
+
+
+def _admin(server: RedisServer, *command: str) -> bytes:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
+        connection.sendall((" ".join(command) + "\r\n").encode())
+        return connection.recv(4096).split(b"\r\n")[0]
+
+
+async def _finished(session: AsyncRedisSession, task_id: str, timeout: float = 5.0) -> Any:
+    """The task's snapshot once it has finished, collecting garbage meanwhile (a dropped handle ends its task
+    when collected)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        snapshot = await session.subagent_task(task_id)
+        if snapshot is not None and snapshot.finished:
+            return snapshot
+        assert time.monotonic() < deadline, f"task {task_id!r} never finished: {snapshot}"
+        await asyncio.sleep(0.02)
+
+
+def test_every_call_is_awaited_with_the_blocking_api_s_semantics(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        registry = await AsyncRedisRegistry.connect(redis_server.url)
+        session = await registry.session("semantics")
+        assert session.session_id == "semantics"
+        assert "semantics" in await registry.sessions()
+        assert await registry.get_session("semantics") == session
+        assert await registry.get_session("never-made") is None
+
+        root = await session.start_subagent_task("root", agent="planner", metadata={"step": 1})
+        assert isinstance(root, AsyncRedisTaskHandle)
+        assert await root.progress("planning") is True
+        child_id = await session.reserve_subagent_task("child", parent_id="root")
+        child = await session.claim_subagent_task(child_id)
+        assert [task.task_id for task in await session.pending_subagent_tasks()] == ["root", "child"]
+
+        with pytest.raises(DuplicateTaskError):
+            await session.start_subagent_task("root")
+        with pytest.raises(UnknownTaskError):
+            await session.claim_subagent_task("never-reserved")
+
+        assert await session.cancel_subagent_task("root", reason="stop") is True
+        # Across processes the token fires when the cancel's message arrives (contract §20), a moment later.
+        await asyncio.wait_for(child.token.cancelled(), 5)
+        assert child.token.reason == "stop"
+        async with child:
+            pass
+        async with root:
+            pass
+        snapshot = await session.subagent_task("child")
+        assert snapshot is not None
+        assert (snapshot.status, snapshot.cancel_cause) == (SubagentStatus.CANCELLED, "parent")
+
+        ended = await session.start_subagent_task("by-id")
+        assert await session.end_subagent_task("by-id", result={"answer": 42}) is True
+        assert await ended.complete("late") is False
+        assert (await session.wait_subagent_task("by-id", timeout=5)).result == {"answer": 42}
+
+        running = await session.start_subagent_task("running")
+        assert await session.cancel(reason="all") == 1
+        await asyncio.wait_for(running.token.cancelled(), 5)
+        assert await running.fail("stopped anyway") is False
+        assert await session.close(reason="done") == 0
+        assert [task.task_id for task in await session.subagent_tasks()] == [
+            "root",
+            "child",
+            "by-id",
+            "running",
+        ]
+
+    asyncio.run(main())
+
+
+def test_async_with_ends_the_task_from_how_the_block_exits(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        session = await _redis_session(redis_server)
+        async with await session.start_subagent_task("completes"):
+            pass
+        with pytest.raises(RuntimeError):
+            async with await session.start_subagent_task("fails"):
+                raise RuntimeError("boom")
+        with pytest.raises(TaskCancelledError):
+            async with await session.start_subagent_task("cancelled") as handle:
+                await session.cancel_subagent_task("cancelled", reason="pressed stop")
+                await asyncio.wait_for(handle.token.cancelled(), 5)
+                handle.token.raise_if_cancelled()
+        statuses = {task.task_id: (task.status, task.finished) for task in await session.subagent_tasks()}
+        assert statuses == {
+            "completes": (SubagentStatus.COMPLETED, True),
+            "fails": (SubagentStatus.FAILED, True),
+            "cancelled": (SubagentStatus.CANCELLED, True),
+        }
+        failed = await session.subagent_task("fails")
+        assert failed is not None and failed.error == "RuntimeError: boom"
+
+    asyncio.run(main())
+
+
+def test_spawn_and_events_are_awaited(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        session = await _redis_session(redis_server)
+        events = await session.events()
+
+        async def work(handle: AsyncRedisTaskHandle) -> str:
+            await handle.progress("half way")
+            return "done"
+
+        spawned = await session.spawn_subagent_task(work, "spawned")
+        assert (await spawned).result == "done"
+        seen = []
+        async with events:
+            async for event in events:
+                seen.append(event.kind)
+                if event.kind == "ended":
+                    break
+        assert seen == ["started", "progress", "ended"]
+
+    asyncio.run(main())
+
+
+def test_bad_input_is_refused_before_anything_is_sent(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        session = await _redis_session(redis_server)
+        with pytest.raises(TypeError, match="task_id"):
+            session.start_subagent_task(42)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="task_id"):
+            session.start_subagent_task("")
+        with pytest.raises(TypeError, match="JSON"):
+            session.start_subagent_task("x", metadata={"handle": object()})
+        with pytest.raises(ValueError):
+            await AsyncRedisRegistry.connect("not a url")
+        assert await session.subagent_tasks() == []
+
+    asyncio.run(main())
+    with pytest.raises(TypeError, match=r"await AsyncRedisRegistry.connect"):
+        AsyncRedisRegistry(redis_server.url)
+
+
+def test_a_call_outside_a_running_loop_raises_and_changes_nothing(redis_server: RedisServer) -> None:
+    session = asyncio.run(_redis_session(redis_server))
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        session.start_subagent_task("outside")
+
+    async def listed() -> list[Any]:
+        return await session.subagent_tasks()
+
+    assert asyncio.run(listed()) == []
+
+
+def test_a_cancelled_await_of_a_start_never_leaves_the_task_running(redis_server: RedisServer) -> None:
+    """The start is never cut in half: it completes on the runtime, and the handle nobody received is dropped,
+    which ends the task as any dropped handle does."""
+
+    async def main() -> None:
+        session = await _redis_session(redis_server)
+        for index in range(20):
+            starting = asyncio.ensure_future(session.start_subagent_task(f"abandoned-{index}"))
+            await asyncio.sleep(0)
+            starting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await starting
+        for index in range(20):
+            snapshot = await _finished(session, f"abandoned-{index}")
+            assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, DROPPED_HANDLE_ERROR)
+        assert await session.pending_subagent_tasks() == []
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_await_of_a_cancel_still_cancels(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        session = await _redis_session(redis_server)
+        handle = await session.start_subagent_task("job")
+        cancelling = asyncio.ensure_future(session.cancel_subagent_task("job", reason="abandoned await"))
+        await asyncio.sleep(0)
+        cancelling.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelling
+        await asyncio.wait_for(handle.token.cancelled(), 5)
+        assert handle.token.reason == "abandoned await"
+
+    asyncio.run(main())
+
+
+def test_a_cancelled_wait_stops_waiting(redis_server: RedisServer) -> None:
+    async def main() -> None:
+        session = await _redis_session(redis_server)
+        handle = await session.start_subagent_task("long")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(session.wait_subagent_task("long"), 0.1)
+        await handle.complete()
+        assert (await session.wait_subagent_task("long", timeout=5)).status is SubagentStatus.COMPLETED
+
+    asyncio.run(main())
+
+
+class _LoopLag:
+    """A heartbeat coroutine that measures the event loop's largest lag: how late its 1 ms sleeps wake."""
+
+    def __init__(self) -> None:
+        self.largest = 0.0
+        self._running = True
+
+    async def beat(self) -> None:
+        while self._running:
+            before = time.monotonic()
+            await asyncio.sleep(0.001)
+            self.largest = max(self.largest, time.monotonic() - before - 0.001)
+
+    def stop(self) -> None:
+        self._running = False
+
+
+async def _lag_during(call: Callable[[], Awaitable[object]]) -> float:
+    lag = _LoopLag()
+    heartbeat = asyncio.ensure_future(lag.beat())
+    await asyncio.sleep(0.01)
+    await call()
+    lag.stop()
+    await heartbeat
+    return lag.largest
+
+
+def test_the_asyncio_api_never_blocks_the_loop_while_the_server_is_paused(redis_server: RedisServer) -> None:
+    """CONTRACT: with the server paused for 2 s (``CLIENT PAUSE``), a blocking call stalls every coroutine for
+    about the pause; an awaited one leaves the loop free (its largest lag under 5 % of the blocking one's)."""
+    pause_ms = 2000
+    blocking = RedisRegistry(redis_server.url, timeout=10).session("paused")
+
+    async def main() -> tuple[float, float]:
+        awaited = await _redis_session(redis_server, timeout=10)
+
+        async def blocking_call() -> None:
+            blocking.start_subagent_task("blocking").complete()
+
+        async def awaited_call() -> None:
+            handle = await awaited.start_subagent_task("awaited")
+            await handle.complete()
+
+        assert _admin(redis_server, "CLIENT", "PAUSE", str(pause_ms), "ALL") == b"+OK"
+        blocking_lag = await _lag_during(blocking_call)
+        assert _admin(redis_server, "CLIENT", "PAUSE", str(pause_ms), "ALL") == b"+OK"
+        awaited_lag = await _lag_during(awaited_call)
+        return blocking_lag, awaited_lag
+
+    blocking_lag, awaited_lag = asyncio.run(main())
+    assert blocking_lag >= pause_ms / 1000 * 0.5, f"the blocking call stalled the loop {blocking_lag:.3f} s"
+    assert awaited_lag < blocking_lag * 0.05, (
+        f"the awaited call stalled the loop {awaited_lag * 1e3:.1f} ms, the blocking one {blocking_lag:.3f} s"
+    )
+
+
+async def _lifecycle_on_any_store(session: AsyncSessionProtocol) -> list[tuple[str, SubagentStatus]]:
+    """Code written once against the asyncio protocol."""
+    parent = await session.start_subagent_task("parent", agent="orchestrator")
+    child = await session.start_subagent_task("child", parent_id="parent")
+    assert await child.progress("reading")
+    assert await session.cancel_subagent_task("parent", reason="stop") is True
+    await asyncio.wait_for(child.token.cancelled(), 5)
+    async with child:
+        pass
+    async with parent:
+        pass
+    return [(task.task_id, task.status) for task in await session.subagent_tasks()]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def async_session_factory(
+    request: pytest.FixtureRequest, redis_server: RedisServer
+) -> Callable[[], Awaitable[AsyncSessionProtocol]]:
+    async def memory() -> AsyncSessionProtocol:
+        return AwaitableSession(Session())
+
+    async def redis() -> AsyncSessionProtocol:
+        return await _redis_session(redis_server)
+
+    return memory if request.param == "memory" else redis
+
+
+def test_code_written_against_the_asyncio_protocol_runs_on_either_store(
+    async_session_factory: Callable[[], Awaitable[AsyncSessionProtocol]],
+) -> None:
+    async def main() -> list[tuple[str, SubagentStatus]]:
+        return await _lifecycle_on_any_store(await async_session_factory())
+
+    assert asyncio.run(main()) == [("parent", SubagentStatus.CANCELLED), ("child", SubagentStatus.CANCELLED)]
+
+
+def test_each_class_satisfies_its_protocol(redis_server: RedisServer) -> None:
+    session = Session()
+    handle = session.start_subagent_task("memory")
+    redis_session = RedisRegistry(redis_server.url).session("protocols")
+    redis_handle = redis_session.start_subagent_task("redis")
+    assert isinstance(session, SessionProtocol) and isinstance(redis_session, SessionProtocol)
+    assert isinstance(handle, (SubagentTaskHandle, TaskHandleProtocol))
+    assert isinstance(redis_handle, RedisTaskHandle) and isinstance(redis_handle, TaskHandleProtocol)
+    handle.complete()
+    redis_handle.complete()
+
+    async def main() -> None:
+        awaitable = AwaitableSession(session)
+        async_session = await _redis_session(redis_server)
+        assert isinstance(awaitable, AsyncSessionProtocol) and isinstance(async_session, AsyncSessionProtocol)
+        memory_handle = await awaitable.start_subagent_task("awaited")
+        async_handle = await async_session.start_subagent_task("awaited")
+        assert isinstance(memory_handle, AwaitableTaskHandle)
+        assert isinstance(memory_handle, AsyncTaskHandleProtocol)
+        assert isinstance(async_handle, AsyncTaskHandleProtocol)
+        await memory_handle.complete()
+        await async_handle.complete()
+
+    asyncio.run(main())
+    assert not isinstance(redis_session, AsyncRedisSession) and isinstance(redis_session, RedisSession)
+    with pytest.raises(TypeError, match=r"subagent_tracker\.Session"):
+        AwaitableSession(redis_session)  # type: ignore[arg-type]
