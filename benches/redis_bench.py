@@ -185,6 +185,104 @@ def cpu_per_lifecycle(url: str, port: int, count: int) -> tuple[float, float]:
     return (time.process_time() - client_before) / count, (server_cpu() - server_before) / count
 
 
+def server_cost(url: str, port: int, count: int) -> tuple[float, float, float, float]:
+    """What the server spends per start + complete, at steady state with the session's retention bound full,
+    beside two bare ``HSET``s in the same run: (our CPU, our function execution time, the bare CPU, the bare
+    execution time), in seconds. CPU is ``INFO cpu`` (network handling included); execution time is ``INFO
+    commandstats``."""
+    admin = redis.Redis(port=port)
+
+    def server() -> tuple[float, float]:
+        cpu: dict[str, Any] = admin.info("cpu")  # type: ignore[assignment]
+        stats: dict[str, Any] = admin.info("commandstats")  # type: ignore[assignment]
+        executed = sum(float(value["usec"]) for name, value in stats.items() if name.startswith("cmdstat_"))
+        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), executed / 1e6
+
+    session = RedisRegistry(url, worker_id="server-cost").session("server-cost", max_finished_tasks=1000)
+    for _ in range(1500):  # the retention bound full: every completion now evicts the oldest
+        session.start_subagent_task().complete()
+    cpu_before, executed_before = server()
+    for _ in range(count):
+        session.start_subagent_task().complete()
+    cpu_after, executed_after = server()
+    ours = ((cpu_after - cpu_before) / count, (executed_after - executed_before) / count)
+    client = redis.Redis(port=port)
+    cpu_before, executed_before = server()
+    for index in range(count):
+        client.hset(f"bare:{index % 1000}", mapping={"status": "running"})
+        client.hset(f"bare:{index % 1000}", mapping={"status": "completed"})
+    cpu_after, executed_after = server()
+    return (*ours, (cpu_after - cpu_before) / count, (executed_after - executed_before) / count)
+
+
+def batch_against_singles(url: str, size: int) -> tuple[float, float]:
+    """Seconds to start ``size`` subagents of one parent: in one batch, and one call each."""
+    session = RedisRegistry(url, worker_id="batch").session("batch", max_finished_tasks=10_000)
+    parent = session.start_subagent_task("parent")
+    started = time.perf_counter()
+    batch = session.start_subagent_tasks([{"parent_id": "parent"} for _ in range(size)])
+    batched = time.perf_counter() - started
+    started = time.perf_counter()
+    singles = [session.start_subagent_task(parent_id="parent") for _ in range(size)]
+    single = time.perf_counter() - started
+    for handle in [*batch, *singles]:
+        handle.complete()
+    parent.complete()
+    return batched, single
+
+
+def loop_lags(url: str, port: int, calls: int) -> dict[str, float]:
+    """The event loop's largest lag (how late a 1 ms heartbeat wakes) while calls run on it: through the
+    blocking API and the asyncio API, during a 2 s ``CLIENT PAUSE`` and during a burst of ``calls`` calls."""
+    admin = redis.Redis(port=port)
+    blocking = RedisRegistry(url, worker_id="lag-blocking", timeout=10).session("lag")
+
+    async def lag_during(work: Callable[[], Any]) -> float:
+        largest, running = 0.0, True
+
+        async def beat() -> None:
+            nonlocal largest
+            while running:
+                before = time.monotonic()
+                await asyncio.sleep(0.001)
+                largest = max(largest, time.monotonic() - before - 0.001)
+
+        heartbeat = asyncio.ensure_future(beat())
+        await asyncio.sleep(0.01)
+        await work()
+        running = False
+        await heartbeat
+        return largest
+
+    async def measure() -> dict[str, float]:
+        registry = await AsyncRedisRegistry.connect(url, worker_id="lag-asyncio", timeout=10)
+        awaited = await registry.session("lag")
+
+        async def blocking_pause() -> None:
+            admin.client_pause(2000, all=True)
+            blocking.subagent_tasks()
+
+        async def awaited_pause() -> None:
+            admin.client_pause(2000, all=True)
+            await awaited.subagent_tasks()
+
+        async def blocking_burst() -> None:
+            for _ in range(calls):
+                blocking.subagent_task("missing")
+
+        async def awaited_burst() -> None:
+            await asyncio.gather(*(awaited.subagent_task("missing") for _ in range(calls)))
+
+        return {
+            "blocking, paused": await lag_during(blocking_pause),
+            "asyncio, paused": await lag_during(awaited_pause),
+            "blocking, burst": await lag_during(blocking_burst),
+            "asyncio, burst": await lag_during(awaited_burst),
+        }
+
+    return asyncio.run(measure())
+
+
 def lifecycle_worker(url: str, count: int, worker: str, results: Any) -> None:
     results.put(lifecycles(url, count, worker))
 
@@ -420,12 +518,50 @@ def main() -> None:
             f"one after the other through the blocking API: {blocking_runners:,.0f}/s",
             f"{asyncio_runners / blocking_runners:.2f}x",
         )
+        size = 50 if smoke else 500
+        batched, single = timed("batch against singles", lambda: batch_against_singles(url, size))
+        row(
+            f"start {size} subagents of one parent: one batch (one round trip)",
+            f"{batched * 1e3:.1f} ms",
+            f"{size} single starts: {single * 1e3:.1f} ms",
+            f"{single / batched:.1f}x faster",
+        )
+        lags = timed("loop lag", lambda: loop_lags(url, port, 100 if smoke else 1000))
+        row(
+            "the event loop's largest lag while the server is paused 2 s: asyncio API",
+            f"{lags['asyncio, paused'] * 1e3:.1f} ms",
+            f"blocking API: {lags['blocking, paused'] * 1e3:.0f} ms",
+            f"{lags['asyncio, paused'] / lags['blocking, paused']:.1%} of it "
+            f"({'met' if lags['asyncio, paused'] < 0.05 * lags['blocking, paused'] else 'missed'}: < 5%)",
+        )
+        row(
+            f"the same during a burst of {100 if smoke else 1000:,} calls",
+            f"{lags['asyncio, burst'] * 1e3:.1f} ms",
+            f"blocking API: {lags['blocking, burst'] * 1e3:.0f} ms",
+            f"{lags['asyncio, burst'] / lags['blocking, burst']:.1%} of it",
+        )
         four = timed("lifecycles, four processes", lambda: parallel_lifecycles(url, count, 4))
         row(
             "start + complete, 4 processes",
             f"{four:,.0f}/s",
             f"one process: {one:,.0f}/s",
             f"{four / one:.2f}x",
+        )
+        ours_cpu, ours_executed, bare_cpu, bare_executed = timed(
+            "server cost", lambda: server_cost(url, port, count)
+        )
+        row(
+            "server CPU per start + complete (INFO cpu), retention bound full",
+            f"{ours_cpu * 1e6:.1f} µs",
+            f"two bare HSETs: {bare_cpu * 1e6:.1f} µs",
+            f"{ours_cpu / bare_cpu:.2f}x ({'met' if ours_cpu <= 1.5 * bare_cpu else 'missed'}: ≤ 1.5x); "
+            f"≈ {1 / ours_cpu:,.0f} lifecycles/s per node",
+        )
+        row(
+            "server execution time per start + complete (INFO commandstats)",
+            f"{ours_executed * 1e6:.1f} µs",
+            f"two bare HSETs: {bare_executed * 1e6:.1f} µs",
+            f"{ours_executed / bare_executed:.1f}x",
         )
         client_cpu, server_cpu = timed("CPU per lifecycle", lambda: cpu_per_lifecycle(url, port, count))
         cores = os.cpu_count() or 1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything in release mode and runs every benchmark: the Rust microbenchmarks (divan) and the Python
-# scenarios beside trpc-agent-py and a plain-Python reference. Pass --smoke for tiny sizes.
+# scenarios beside trpc-agent-py and a plain-Python reference, the agent frameworks, and the Redis store. Pass
+# --smoke for tiny sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=""
@@ -25,8 +26,14 @@ else
   cargo bench --quiet -p subagent-tracker --bench tracker
 fi
 echo
+echo "== two threads against one, the median of three runs"
+python benches/thread_scaling.py $smoke
+echo
 echo "== Python scenarios"
 python benches/python_bench.py $smoke
 echo
 echo "== the agent frameworks: one run untracked against tracked"
 python benches/integrations_bench.py $smoke
+echo
+echo "== across processes, on Redis"
+python benches/redis_bench.py $smoke

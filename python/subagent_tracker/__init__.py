@@ -35,6 +35,7 @@ from subagent_tracker._errors import (
     UnknownTaskError,
 )
 from subagent_tracker._native import (
+    BATCH_REFUSED_REASON,
     CLAIM_TIMEOUT_ERROR,
     DEADLINE_REASON,
     DEFAULT_CANCEL_REASON,
@@ -81,6 +82,7 @@ if hasattr(os, "register_at_fork"):
     )
 
 __all__ = [
+    "BATCH_REFUSED_REASON",
     "CLAIM_TIMEOUT_ERROR",
     "DEADLINE_REASON",
     "DEFAULT_CANCEL_REASON",

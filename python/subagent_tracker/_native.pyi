@@ -11,6 +11,7 @@ from subagent_tracker._checkpoints import GuardedStream
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
+    "BATCH_REFUSED_REASON",
     "CLAIM_TIMEOUT_ERROR",
     "DEADLINE_REASON",
     "DEFAULT_CANCEL_REASON",
@@ -71,6 +72,7 @@ MAX_SECONDS: Final[float]
 DEFAULT_MAX_FINISHED_TASKS: Final[int]
 DEFAULT_EVENT_BUFFER: Final[int]
 DEFAULT_CANCEL_REASON: Final[str]
+BATCH_REFUSED_REASON: Final[str]
 DEADLINE_REASON: Final[str]
 CLAIM_TIMEOUT_ERROR: Final[str]
 _EVENT_STREAM_BUSY: Final[str]

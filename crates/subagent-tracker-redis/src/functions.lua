@@ -57,13 +57,22 @@ another incarnation, or for a session whose keys are gone, is refused with GONE:
 local PENDING = { queued = true, running = true }
 local EVENT_LIMIT = 10000
 
+-- The server's clock, read once per function call (`register` forgets it between calls): a transition happens at
+-- one instant, and each `TIME` is a call of its own.
+local clock = nil
+
+local function read_clock()
+  if not clock then clock = redis.call('TIME') end
+  return clock
+end
+
 local function now()
-  local time = redis.call('TIME')
+  local time = read_clock()
   return string.format('%d.%06d', time[1], time[2])
 end
 
 local function now_ms()
-  local time = redis.call('TIME')
+  local time = read_clock()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
@@ -74,11 +83,16 @@ local function digits(number) return string.format('%d', number) end
 -- `session_function`, and the id of its next event.
 local stored_inc = false
 local event_id = nil
+-- The session's first close reason (false while open) and its bound on finished runs, read with the incarnation:
+-- neither changes during a call that did not write it.
+local stored_closed = false
+local stored_max = nil
 
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
   return function(keys, args)
-    stored_inc = redis.call('HGET', keys[1], 'inc')
+    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max')
+    stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
     event_id = stored_inc and (stored_inc .. '-*') or nil
     return callback(keys, args)
   end
@@ -135,16 +149,19 @@ local function emit_cancelled(base, task_id, at, reason)
 end
 
 -- A run that leaves the retained window: its attached children move to its own parent's set (the nearest
--- retained ancestor adopts them), and it leaves its parent's set.
-local function release_run(base, task_id, run)
+-- retained ancestor adopts them), and it leaves its parent's set. `known` holds its fields run, lp, lr and
+-- parent_of when the caller has read them.
+local function release_run(base, task_id, run, known)
   local key = task_key(base, task_id)
-  local link = fields(key, 'lp', 'lr')
-  local parent_id, parent_run = link[1], link[2]
+  local link = known or fields(key, 'run', 'lp', 'lr', 'parent_of')
+  local parent_id, parent_run = link[2], link[3]
   local parent_alive = false
   if parent_id then
     parent_alive = redis.call('HGET', task_key(base, parent_id), 'run') == parent_run
     redis.call('SREM', children_key(base, parent_run), task_id)
   end
+  -- Only a run that ever had attached children has a set (`parent_of`).
+  if not link[4] then return end
   local children = redis.call('SMEMBERS', children_key(base, run))
   for _, child in ipairs(children) do
     local child_key = task_key(base, child)
@@ -161,24 +178,25 @@ end
 
 -- Counts a finished run against the bound and evicts the oldest finished runs beyond it.
 local function retain(base, session_key, task_id, run)
-  redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
+  local listed = redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
   local retained = redis.call('HINCRBY', session_key, 'retained', 1)
-  local max = tonumber(redis.call('HGET', session_key, 'max'))
+  local max = stored_max or tonumber(redis.call('HGET', session_key, 'max'))
   while retained > max do
     local entry = redis.call('LPOP', base .. 'finished')
     if not entry then break end
+    listed = listed - 1
     -- The run is digits, so the last tab separates it, whatever the id holds.
     local old_id, old_run = string.match(entry, '^(.*)\t(%d+)$')
     local old_key = task_key(base, old_id)
-    if redis.call('HGET', old_key, 'run') == old_run then
-      release_run(base, old_id, old_run)
+    local old = fields(old_key, 'run', 'lp', 'lr', 'parent_of')
+    if old[1] == old_run then
+      release_run(base, old_id, old_run, old)
       redis.call('DEL', old_key)
       redis.call('ZREM', base .. 'all', old_id)
       retained = redis.call('HINCRBY', session_key, 'retained', -1)
     end
   end
   -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
-  local listed = redis.call('LLEN', base .. 'finished')
   if listed > 2 * retained + 64 then
     local kept = {}
     for _, entry in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do
@@ -194,12 +212,16 @@ local function retain(base, session_key, task_id, run)
 end
 
 local function finish(base, session_key, key, task_id, run, at)
-  redis.call('ZREM', base .. 'timers', timer('d', task_id, run), timer('c', task_id, run))
-  local process = redis.call('HGET', key, 'worker')
+  local state = fields(key, 'worker', 'status', 'due_ms', 'claim_error')
+  local process, status = state[1], state[2]
+  -- Only a run with a deadline or a claim timeout has timers.
+  if state[3] or state[4] then
+    redis.call('ZREM', base .. 'timers', timer('d', task_id, run), timer('c', task_id, run))
+  end
   if process then redis.call('SREM', base .. 'wr:' .. process, task_id) end
   redis.call('HSET', key, 'fin', '1', 'ended_at', at)
   redis.call('ZREM', base .. 'pending', task_id)
-  emit(base, task_id, 'ended', redis.call('HGET', key, 'status'), at)
+  emit(base, task_id, 'ended', status, at)
   retain(base, session_key, task_id, run)
 end
 
@@ -288,8 +310,8 @@ end
 local OPEN_FIELDS = 11
 
 -- Opens one task of the session: a start or a reservation (`a` holds its OPEN_FIELDS arguments from `first`).
--- `opened_here` names the tasks a batch opened before this one. Returns {run, status, reason, next timer due or
--- ""}, or nil and the refusal's code: DUPLICATE, UNKNOWN_PARENT or PARENT_FINISHED.
+-- Returns {run, status, reason, next timer due or ""}, or nil and the refusal's code: DUPLICATE, UNKNOWN_PARENT or
+-- PARENT_FINISHED.
 local function open_task(session_key, base, a, first, deadline_reason)
   local task_id, parent_id, agent, description, metadata = a[first], a[first + 1], a[first + 2], a[first + 3],
     a[first + 4]
@@ -325,14 +347,25 @@ local function open_task(session_key, base, a, first, deadline_reason)
   local run = digits(redis.call('HINCRBY', session_key, 'seq', 1))
   local at = now()
   local status = reserved and 'queued' or 'running'
-  redis.call('HSET', key, 'id', task_id, 'run', run, 'status', status, 'started_at', at)
-  local optional = { parent = parent_id, agent = agent, description = description, metadata = metadata,
-    worker = process }
-  for name, value in pairs(optional) do
-    if value ~= '' then redis.call('HSET', key, name, value) end
+  -- One HSET with every field the task starts with.
+  local written = { 'id', task_id, 'run', run, 'status', status, 'started_at', at }
+  local optional = { 'parent', parent_id, 'agent', agent, 'description', description, 'metadata', metadata,
+    'worker', process }
+  for index = 1, #optional, 2 do
+    if optional[index + 1] ~= '' then
+      written[#written + 1] = optional[index]
+      written[#written + 1] = optional[index + 1]
+    end
   end
-  if detached then redis.call('HSET', key, 'detached', '1') end
-  if reserved then redis.call('HSET', key, 'reserved', '1') end
+  if detached then
+    written[#written + 1] = 'detached'
+    written[#written + 1] = '1'
+  end
+  if reserved then
+    written[#written + 1] = 'reserved'
+    written[#written + 1] = '1'
+  end
+  redis.call('HSET', key, unpack(written))
   if process ~= '' then
     redis.call('SADD', base .. 'wr:' .. process, task_id)
     redis.call('SADD', base .. 'workers', process)
@@ -390,9 +423,7 @@ end
 local function st_open(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
-  if redis.call('HEXISTS', session_key, 'closed') == 1 then
-    return redis.error_reply('CLOSED')
-  end
+  if stored_closed then return redis.error_reply('CLOSED') end
   local opened, refusal = open_task(session_key, base_of(session_key), args, 2, args[13])
   if not opened then return redis.error_reply(refusal) end
   return opened
@@ -405,9 +436,7 @@ end
 local function st_open_batch(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
-  if redis.call('HEXISTS', session_key, 'closed') == 1 then
-    return redis.error_reply('CLOSED')
-  end
+  if stored_closed then return redis.error_reply('CLOSED') end
   local base = base_of(session_key)
   local count = (#args - 2) / OPEN_FIELDS
   -- Every refusal is found before the first task opens: the function runs alone, so nothing changes between.
@@ -884,7 +913,11 @@ end
 
 local function register(name, callback, read_only)
   local flags = read_only and { 'no-writes' } or {}
-  redis.register_function{ function_name = 'stv2_' .. name, callback = callback, flags = flags }
+  local function call(keys, args)
+    clock = nil
+    return callback(keys, args)
+  end
+  redis.register_function{ function_name = 'stv2_' .. name, callback = call, flags = flags }
 end
 
 -- Registry-wide functions.
