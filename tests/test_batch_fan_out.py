@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -76,6 +77,8 @@ def test_a_batch_starts_every_task_in_order_and_a_child_may_name_an_earlier_one(
         ([{"task_id": "a"}, {"task_id": 7}], TypeError, "task 1 of the batch"),
         ([{"task_id": "a"}, {"task_id": "b", "colour": "red"}], TypeError, "unknown key 'colour'"),
         ([{"task_id": "a"}, "b"], TypeError, "not a mapping"),
+        ([{"task_id": "a"}, {"task_id": "b", "agent": 5}], TypeError, "task 1 of the batch"),
+        ([{"task_id": "a"}, {"task_id": "b", "metadata": 5}], TypeError, "task 1 of the batch"),
         ([{"task_id": "a"}, {"task_id": "a"}], ValueError, "more than once in the batch"),
         ([{"task_id": "a"}, {"task_id": "live"}], DuplicateTaskError, "live"),
         ([{"task_id": "a"}, {"task_id": "b", "parent_id": "missing"}], UnknownTaskError, "missing"),
@@ -179,3 +182,33 @@ def test_on_redis_a_batch_of_500_is_one_server_call(redis_server: RedisServer) -
     assert logged.count(b"\r\nstv2_open\r\n") == 0
     assert len(handles) == 500 and len(session.pending_subagent_tasks()) == 500
     session.cancel(reason="done")
+
+
+def test_a_reservation_that_would_finish_as_it_opens_cannot_parent_a_later_task(
+    store: tuple[str, Any],
+) -> None:
+    """A reservation under a cancelled parent, or past its deadline, finishes as it opens: the batch that
+    names it as a parent is refused whole, before anything opens."""
+    _, session = store
+    plan = session.start_subagent_task("plan")
+    session.cancel_subagent_task("plan", reason="stopped")
+    for batch in (
+        [{"task_id": "a", "parent_id": "plan"}, {"task_id": "b", "parent_id": "a"}],
+        [{"task_id": "a", "deadline": time.time() - 60}, {"task_id": "b", "parent_id": "a"}],
+    ):
+        with pytest.raises(UnknownTaskError, match="has already finished"):
+            session.reserve_subagent_tasks(batch)
+        assert _ids(session) == ["plan"]
+    # Started, not reserved, the same tasks begin cancelled and wait for their runners.
+    handles = session.start_subagent_tasks(
+        [{"task_id": "a", "parent_id": "plan"}, {"task_id": "b", "parent_id": "a"}]
+    )
+    for handle in handles:
+        snapshot = session.subagent_task(handle.task_id)
+        assert (snapshot.status, snapshot.cancel_cause, snapshot.finished) == (
+            SubagentStatus.CANCELLED,
+            "parent",
+            False,
+        )
+        handle.complete()
+    plan.complete()

@@ -280,7 +280,7 @@ def test_an_asyncio_cancel_keeps_the_partial_output_and_a_failing_one_does_not_h
         RUN_STOPPED_REASON,
         True,
     )
-    assert "could not record the end of the cancelled run 'broken'" in caplog.text
+    assert "could not read the partial output of the cancelled run 'broken'" in caplog.text
 
 
 def test_a_run_ended_elsewhere_is_nobody_s_parent(session: BlockingSession) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
+#: Where the failure of a call made in the background goes.
+_LOG = logging.getLogger("subagent_tracker")
+
 
 async def _resolved(value: _T | Awaitable[_T]) -> _T:
     """``value``, awaited if the call that gave it was an asyncio one: code shared by the blocking and the
@@ -35,6 +39,18 @@ async def _resolved(value: _T | Awaitable[_T]) -> _T:
     if inspect.isawaitable(value):
         return await value
     return value
+
+
+def _in_background(outcome: object) -> None:
+    """Lets a call of either API run on without awaiting it: an asyncio one's failure is logged, not lost (a
+    blocking one has already run, and raised if it failed)."""
+    if isinstance(outcome, asyncio.Future):
+        outcome.add_done_callback(_log_failure)
+
+
+def _log_failure(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        _LOG.error("a call made in the background failed", exc_info=future.exception())
 
 
 #: How long a spawned subagent may take to stop cooperatively after a cancel before it is stopped by force.
@@ -179,7 +195,7 @@ class SpawnedSubagent:
         def escalate() -> None:
             if not self.task.done():
                 self._escalated = True
-                handle.record_escalation()
+                _in_background(handle.record_escalation())
                 self.task.cancel()
 
         def arm() -> None:

@@ -120,8 +120,12 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<BatchT
         parent_id: value("parent_id")?
             .map(|value| value.extract())
             .transpose()?,
-        agent: value("agent")?,
-        description: value("description")?,
+        agent: value("agent")?
+            .map(|agent| checked_string(agent, "agent"))
+            .transpose()?,
+        description: value("description")?
+            .map(|description| checked_string(description, "description"))
+            .transpose()?,
         metadata: value("metadata")?,
         timeout: value("timeout")?.map(|value| value.extract()).transpose()?,
         deadline: value("deadline")?
@@ -138,15 +142,28 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<BatchT
     })
 }
 
-/// `error`, of the same class, its message saying which task of the batch it is about.
-fn in_task(py: Python<'_>, error: PyErr, index: usize, expected: &str) -> PyErr {
-    let message = format!("task {index} of the batch {}", error.value(py));
-    let message = if error.is_instance_of::<pyo3::exceptions::PyTypeError>(py)
-        && message.contains("not a mapping")
-    {
-        format!("{message}: {expected}")
+/// `value`, once `start_subagent_task` would take it for the string argument `name`.
+fn checked_string<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    crate::arguments::optional_string(Some(&value), name)?;
+    Ok(value)
+}
+
+/// A `TypeError` or `ValueError` about a task of the batch, its message saying which task (by its index), with
+/// the original as its cause; any other error as it was.
+pub(crate) fn in_task(py: Python<'_>, error: PyErr, index: usize, expected: &str) -> PyErr {
+    let is_type_error = error.is_instance_of::<pyo3::exceptions::PyTypeError>(py);
+    if !is_type_error && !error.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
+        return error;
+    }
+    let mut message = format!("task {index} of the batch {}", error.value(py));
+    if is_type_error && message.contains("not a mapping") {
+        message = format!("{message}: {expected}");
+    }
+    let wrapped = if is_type_error {
+        pyo3::exceptions::PyTypeError::new_err(message)
     } else {
-        message
+        pyo3::exceptions::PyValueError::new_err(message)
     };
-    PyErr::from_type(error.get_type(py), message)
+    wrapped.set_cause(py, Some(error));
+    wrapped
 }

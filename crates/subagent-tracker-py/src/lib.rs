@@ -77,7 +77,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "DEFAULT_CANCEL_REASON",
         subagent_tracker::DEFAULT_CANCEL_REASON,
     )?;
-    module.add("BATCH_REFUSED_REASON", subagent_tracker::BATCH_REFUSED_REASON)?;
+    module.add(
+        "BATCH_REFUSED_REASON",
+        subagent_tracker::BATCH_REFUSED_REASON,
+    )?;
     module.add("DEADLINE_REASON", subagent_tracker::DEADLINE_REASON)?;
     module.add(
         "WORKER_LOST_ERROR",

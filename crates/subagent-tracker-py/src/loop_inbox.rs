@@ -44,20 +44,22 @@ thread_local! {
 
 impl Inbox {
     fn of(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Arc<Inbox> {
-        LAST_INBOX.with(|last| {
+        let (inbox, replaced) = LAST_INBOX.with(|last| {
             let mut last = last.borrow_mut();
             match &*last {
-                Some(inbox) if inbox.event_loop.bind(py).is(event_loop) => inbox.clone(),
+                Some(inbox) if inbox.event_loop.bind(py).is(event_loop) => (inbox.clone(), None),
                 _ => {
                     let inbox = Arc::new(Inbox {
                         event_loop: event_loop.clone().unbind(),
                         queue: Mutex::new(Vec::new()),
                     });
-                    *last = Some(inbox.clone());
-                    inbox
+                    (inbox.clone(), last.replace(inbox))
                 }
             }
-        })
+        });
+        // Out of the borrow: this may let go of a closed loop, whose finalizer may run Python code.
+        drop(replaced);
+        inbox
     }
 
     fn push(self: &Arc<Self>, settle: Settle) {
@@ -85,7 +87,9 @@ impl Inbox {
     }
 }
 
-/// Settles, on the loop's thread, every outcome queued in an inbox.
+/// Settles, on the loop's thread, every outcome queued in an inbox. It needs no GC traversal: the loop it
+/// refers to through the inbox is shared by every drain and by the thread's last inbox, and never held by them
+/// alone.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 struct DrainInbox {
     inbox: Arc<Inbox>,
@@ -98,10 +102,6 @@ impl DrainInbox {
         for settle in queued {
             settle(py);
         }
-    }
-
-    fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-        visit.call(&self.inbox.event_loop)
     }
 }
 

@@ -581,7 +581,8 @@ pub(crate) fn redis_batch(
 ) -> PyResult<Vec<(TaskStart<String>, Option<Duration>)>> {
     crate::batch_arguments::batch_tasks(tasks, reserving)?
         .into_iter()
-        .map(|task| {
+        .enumerate()
+        .map(|(index, task)| {
             let start = task_start(
                 task.task_id,
                 task.parent_id,
@@ -592,7 +593,8 @@ pub(crate) fn redis_batch(
                 task.deadline,
                 task.detached,
                 task.linked,
-            )?;
+            )
+            .map_err(|error| crate::batch_arguments::in_task(tasks.py(), error, index, ""))?;
             Ok((start, task.claim_timeout.map(|seconds| seconds.0)))
         })
         .collect()

@@ -11,7 +11,7 @@ use crate::arguments::{
     SessionIdArgument, TaskIdArgument, TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
-use crate::batch_arguments::batch_tasks;
+use crate::batch_arguments::{batch_tasks, in_task};
 use crate::errors::tracker_error;
 use crate::events::EventSubscription;
 use crate::handle::SubagentTaskHandle;
@@ -43,11 +43,13 @@ fn memory_batch(
 ) -> PyResult<Vec<(TaskStart<PyValue>, Option<std::time::Duration>)>> {
     batch_tasks(tasks, reserving)?
         .into_iter()
-        .map(|task| {
+        .enumerate()
+        .map(|(index, task)| {
             let metadata = task
                 .metadata
                 .map(|metadata| metadata.extract::<Metadata>())
-                .transpose()?;
+                .transpose()
+                .map_err(|error| in_task(tasks.py(), error, index, ""))?;
             let start = task_start(
                 task.task_id,
                 task.parent_id,

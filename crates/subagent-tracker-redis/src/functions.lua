@@ -439,32 +439,50 @@ local function st_open_batch(keys, args)
   if stored_closed then return redis.error_reply('CLOSED') end
   local base = base_of(session_key)
   local count = (#args - 2) / OPEN_FIELDS
-  -- Every refusal is found before the first task opens: the function runs alone, so nothing changes between.
-  local named = {}
+  local current_ms = now_ms()
+  -- Every refusal is found before the first task opens (the function runs alone, so nothing changes between),
+  -- including a parent earlier in the batch that will have finished by the time its child opens: a reservation
+  -- that begins cancelled (under a cancelled parent, or past its deadline) finishes as it opens.
+  local opened_here = {}
   for index = 0, count - 1 do
     local first = 3 + index * OPEN_FIELDS
     local task_id, parent_id = args[first], args[first + 1]
+    local detached, reserved, deadline = args[first + 5] == '1', args[first + 6] == '1', args[first + 8]
     local refusal = nil
-    if named[task_id] then
+    local inherits_cancel, inherited_due = false, nil
+    if opened_here[task_id] then
       refusal = 'DUPLICATE_IN_BATCH'
     else
       local old = fields(task_key(base, task_id), 'run', 'fin')
       if old[1] and old[2] ~= '1' then refusal = 'DUPLICATE' end
     end
-    if not refusal and parent_id ~= '' and not named[parent_id] then
-      local parent = fields(task_key(base, parent_id), 'run', 'fin')
-      if not parent[1] then
-        refusal = 'UNKNOWN_PARENT'
-      elseif parent[2] == '1' then
-        refusal = 'PARENT_FINISHED'
+    if not refusal and parent_id ~= '' then
+      local here = opened_here[parent_id]
+      if here then
+        if here.finishes then refusal = 'PARENT_FINISHED' end
+        inherits_cancel, inherited_due = here.cancelled, here.due
+      else
+        local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'due_ms')
+        if not parent[1] then
+          refusal = 'UNKNOWN_PARENT'
+        elseif parent[2] == '1' then
+          refusal = 'PARENT_FINISHED'
+        end
+        inherits_cancel, inherited_due = parent[3] == 'cancelled', tonumber(parent[4])
       end
     end
     if refusal then return redis.error_reply(refusal .. ' ' .. index) end
-    named[task_id] = true
+    if detached then inherits_cancel, inherited_due = false, nil end
+    local due = deadline ~= '' and tonumber(deadline) or nil
+    if inherited_due and (not due or inherited_due < due) then due = inherited_due end
+    local cancelled = inherits_cancel or (due ~= nil and due <= current_ms)
+    opened_here[task_id] = { cancelled = cancelled, finishes = cancelled and reserved, due = due }
   end
   local replies = {}
   for index = 0, count - 1 do
-    local opened = open_task(session_key, base, args, 3 + index * OPEN_FIELDS, args[2])
+    local opened, refusal = open_task(session_key, base, args, 3 + index * OPEN_FIELDS, args[2])
+    -- Unreachable after the checks above; were it reached, the tasks before it would stay open.
+    if not opened then return redis.error_reply('PROTOCOL ' .. refusal .. ' ' .. index) end
     for _, reply in ipairs(opened) do replies[#replies + 1] = reply end
   end
   return replies

@@ -153,6 +153,14 @@ pub(crate) struct TrackerShared<V> {
     pub(crate) registry: OnceLock<Weak<RegistryShared<V>>>,
 }
 
+/// How a task of a batch will begin, foreseen before the batch opens anything.
+struct BeginsAs {
+    cancelled: bool,
+    /// A reservation that begins cancelled: it finishes as it opens.
+    finishes: bool,
+    deadline: Option<Deadline>,
+}
+
 /// How a task enters the session.
 #[derive(Clone, Copy)]
 enum Opening {
@@ -787,7 +795,8 @@ impl<V> TrackerShared<V> {
 
 impl<V: Send + Sync + 'static> TrackerShared<V> {
     /// Opens every task of a batch, or none: everything the batch and the session's state refuse is found
-    /// before the first task opens.
+    /// before the first task opens. The checks run in the order the Redis store runs them: every task's ids
+    /// and the batch's repeats first, then the session, then each task in turn.
     fn open_batch(
         self: &Arc<Self>,
         mut batch: Vec<(TaskStart<V>, Opening)>,
@@ -799,32 +808,14 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
         for (start, _) in &mut batch {
             let task_id = start
                 .task_id
-                .get_or_insert_with(|| Arc::from(generate_id()))
-                .clone();
-            validate_task_id("task_id", &task_id)?;
+                .get_or_insert_with(|| Arc::from(generate_id()));
+            validate_task_id("task_id", task_id)?;
             if let Some(parent_id) = &start.parent_id {
                 validate_task_id("parent_id", parent_id)?;
-                if !named.contains(parent_id.as_str()) {
-                    let parent = self
-                        .lookup(parent_id)
-                        .ok_or_else(|| TrackerError::unknown_task(parent_id, &self.session_id))?;
-                    if parent.is_finished() {
-                        return Err(TrackerError::ParentFinished {
-                            parent_id: Arc::from(parent_id.as_str()),
-                            session_id: self.session_id.clone(),
-                        });
-                    }
-                }
             }
-            if self
-                .lookup(&task_id)
-                .is_some_and(|live| !live.is_finished())
-            {
-                return Err(TrackerError::DuplicateTask {
-                    task_id,
-                    session_id: self.session_id.clone(),
-                });
-            }
+        }
+        for (start, _) in &batch {
+            let task_id = start.task_id.clone().unwrap_or_default();
             if !named.insert(task_id.clone()) {
                 return Err(TrackerError::DuplicateInBatch { task_id });
             }
@@ -834,12 +825,78 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
                 session_id: self.session_id.clone(),
             });
         }
+        // How each task of the batch will begin: a reservation that begins cancelled finishes as it opens, so
+        // it can be no later task's parent.
+        let mut opened_here: std::collections::HashMap<Arc<str>, BeginsAs, RandomState> =
+            std::collections::HashMap::with_capacity_and_hasher(
+                batch.len(),
+                RandomState::default(),
+            );
+        let now = Instant::now();
+        for (start, opening) in &batch {
+            let task_id = start.task_id.clone().unwrap_or_default();
+            if self
+                .lookup(&task_id)
+                .is_some_and(|live| !live.is_finished())
+            {
+                return Err(TrackerError::DuplicateTask {
+                    task_id,
+                    session_id: self.session_id.clone(),
+                });
+            }
+            let (inherits_cancel, inherited_deadline) = match &start.parent_id {
+                None => (false, None),
+                Some(parent_id) => {
+                    let parent_finished = || TrackerError::ParentFinished {
+                        parent_id: Arc::from(parent_id.as_str()),
+                        session_id: self.session_id.clone(),
+                    };
+                    if let Some(here) = opened_here.get(parent_id.as_str()) {
+                        if here.finishes {
+                            return Err(parent_finished());
+                        }
+                        (here.cancelled, here.deadline)
+                    } else {
+                        let parent = self.lookup(parent_id).ok_or_else(|| {
+                            TrackerError::unknown_task(parent_id, &self.session_id)
+                        })?;
+                        if parent.is_finished() {
+                            return Err(parent_finished());
+                        }
+                        (parent.is_cancelled(), parent.deadline)
+                    }
+                }
+            };
+            let (inherits_cancel, inherited_deadline) = if start.detached {
+                (false, None)
+            } else {
+                (inherits_cancel, inherited_deadline)
+            };
+            let deadline = match (start.deadline, inherited_deadline) {
+                (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
+                (own, inherited) => own.or(inherited),
+            };
+            let cancelled = inherits_cancel
+                || deadline.is_some_and(|deadline| deadline.instant <= now)
+                || start.linked.iter().any(SubagentTaskToken::is_cancelled);
+            let finishes = cancelled && matches!(opening, Opening::Reserve { .. });
+            opened_here.insert(
+                task_id,
+                BeginsAs {
+                    cancelled,
+                    finishes,
+                    deadline,
+                },
+            );
+        }
         let mut opened: Vec<(Arc<TaskEntry<V>>, bool)> = Vec::with_capacity(batch.len());
         for (start, opening) in batch {
             let with_runner = matches!(opening, Opening::Start);
             match self.open(start, opening) {
                 Ok(entry) => opened.push((entry, with_runner)),
                 Err(refusal) => {
+                    // Another thread changed the session after the checks (started one of these ids, ended or
+                    // cancelled a parent, closed it): what the batch opened is cancelled and finished.
                     for (entry, with_runner) in opened {
                         self.cancel_entry(&entry, Some(BATCH_REFUSED_REASON));
                         if with_runner {

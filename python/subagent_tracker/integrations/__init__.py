@@ -220,21 +220,30 @@ async def _end_cancelled(
     """Ends a run whose body left cancelled: cancels its task if its token has not fired (asyncio cancelled
     it, or the body raised another token's cancel), keeps its partial output, and reports it to the tool call
     that ran it. None of it may hide the cancel on its way out: a failure here (Redis unreachable, a
-    ``partial_output`` that raises) is logged."""
+    ``partial_output`` that raises) is logged. The report comes before any wait on the session, so that a
+    second cancel of this task during that wait cannot lose it."""
+    cancelling = not handle.token.is_cancelled
+    if cancelling:
+        reason = cancel.reason if isinstance(cancel, TaskCancelledError) else RUN_STOPPED_REASON
+    else:
+        reason = handle.token.reason or RUN_STOPPED_REASON
+    partial = None
     try:
-        if not handle.token.is_cancelled:
-            reason = cancel.reason if isinstance(cancel, TaskCancelledError) else RUN_STOPPED_REASON
-            await resolved(session.cancel_subagent_task(handle.task_id, reason=reason))
         partial = None if partial_output is None else partial_output()
+    except Exception:
+        _LOG.exception("could not read the partial output of the cancelled run %r", handle.task_id)
+    report_cancelled_run(
+        CancelledRun(
+            agent=agent,
+            task_id=handle.task_id,
+            reason=reason,
+            partial=None if partial is None else str(partial),
+        )
+    )
+    try:
+        if cancelling:
+            await resolved(session.cancel_subagent_task(handle.task_id, reason=reason))
         if partial is not None:
             await resolved(handle.complete(partial))
-        report_cancelled_run(
-            CancelledRun(
-                agent=agent,
-                task_id=handle.task_id,
-                reason=handle.token.reason,
-                partial=None if partial is None else str(partial),
-            )
-        )
     except Exception:
         _LOG.exception("could not record the end of the cancelled run %r", handle.task_id)

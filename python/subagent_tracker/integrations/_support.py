@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias
 
 from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
 from subagent_tracker._native import (
@@ -25,7 +23,7 @@ from subagent_tracker._native import (
     SubagentTaskHandle,
     _check_seconds,
 )
-from subagent_tracker._session import Session, _resolved
+from subagent_tracker._session import Session, _in_background, _resolved
 
 #: The sessions a run can be tracked in: either API, either store.
 TrackedSession: TypeAlias = Session | RedisSession | AsyncRedisSession | AwaitableSession
@@ -35,27 +33,15 @@ TrackedHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle | AsyncRedisTask
 BlockingSession: TypeAlias = Session | RedisSession
 BlockingHandle: TypeAlias = SubagentTaskHandle | RedisTaskHandle
 
-_T = TypeVar("_T")
-
-#: Where a failure of a call made in the background goes.
-_LOG = logging.getLogger("subagent_tracker")
-
 #: ``await resolved(session.call(...))`` makes one call on a session of either API.
 resolved = _resolved
 
 
-def fire(value: _T | Awaitable[_T]) -> None:
-    """Makes a call of either API from code that cannot await (a framework's synchronous callback): a blocking
-    call has already run; an asyncio one runs on, and a failure is logged rather than lost."""
-    if inspect.iscoroutine(value):
-        value = asyncio.ensure_future(value)
-    if isinstance(value, asyncio.Future):
-        value.add_done_callback(_log_failure)
-
-
-def _log_failure(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled() and future.exception() is not None:
-        _LOG.error("a call to the session failed", exc_info=future.exception())
+def cancel_in_background(session: TrackedSession, task_id: str, reason: str) -> None:
+    """Cancels a task from code that cannot wait for it (a framework's synchronous callback, a teardown that a
+    second cancel may interrupt): in memory at once; on Redis the call runs on, and a failure is logged."""
+    calling = blocking_twin(session) if isinstance(session, AwaitableSession) else session
+    _in_background(calling.cancel_subagent_task(task_id, reason=reason))
 
 
 def same_session(one: TrackedSession, other: TrackedSession) -> bool:

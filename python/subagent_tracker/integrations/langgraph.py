@@ -27,10 +27,10 @@ from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import CancellationToken
 from subagent_tracker.integrations import STREAM_CLOSED_REASON, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
+    cancel_in_background,
     cancelled_run_text,
     cancelled_tool_call_text,
     check_run_options,
-    fire,
     missing_framework,
     on_cancel_in_loop,
     resolved,
@@ -314,7 +314,7 @@ class _GraphRun:
         """Cancels the run's task (once it has started; before, the run will not start)."""
         self._stop_reason = reason
         if self._task_id is not None:
-            fire(self._session.cancel_subagent_task(self._task_id, reason=reason))
+            cancel_in_background(self._session, self._task_id, reason)
 
     async def drive(self, task_id: str | Callable[[], str] | None, timeout: float | None) -> None:
         output = _LastMessageText()

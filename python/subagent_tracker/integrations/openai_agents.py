@@ -39,6 +39,7 @@ from subagent_tracker.integrations._support import (
     StreamedText,
     absorb_own_cancel,
     blocking_twin,
+    cancel_in_background,
     cancelled_tool_call_text,
     check_run_options,
     missing_framework,
@@ -237,9 +238,10 @@ def tracked_as_tool(
         except asyncio.CancelledError:
             handle = invocation.handle
             if handle is not None:
-                await resolved(session.cancel_subagent_task(handle.task_id, reason=RUN_STOPPED_REASON))
+                # Not awaited: a second cancel of this call must not skip the answer below.
+                cancel_in_background(session, handle.task_id, RUN_STOPPED_REASON)
             nested.cancel()
-            reason = RUN_STOPPED_REASON if handle is None else handle.token.reason
+            reason = RUN_STOPPED_REASON if handle is None else handle.token.reason or RUN_STOPPED_REASON
             cancelled = invocation.cancelled_run(reason)
             _record_torn_down_call(context, cancelled.text())
             # The nested run ends later, in its own task: the delegating run answers this call now.
