@@ -185,7 +185,7 @@ def cpu_per_lifecycle(url: str, port: int, count: int) -> tuple[float, float]:
     return (time.process_time() - client_before) / count, (server_cpu() - server_before) / count
 
 
-def server_cost(url: str, port: int, count: int) -> tuple[float, float, float, float]:
+def server_cost(url: str, port: int, count: int, bound: int) -> tuple[float, float, float, float]:
     """What the server spends per start + complete, at steady state with the session's retention bound full,
     beside two bare ``HSET``s in the same run: (our CPU, our function execution time, the bare CPU, the bare
     execution time), in seconds. CPU is ``INFO cpu`` (network handling included); execution time is ``INFO
@@ -202,8 +202,8 @@ def server_cost(url: str, port: int, count: int) -> tuple[float, float, float, f
         )
         return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), executed / 1e6
 
-    session = RedisRegistry(url, worker_id="server-cost").session("server-cost", max_finished_tasks=1000)
-    for _ in range(1500):  # the retention bound full: every completion now evicts the oldest
+    session = RedisRegistry(url, worker_id="server-cost").session("server-cost", max_finished_tasks=bound)
+    for _ in range(bound + bound // 2):  # the retention bound full: every completion now evicts the oldest
         session.start_subagent_task().complete()
     functions = ("fcall", "fcall_ro")
     cpu_before, executed_before = server(functions)
@@ -236,9 +236,10 @@ def batch_against_singles(url: str, size: int) -> tuple[float, float]:
     return batched, single
 
 
-def loop_lags(url: str, port: int, calls: int) -> dict[str, float]:
+def loop_lags(url: str, port: int, calls: int, pause_ms: int) -> dict[str, float]:
     """The event loop's largest lag (how late a 1 ms heartbeat wakes) while calls run on it: through the
-    blocking API and the asyncio API, during a 2 s ``CLIENT PAUSE`` and during a burst of ``calls`` calls."""
+    blocking API and the asyncio API, during a ``CLIENT PAUSE`` of ``pause_ms`` and during a burst of
+    ``calls`` calls."""
     admin = redis.Redis(port=port)
     blocking = RedisRegistry(url, worker_id="lag-blocking", timeout=10).session("lag")
 
@@ -264,11 +265,11 @@ def loop_lags(url: str, port: int, calls: int) -> dict[str, float]:
         awaited = await registry.session("lag")
 
         async def blocking_pause() -> None:
-            admin.client_pause(2000, all=True)
+            admin.client_pause(pause_ms, all=True)
             blocking.subagent_tasks()
 
         async def awaited_pause() -> None:
-            admin.client_pause(2000, all=True)
+            admin.client_pause(pause_ms, all=True)
             await awaited.subagent_tasks()
 
         async def blocking_burst() -> None:
@@ -531,9 +532,10 @@ def main() -> None:
             f"{size} single starts: {single * 1e3:.1f} ms",
             f"{single / batched:.1f}x faster",
         )
-        lags = timed("loop lag", lambda: loop_lags(url, port, 100 if smoke else 1000))
+        pause_ms = 200 if smoke else 2000
+        lags = timed("loop lag", lambda: loop_lags(url, port, 100 if smoke else 1000, pause_ms))
         row(
-            "the event loop's largest lag while the server is paused 2 s: asyncio API",
+            f"the event loop's largest lag while the server is paused {pause_ms / 1000:g} s: asyncio API",
             f"{lags['asyncio, paused'] * 1e3:.1f} ms",
             f"blocking API: {lags['blocking, paused'] * 1e3:.0f} ms",
             f"{lags['asyncio, paused'] / lags['blocking, paused']:.1%} of it "
@@ -553,7 +555,7 @@ def main() -> None:
             f"{four / one:.2f}x",
         )
         ours_cpu, ours_executed, bare_cpu, bare_executed = timed(
-            "server cost", lambda: server_cost(url, port, count)
+            "server cost", lambda: server_cost(url, port, count, 100 if smoke else 1000)
         )
         row(
             "server CPU per start + complete (INFO cpu), retention bound full",
