@@ -49,6 +49,29 @@ fn open_races_cancel() {
     });
 }
 
+/// A batch racing a cancel of its parent (contract §22): every child it opens, and the child of a child, is
+/// reached by the cascade or starts cancelled.
+#[test]
+fn a_batch_races_a_cancel_of_its_parent() {
+    model(|| {
+        let tracker = tracker(16);
+        let parent = tracker.start(TaskStart::new().task_id("parent")).unwrap();
+        let starter = tracker.clone();
+        let batch = thread::spawn(move || {
+            starter
+                .start_batch(vec![
+                    TaskStart::new().task_id("a").parent_id("parent"),
+                    TaskStart::new().task_id("b").parent_id("a"),
+                ])
+                .unwrap()
+        });
+        assert!(tracker.cancel("parent", None));
+        let children = batch.join().unwrap();
+        assert!(children.iter().all(|child| child.is_cancelled()));
+        drop(parent);
+    });
+}
+
 /// The runner's end and a cancel race: exactly one wins, and the status says which.
 #[test]
 fn end_races_cancel() {
