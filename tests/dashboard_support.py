@@ -46,6 +46,9 @@ class ServedDashboard:
 
     def stop(self) -> None:
         self.server.should_exit = True
+        # A page's event stream stays open until the page closes: waiting for it would hold every stop for the
+        # join's whole timeout.
+        self.server.force_exit = True
         self.thread.join(10)
 
 
