@@ -28,19 +28,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from subagent_tracker import RedisRegistry, Session, SubagentStatus
+from subagent_tracker import AsyncRedisRegistry, AsyncRedisSession, RedisRegistry, Session, SubagentStatus
 from subagent_tracker._demo_workers import start_redis
+from subagent_tracker.integrations import TrackedSession
 from subagent_tracker.integrations._support import BlockingSession
 
 #: One run of an agent, built for a given number of runs (a scripted model is given a reply per run).
 RunOnce = Callable[[], Awaitable[None]]
 #: Builds a framework's agent, tracked in the session given or untracked without one.
-Build = Callable[[BlockingSession | None, int], RunOnce]
+Build = Callable[[TrackedSession | None, int], RunOnce]
 
 REPLY = " ".join(f"word{index}" for index in range(20))
 
 
-def pydantic_ai_agent(session: BlockingSession | None, runs: int) -> RunOnce:
+def pydantic_ai_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from pydantic_ai import Agent
     from pydantic_ai.models.test import TestModel
 
@@ -55,7 +56,7 @@ def pydantic_ai_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-def openai_agents_agent(session: BlockingSession | None, runs: int) -> RunOnce:
+def openai_agents_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from agents import Agent, Runner
     from agents.testing import ScriptedModel
     from openai_agents_fakes import text_step
@@ -75,7 +76,7 @@ def openai_agents_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-def langgraph_agent(session: BlockingSession | None, runs: int) -> RunOnce:
+def langgraph_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from langchain_core.messages import HumanMessage
     from langgraph.graph import MessagesState
     from langgraph_fakes import agent_graph, scripted_model
@@ -93,7 +94,7 @@ def langgraph_agent(session: BlockingSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-def strands_agent(session: BlockingSession | None, runs: int) -> RunOnce:
+def strands_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from strands import Agent
     from strands.hooks import HookCallback, HookProvider
     from strands_fakes import ScriptedModel
@@ -124,6 +125,7 @@ class Row:
     untracked: float
     in_memory: float
     redis: float | None
+    redis_asyncio: float | None
 
 
 async def timed(run_once: RunOnce) -> float:
@@ -132,7 +134,7 @@ async def timed(run_once: RunOnce) -> float:
     return time.perf_counter() - started
 
 
-async def measure(build: Build, sessions: dict[str, BlockingSession], runs: int) -> list[float]:
+async def measure(build: Build, sessions: dict[str, TrackedSession], runs: int) -> list[float]:
     """The median seconds of one run, untracked first, then tracked in each session.
 
     The agents take turns run by run, in an order that rotates: whatever drifts on a shared machine (another
@@ -160,15 +162,27 @@ def check_every_run_completed(framework: str, sessions: dict[str, BlockingSessio
 
 
 def print_table(rows: list[Row]) -> None:
-    print("| framework | untracked run | tracked, in memory | overhead | tracked, Redis | overhead |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| framework | untracked run | tracked, in memory | overhead "
+        "| tracked, Redis (blocking API) | overhead | tracked, Redis (asyncio API) | overhead |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+
+    def cells(figure: float | None, untracked: float) -> str:
+        if figure is None:
+            return "n/a | "
+        return f"{figure * 1e6:,.0f} µs | {(figure / untracked - 1) * 100:+.1f}%"
+
     for row in rows:
-        redis = "n/a" if row.redis is None else f"{row.redis * 1e6:,.0f} µs"
-        redis_overhead = "" if row.redis is None else f"{(row.redis / row.untracked - 1) * 100:+.1f}%"
         print(
-            f"| {row.framework} | {row.untracked * 1e6:,.0f} µs | {row.in_memory * 1e6:,.0f} µs "
-            f"| {(row.in_memory / row.untracked - 1) * 100:+.1f}% | {redis} | {redis_overhead} |"
+            f"| {row.framework} | {row.untracked * 1e6:,.0f} µs | {cells(row.in_memory, row.untracked)} "
+            f"| {cells(row.redis, row.untracked)} | {cells(row.redis_asyncio, row.untracked)} |"
         )
+
+
+async def asyncio_session(url: str, session_id: str) -> AsyncRedisSession:
+    registry = await AsyncRedisRegistry.connect(url)
+    return await registry.session(session_id)
 
 
 def main() -> None:
@@ -179,10 +193,15 @@ def main() -> None:
     smoke = parser.parse_args().smoke
     runs = 3 if smoke else 2_000
     server = None
-    sessions: dict[str, BlockingSession] = {"memory": Session(max_finished_tasks=10_000)}
+    memory = Session(max_finished_tasks=10_000)
+    sessions: dict[str, TrackedSession] = {"memory": memory}
+    # What each session is read through once the runs are over, to check that every run completed.
+    checked: dict[str, BlockingSession] = {"memory": memory}
     if shutil.which("redis-server") is not None:
         server, url = start_redis()
-        sessions["redis"] = RedisRegistry(url).session("integrations-bench")
+        sessions["redis"] = checked["redis"] = RedisRegistry(url).session("integrations-bench")
+        sessions["redis-asyncio"] = asyncio.run(asyncio_session(url, "integrations-bench-asyncio"))
+        checked["redis-asyncio"] = RedisRegistry(url).session("integrations-bench-asyncio")
     print(f"python {sys.version.split()[0]}; the median of {runs} runs of each agent, taking turns\n")
     rows = []
     try:
@@ -191,8 +210,9 @@ def main() -> None:
                 print("pydantic-ai: skipped, it needs Python 3.11 or later")
                 continue
             figures = asyncio.run(measure(build, sessions, runs))
-            check_every_run_completed(framework, sessions)
-            rows.append(Row(framework, figures[0], figures[1], figures[2] if len(figures) > 2 else None))
+            check_every_run_completed(framework, checked)
+            redis, redis_asyncio = (figures[2], figures[3]) if len(figures) > 2 else (None, None)
+            rows.append(Row(framework, figures[0], figures[1], redis, redis_asyncio))
     finally:
         if server is not None:
             server.kill()
