@@ -79,6 +79,13 @@ class RedisServer:
             time.sleep(0.01)
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
+    def admin(self, *command: str) -> bytes:
+        """Sends one command in the inline protocol, on a connection of its own, and returns the first line of
+        the answer (``+OK``, ``:3``)."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as connection:
+            connection.sendall((" ".join(command) + "\r\n").encode())
+            return connection.recv(4096).split(b"\r\n")[0]
+
     def stop(self) -> None:
         self.process.kill()
         self.process.wait(timeout=10)

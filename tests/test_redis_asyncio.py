@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import socket
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -50,12 +49,6 @@ _SESSIONS = iter(range(1_000_000))
 async def _redis_session(server: RedisServer, **options: Any) -> AsyncRedisSession:
     registry = await AsyncRedisRegistry.connect(server.url, reconcile_interval=0.1, **options)
     return await registry.session(f"asyncio-{next(_SESSIONS)}")
-
-
-def _admin(server: RedisServer, *command: str) -> bytes:
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
-        connection.sendall((" ".join(command) + "\r\n").encode())
-        return connection.recv(4096).split(b"\r\n")[0]
 
 
 async def _finished(session: AsyncRedisSession, task_id: str, timeout: float = 5.0) -> Any:
@@ -290,9 +283,9 @@ def test_the_asyncio_api_never_blocks_the_loop_while_the_server_is_paused(redis_
             handle = await awaited.start_subagent_task("awaited")
             await handle.complete()
 
-        assert _admin(redis_server, "CLIENT", "PAUSE", str(pause_ms), "ALL") == b"+OK"
+        assert redis_server.admin("CLIENT", "PAUSE", str(pause_ms), "ALL") == b"+OK"
         blocking_lag = await _lag_during(blocking_call)
-        assert _admin(redis_server, "CLIENT", "PAUSE", str(pause_ms), "ALL") == b"+OK"
+        assert redis_server.admin("CLIENT", "PAUSE", str(pause_ms), "ALL") == b"+OK"
         awaited_lag = await _lag_during(awaited_call)
         return blocking_lag, awaited_lag
 

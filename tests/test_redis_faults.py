@@ -32,19 +32,12 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-def _admin(server: RedisServer, *command: str) -> bytes:
-    """Sends one command in the inline protocol and returns the first line of the answer."""
-    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as connection:
-        connection.sendall((" ".join(command) + "\r\n").encode())
-        return connection.recv(4096).split(b"\r\n")[0]
-
-
 def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisServer) -> None:
     runner = Worker(redis_server.url, "runner")
     try:
         runner.ask(op="start", session="s", task="job")
         session = RedisRegistry(redis_server.url, timeout=5).session("s")
-        assert _admin(redis_server, "CLIENT", "PAUSE", "400", "ALL") == b"+OK"
+        assert redis_server.admin("CLIENT", "PAUSE", "400", "ALL") == b"+OK"
         started = time.monotonic()
         assert session.cancel_subagent_task("job", reason="during the pause")
         assert time.monotonic() - started >= 0.2, "the call waited for the pause to end"
@@ -67,7 +60,7 @@ def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_r
         session = connect(api, redis_server.url, timeout=5).session("s")
         # Every subscription is dropped, then a cancel by id (with its cascade) and a session cancel are
         # published at once to nobody.
-        assert _admin(redis_server, "CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
+        assert redis_server.admin("CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
         assert session.cancel_subagent_task("root", reason="pushed to nobody")
         assert session.cancel(reason="session, pushed to nobody") == 1
         for task, reason in [
@@ -98,7 +91,7 @@ def test_an_event_stream_whose_connection_was_killed_connects_again_and_goes_on(
         events = session.events()
         first = session.start_subagent_task("before")
         assert (await anext(events)).task_id == "before"
-        assert _admin(redis_server, "CLIENT", "KILL", "TYPE", "normal").startswith(b":")
+        assert redis_server.admin("CLIENT", "KILL", "TYPE", "normal").startswith(b":")
         # The registry's own connection reconnects too; a call caught by the kill raises, and is made again.
         with contextlib.suppress(RegistryUnavailableError):
             session.start_subagent_task("probe").complete()
@@ -309,7 +302,7 @@ def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(
 
 
 def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisServer) -> None:
-    assert _admin(redis_server, "SET", "shared:v2:{registry}:workers", "other-data") == b"+OK"
+    assert redis_server.admin("SET", "shared:v2:{registry}:workers", "other-data") == b"+OK"
     with pytest.raises(ValueError, match="used by other data"):
         RedisRegistry(redis_server.url, key_prefix="shared:", timeout=1)
     with pytest.raises(ValueError, match="must not contain"):
@@ -317,8 +310,8 @@ def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisServer) -
 
 
 def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_server: RedisServer) -> None:
-    reply = _admin(
-        redis_server, "ACL", "SETUSER", "noscript", "on", ">secret", "~*", "&*", "+@all", "-@scripting"
+    reply = redis_server.admin(
+        "ACL", "SETUSER", "noscript", "on", ">secret", "~*", "&*", "+@all", "-@scripting"
     )
     assert reply == b"+OK"
     started = time.monotonic()
