@@ -16,7 +16,9 @@ pub const DROPPED_HANDLE_ERROR: &str = "the runner dropped its handle without re
 /// Dropping the handle closes it. A task still `Running` then fails with [`DROPPED_HANDLE_ERROR`], and a
 /// cancelled one becomes finished, so a runner that disappears never leaves an unfinished task behind. What
 /// that end wakes is woken in a thread of its own: nothing is delivered from `Drop`.
-pub struct SubagentTaskHandle<V = String> {
+///
+/// (`V: Clone` because that end copies the finished run's values into the session's compact record of it.)
+pub struct SubagentTaskHandle<V: Clone = String> {
     shared: Arc<TrackerShared<V>>,
     entry: Arc<TaskEntry<V>>,
 }
@@ -95,7 +97,7 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     /// Records that the runner did not stop within its grace period after a cancel and is being stopped by
     /// force; snapshots show it as `escalated`.
     pub fn record_escalation(&self) {
-        self.entry.record_escalation();
+        self.shared.record_escalation(&self.entry);
     }
 
     /// True once the task has finished.
@@ -111,7 +113,7 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     }
 }
 
-impl<V> Drop for SubagentTaskHandle<V> {
+impl<V: Clone> Drop for SubagentTaskHandle<V> {
     fn drop(&mut self) {
         if !self.entry.is_finished() {
             let end = if self.entry.is_cancelled() {
@@ -125,7 +127,7 @@ impl<V> Drop for SubagentTaskHandle<V> {
     }
 }
 
-impl<V> fmt::Debug for SubagentTaskHandle<V> {
+impl<V: Clone> fmt::Debug for SubagentTaskHandle<V> {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         formatter
             .debug_struct("SubagentTaskHandle")

@@ -37,6 +37,7 @@ mod event_bus;
 mod handle;
 mod pending_index;
 mod registry;
+mod retained_run;
 mod retention;
 mod snapshot;
 mod status;

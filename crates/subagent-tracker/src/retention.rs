@@ -2,15 +2,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
+use crate::retained_run::Run;
 use crate::sync::Mutex;
-use crate::task_entry::TaskEntry;
 
 /// The default number of finished tasks a session keeps.
 pub const DEFAULT_MAX_FINISHED_TASKS: usize = 10_000;
 
-/// A run's place in the retention window, kept on its entry (`TaskEntry::retention`).
+/// A run's place in the retention window, kept on the run (`Run::retention`).
 pub(crate) mod state {
     /// Finished, not yet recorded.
     pub(crate) const PENDING: u8 = 0;
@@ -31,7 +30,7 @@ pub(crate) struct FinishedTasks<V> {
 }
 
 struct Window<V> {
-    order: VecDeque<Arc<TaskEntry<V>>>,
+    order: VecDeque<Run<V>>,
     retained: usize,
     stale: usize,
 }
@@ -52,11 +51,11 @@ impl<V> FinishedTasks<V> {
     /// does (the run itself when nothing is retained), first, then stale records dropped on the way. The caller
     /// drops them with no lock held: the last reference to a run may own foreign objects. A run already
     /// replaced is not recorded.
-    pub(crate) fn record(&self, entry: &Arc<TaskEntry<V>>) -> Released<V> {
+    pub(crate) fn record(&self, run: &Run<V>) -> Released<V> {
         let mut released = Released::default();
         let mut window = self.queue.lock();
-        if entry
-            .retention
+        if run
+            .retention()
             .compare_exchange(
                 state::PENDING,
                 state::RETAINED,
@@ -67,11 +66,11 @@ impl<V> FinishedTasks<V> {
         {
             return released;
         }
-        window.order.push_back(entry.clone());
+        window.order.push_back(run.clone());
         window.retained += 1;
         if window.retained > self.capacity {
             while let Some(oldest) = window.order.pop_front() {
-                if oldest.retention.swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+                if oldest.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
                     window.retained -= 1;
                     released.evicted = Some(oldest);
                     break;
@@ -83,7 +82,7 @@ impl<V> FinishedTasks<V> {
         if window.stale > window.retained.max(64) {
             let (kept, stale): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut window.order)
                 .into_iter()
-                .partition(|entry| entry.retention.load(Ordering::Acquire) == state::RETAINED);
+                .partition(|run| run.retention().load(Ordering::Acquire) == state::RETAINED);
             window.order = kept;
             released.stale.extend(stale);
             window.stale = 0;
@@ -97,9 +96,9 @@ impl<V> FinishedTasks<V> {
     }
 
     /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
-    pub(crate) fn forget(&self, entry: &TaskEntry<V>) {
+    pub(crate) fn forget(&self, run: &Run<V>) {
         let mut window = self.queue.lock();
-        if entry.retention.swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+        if run.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
             window.retained -= 1;
             window.stale += 1;
         }
@@ -109,9 +108,9 @@ impl<V> FinishedTasks<V> {
 /// What [`FinishedTasks::record`] let go of, for the caller to drop once no lock is held.
 pub(crate) struct Released<V> {
     /// The run evicted from the window.
-    pub(crate) evicted: Option<Arc<TaskEntry<V>>>,
+    pub(crate) evicted: Option<Run<V>>,
     /// Records of runs replaced by a new run of their id, dropped from the window.
-    pub(crate) stale: Vec<Arc<TaskEntry<V>>>,
+    pub(crate) stale: Vec<Run<V>>,
 }
 
 impl<V> Default for Released<V> {

@@ -33,6 +33,7 @@ use crate::cancel_signal::{CancelRecord, CancelSignal, Ending};
 use crate::deadline_timer::DeadlineKey;
 use crate::delivery::Delivery;
 use crate::event_bus::EventBus;
+use crate::retained_run::{FinishedFields, FinishedRun, RunDetails};
 use crate::sync::{AtomicU8, Mutex};
 use crate::time::Deadline;
 use crate::{CancelCause, SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot};
@@ -123,6 +124,7 @@ pub(crate) enum CancelOutcome<V> {
 }
 
 /// Why [`TaskEntry::claim`] refused a claim.
+#[derive(Clone, Copy)]
 pub(crate) enum ClaimRefusal {
     /// The task was claimed before, or was started with a runner.
     AlreadyClaimed,
@@ -491,8 +493,15 @@ impl<V> TaskEntry<V> {
         self.record.lock().parent = None;
     }
 
-    pub(crate) fn record_escalation(&self) {
-        self.record.lock().escalated = true;
+    /// Records that the runner was stopped by force. A run that has finished may have collapsed into its
+    /// session's record already: `copy_to_record` copies the flag there, under this entry's record lock, which
+    /// the collapse holds too, so the flag reaches whichever form the session keeps.
+    pub(crate) fn record_escalation(&self, copy_to_record: impl FnOnce()) {
+        let mut record = self.record.lock();
+        record.escalated = true;
+        if self.is_finished() {
+            copy_to_record();
+        }
     }
 
     /// Remembers the scheduled deadline so that finishing removes it; false (nothing kept) if already finished.
@@ -553,6 +562,45 @@ impl<V> TaskEntry<V> {
 }
 
 impl<V: Clone> TaskEntry<V> {
+    /// Collapses this finished run into its compact record (see `retained_run`) and offers the record to
+    /// `install`, which puts it in the session's place of this entry unless the id has been started again
+    /// meanwhile. Both happen under the record lock, which orders them with a late escalation. `None` when
+    /// the run keeps its entry (a reservation cancelled before its claim: it can still be claimed) or
+    /// `install` refused the record.
+    pub(crate) fn collapse(
+        &self,
+        install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
+    ) -> Option<Arc<FinishedRun<V>>> {
+        let record = self.record.lock();
+        if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
+            return None;
+        }
+        let run = Arc::new(FinishedRun::new(FinishedFields {
+            sequence: self.sequence,
+            task_id: self.task_id.clone(),
+            started_at: self.started_at,
+            ended_at: record.ended_at,
+            status: self.status(),
+            reserved: self.reserved,
+            detached: self.detached,
+            escalated: record.escalated,
+            details: RunDetails {
+                parent_id: self.parent_id.clone(),
+                agent: self.agent.clone(),
+                description: self.description.clone(),
+                metadata: self.metadata.clone(),
+                claimed_at: record.claimed_at,
+                cancel: self.signal.cancel_record(),
+                deadline: self.deadline.map(|deadline| deadline.wall),
+                progress: record.progress.clone(),
+                progress_count: record.progress_count,
+                result: record.result.clone(),
+                error: record.error.clone(),
+            },
+        }));
+        install(&run).then_some(run)
+    }
+
     /// A copy of the task's state, every field from the same instant. (The session's id is the caller's: an
     /// entry does not keep its own reference, which every start would count up and down.)
     pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {

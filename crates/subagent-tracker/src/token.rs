@@ -213,17 +213,24 @@ impl Future for WaitForCancel {
 /// The future of a task's end ([`TaskWatch`](crate::TaskWatch)): ready once the task has finished. Dropping
 /// it takes its registration back.
 #[must_use = "futures do nothing unless polled"]
-pub struct WaitForFinish(Waiter);
+pub struct WaitForFinish(Option<Waiter>);
 
 impl WaitForFinish {
     pub(crate) fn new(signal: Arc<CancelSignal>) -> WaitForFinish {
-        WaitForFinish(Waiter { signal, key: None })
+        WaitForFinish(Some(Waiter { signal, key: None }))
+    }
+
+    /// A wait for a run known to have finished: ready at once.
+    pub(crate) fn ready() -> WaitForFinish {
+        WaitForFinish(None)
     }
 
     /// Polls for the end without pinning (the future is `Unpin`).
     pub fn poll_finished(&mut self, context: &mut Context<'_>) -> Poll<()> {
-        let waiter = &mut self.0;
-        waiter.signal.poll_finished(context, &mut waiter.key)
+        match &mut self.0 {
+            Some(waiter) => waiter.signal.poll_finished(context, &mut waiter.key),
+            None => Poll::Ready(()),
+        }
     }
 }
 

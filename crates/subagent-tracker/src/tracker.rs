@@ -24,6 +24,7 @@ use crate::delivery::Delivery;
 use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
 use crate::pending_index::PendingIndex;
 use crate::registry::RegistryShared;
+use crate::retained_run::{FinishedRun, Run};
 use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
 use crate::sync::AtomicU64;
 use crate::task_entry::{
@@ -33,8 +34,8 @@ use crate::task_entry::{
 use crate::task_id::{generate_id, validate_task_id};
 use crate::time::Deadline;
 use crate::{
-    CancelCause, ClaimProblem, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken,
-    TaskStart, TrackerError,
+    CancelCause, ClaimProblem, SubagentStatus, SubagentTaskHandle, SubagentTaskSnapshot,
+    SubagentTaskToken, TaskStart, TrackerError,
 };
 
 /// The cancel reason used when a caller gives none.
@@ -132,7 +133,7 @@ impl<V> Clone for InMemorySubagentTaskTracker<V> {
 /// runs that finished long ago, can tell a stale record without touching the run's (cold) memory.
 struct RetainedRun<V> {
     sequence: u64,
-    entry: Arc<TaskEntry<V>>,
+    run: Run<V>,
 }
 
 pub(crate) struct TrackerShared<V> {
@@ -306,9 +307,13 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     ///   (its claim timeout passed, or its end was recorded by id).
     pub fn claim(&self, task_id: &str) -> Result<SubagentTaskHandle<V>, TrackerError> {
         let shared = &self.shared;
-        let entry = shared
-            .lookup(task_id)
-            .ok_or_else(|| TrackerError::unknown_task(task_id, &shared.session_id))?;
+        let entry = match shared.lookup(task_id) {
+            Some(Run::Live(entry)) => entry,
+            Some(Run::Finished(run)) => {
+                return Err(shared.not_claimable(&run.task_id, run.claim_refusal(), run.status()))
+            }
+            None => return Err(TrackerError::unknown_task(task_id, &shared.session_id)),
+        };
         let mut delivery = Delivery::default();
         let claimed = entry.claim(&shared.bus, &mut delivery);
         delivery.deliver();
@@ -319,14 +324,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
                 }
                 Ok(SubagentTaskHandle::new(shared.clone(), entry))
             }
-            Err(refusal) => Err(TrackerError::NotClaimable {
-                task_id: entry.task_id.clone(),
-                session_id: shared.session_id.clone(),
-                problem: match refusal {
-                    ClaimRefusal::AlreadyClaimed => ClaimProblem::AlreadyClaimed,
-                    ClaimRefusal::Ended => ClaimProblem::Ended(entry.status()),
-                },
-            }),
+            Err(refusal) => Err(shared.not_claimable(&entry.task_id, refusal, entry.status())),
         }
     }
 
@@ -336,7 +334,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// an unknown id, a finished task, or a task already cancelled. A queued task is finished at once. Of many concurrent cancels of one task, exactly one
     /// returns true. `reason` defaults to [`DEFAULT_CANCEL_REASON`].
     pub fn cancel(&self, task_id: &str, reason: Option<&str>) -> bool {
-        match self.shared.lookup(task_id) {
+        match self.shared.live_entry(task_id) {
             Some(entry) => self.shared.cancel_entry(&entry, reason),
             None => false,
         }
@@ -353,7 +351,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         cause: CancelCause,
         origin: &str,
     ) -> bool {
-        let Some(entry) = self.shared.lookup(task_id) else {
+        let Some(entry) = self.shared.live_entry(task_id) else {
             return false;
         };
         let mut delivery = Delivery::default();
@@ -376,7 +374,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// was reported (false); an unknown or finished id changes nothing (false). The runner's handle, if any,
     /// then finds the task finished.
     pub fn end(&self, task_id: &str, outcome: Result<Option<V>, &str>) -> bool {
-        let Some(entry) = self.shared.lookup(task_id) else {
+        let Some(entry) = self.shared.live_entry(task_id) else {
             return false;
         };
         let end = match outcome {
@@ -416,16 +414,16 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
         self.shared
             .lookup(task_id)
-            .map(|entry| entry.snapshot(&self.shared.session_id))
+            .map(|run| run.snapshot(&self.shared.session_id))
     }
 
     /// Snapshots of every retained task, in start order.
     #[must_use]
     pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
         self.shared
-            .retained_entries()
+            .retained_runs()
             .iter()
-            .map(|entry| entry.snapshot(&self.shared.session_id))
+            .map(|run| run.snapshot(&self.shared.session_id))
             .collect()
     }
 
@@ -468,7 +466,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     pub fn watch(&self, task_id: &str) -> Option<crate::TaskWatch<V>> {
         self.shared
             .lookup(task_id)
-            .map(|entry| crate::TaskWatch::new(entry, self.shared.session_id.clone()))
+            .map(|run| crate::TaskWatch::new(run, self.shared.session_id.clone()))
     }
 
     /// A watch on the current run of `task_id`.
@@ -502,8 +500,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// garbage collector what the tracker holds). `visit` runs under the task's record lock, so it must not
     /// call back into the tracker.
     pub fn visit_values(&self, mut visit: impl FnMut(&V)) {
-        for entry in self.shared.retained_entries() {
-            entry.visit_values(&mut visit);
+        for run in self.shared.retained_runs() {
+            run.visit_values(&mut visit);
         }
     }
 }
@@ -514,27 +512,61 @@ impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V
     }
 }
 
-impl<V> TrackerShared<V> {
+impl<V: Clone> TrackerShared<V> {
     pub(crate) fn session_id(&self) -> &Arc<str> {
         &self.session_id
     }
 
-    fn lookup(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
-        // The map guard is dropped before the entry is used: no task lock is ever taken under a map lock.
-        self.tasks
-            .get(task_id)
-            .map(|item| item.value().entry.clone())
+    fn lookup(&self, task_id: &str) -> Option<Run<V>> {
+        // The map guard is dropped before the run is used: no task lock is ever taken under a map lock.
+        self.tasks.get(task_id).map(|item| item.value().run.clone())
     }
 
-    /// Every retained entry, in start order, copied out of the map so that no map lock is held after.
-    fn retained_entries(&self) -> Vec<Arc<TaskEntry<V>>> {
-        let mut entries: Vec<Arc<TaskEntry<V>>> = self
+    /// The entry of `task_id` while it can still change: `None` for an unknown id or a collapsed run (which
+    /// has finished, so no cancel or end reaches it).
+    fn live_entry(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
+        self.lookup(task_id).and_then(Run::live)
+    }
+
+    /// Every retained run, in start order, copied out of the map so that no map lock is held after.
+    fn retained_runs(&self) -> Vec<Run<V>> {
+        let mut runs: Vec<Run<V>> = self
             .tasks
             .iter()
-            .map(|item| item.value().entry.clone())
+            .map(|item| item.value().run.clone())
             .collect();
-        entries.sort_unstable_by_key(|entry| entry.sequence);
-        entries
+        runs.sort_unstable_by_key(Run::sequence);
+        runs
+    }
+
+    fn not_claimable(
+        &self,
+        task_id: &Arc<str>,
+        refusal: ClaimRefusal,
+        status: SubagentStatus,
+    ) -> TrackerError {
+        TrackerError::NotClaimable {
+            task_id: task_id.clone(),
+            session_id: self.session_id.clone(),
+            problem: match refusal {
+                ClaimRefusal::AlreadyClaimed => ClaimProblem::AlreadyClaimed,
+                ClaimRefusal::Ended => ClaimProblem::Ended(status),
+            },
+        }
+    }
+
+    /// Records that `entry`'s runner was stopped by force, on the entry and, once it has finished, on the
+    /// record it may have collapsed into.
+    pub(crate) fn record_escalation(&self, entry: &TaskEntry<V>) {
+        entry.record_escalation(|| {
+            if let Some(item) = self.tasks.get(&entry.task_id) {
+                if let Run::Finished(run) = &item.value().run {
+                    if run.sequence == entry.sequence {
+                        run.record_escalation();
+                    }
+                }
+            }
+        });
     }
 
     /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock when `open` takes
@@ -544,37 +576,40 @@ impl<V> TrackerShared<V> {
         &self,
         entry: &Arc<TaskEntry<V>>,
         starts_cancelled: bool,
-        replaced: &mut Vec<Arc<TaskEntry<V>>>,
+        replaced: &mut Vec<Run<V>>,
     ) -> Result<(), OpenRefusal> {
         loop {
             match self.tasks.entry(entry.task_id.clone()) {
-                Entry::Occupied(occupied) if !occupied.get().entry.is_finished() => {
+                Entry::Occupied(occupied) if !occupied.get().run.is_finished() => {
                     return Err(OpenRefusal::DuplicateTask)
                 }
                 // A finished run of this id stops counting against the retention bound before it is replaced,
                 // so that a restart never evicts another task and a closed session never counts the new run
-                // as finished; out of the map's lock, which nests no other. Then the entry is looked at again.
+                // as finished; out of the map's lock, which nests no other. Then the entry is looked at again:
+                // the run may have collapsed into its record meanwhile, and the record is forgotten in turn.
                 Entry::Occupied(occupied)
                     if replaced
                         .last()
-                        .is_none_or(|forgotten| forgotten.sequence != occupied.get().sequence) =>
+                        .is_none_or(|forgotten| !forgotten.is(&occupied.get().run)) =>
                 {
-                    let previous = occupied.get().entry.clone();
+                    let previous = occupied.get().run.clone();
                     drop(occupied);
                     self.finished.forget(&previous);
+                    #[cfg(all(test, not(subagent_tracker_loom)))]
+                    tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
                     replaced.push(previous);
                 }
                 slot => {
                     slot.insert(RetainedRun {
                         sequence: entry.sequence,
-                        entry: entry.clone(),
+                        run: Run::Live(entry.clone()),
                     });
                     break;
                 }
             }
         }
         #[cfg(all(test, not(subagent_tracker_loom)))]
-        tests::pause_between_map_and_index();
+        tests::pause(&tests::PAUSE_BETWEEN_MAP_AND_INDEX, 2);
         if !starts_cancelled {
             // Out of the map's lock, so another thread may already have found the task by id and ended or
             // cancelled it, its removal from the index finding nothing. The stripe's lock orders the two:
@@ -714,10 +749,16 @@ impl<V> TrackerShared<V> {
         if !orphans.is_empty() {
             self.adopt(effects.parent, orphans, delivery);
         }
-        let released = self.finished.record(entry);
+        #[cfg(all(test, not(subagent_tracker_loom)))]
+        tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
+        let run = match entry.collapse(|run| self.install_finished(entry, run)) {
+            Some(run) => Run::Finished(run),
+            None => Run::Live(entry.clone()),
+        };
+        let released = self.finished.record(&run);
         if let Some(evicted) = &released.evicted {
-            self.tasks.remove_if(&evicted.task_id, |_, retained| {
-                retained.sequence == evicted.sequence
+            self.tasks.remove_if(evicted.task_id(), |_, retained| {
+                retained.sequence == evicted.sequence()
             });
         }
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
@@ -730,6 +771,21 @@ impl<V> TrackerShared<V> {
         self.leave_registry_if_drained();
         // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
         drop(released);
+    }
+
+    /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.
+    /// Runs under `entry`'s record lock (see `TaskEntry::collapse`).
+    fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
+        let Some(mut item) = self.tasks.get_mut(&entry.task_id) else {
+            return false;
+        };
+        let current = item.value_mut();
+        if !matches!(&current.run, Run::Live(live) if Arc::ptr_eq(live, entry)) {
+            return false;
+        }
+        // The entry's own reference is the caller's too, so this is never the last one (no drop under the lock).
+        current.run = Run::Finished(run.clone());
+        true
     }
 
     /// A closed session in a registry leaves it once none of its tasks is unfinished.
@@ -793,7 +849,7 @@ impl<V> TrackerShared<V> {
     }
 }
 
-impl<V: Send + Sync + 'static> TrackerShared<V> {
+impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
     /// Opens every task of a batch, or none: everything the batch and the session's state refuse is found
     /// before the first task opens. The checks run in the order the Redis store runs them: every task's ids
     /// and the batch's repeats first, then the session, then each task in turn.
@@ -837,7 +893,7 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
             let task_id = start.task_id.clone().unwrap_or_default();
             if self
                 .lookup(&task_id)
-                .is_some_and(|live| !live.is_finished())
+                .is_some_and(|retained| !retained.is_finished())
             {
                 return Err(TrackerError::DuplicateTask {
                     task_id,
@@ -860,10 +916,12 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
                         let parent = self.lookup(parent_id).ok_or_else(|| {
                             TrackerError::unknown_task(parent_id, &self.session_id)
                         })?;
-                        if parent.is_finished() {
-                            return Err(parent_finished());
+                        match parent {
+                            Run::Live(parent) if !parent.is_finished() => {
+                                (parent.is_cancelled(), parent.deadline)
+                            }
+                            _ => return Err(parent_finished()),
                         }
-                        (parent.is_cancelled(), parent.deadline)
                     }
                 }
             };
@@ -933,10 +991,16 @@ impl<V: Send + Sync + 'static> TrackerShared<V> {
             });
         }
         let parent = match &start.parent_id {
-            Some(parent_id) => Some(
-                self.lookup(parent_id)
-                    .ok_or_else(|| TrackerError::unknown_task(parent_id, &self.session_id))?,
-            ),
+            Some(parent_id) => match self.lookup(parent_id) {
+                Some(Run::Live(parent)) => Some(parent),
+                Some(Run::Finished(_)) => {
+                    return Err(TrackerError::ParentFinished {
+                        parent_id: Arc::from(parent_id.as_str()),
+                        session_id: self.session_id.clone(),
+                    })
+                }
+                None => return Err(TrackerError::unknown_task(parent_id, &self.session_id)),
+            },
             None => None,
         };
         // A child never outlives its parent's deadline, unless it was started out of the parent's reach.
@@ -1084,7 +1148,7 @@ struct LinkedTask<V> {
     entry: Weak<TaskEntry<V>>,
 }
 
-impl<V: Send + Sync + 'static> Dependent for LinkedTask<V> {
+impl<V: Clone + Send + Sync + 'static> Dependent for LinkedTask<V> {
     fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
             tracker.cancel_trees([entry], &source.reason, CancelCause::Linked, None, delivery);
@@ -1092,7 +1156,7 @@ impl<V: Send + Sync + 'static> Dependent for LinkedTask<V> {
     }
 }
 
-impl<V: Send + Sync + 'static> TrackerShared<V> {
+impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
     /// Fails `entry` if it is still queued when `claim_timeout` has passed.
     fn arm_claim_timeout(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, claim_timeout: Duration) {
         let Some(at) = Instant::now().checked_add(claim_timeout) else {
@@ -1117,7 +1181,7 @@ struct ClaimExpiry<V> {
     claim_timeout: Duration,
 }
 
-impl<V: Send + Sync + 'static> Expire for ClaimExpiry<V> {
+impl<V: Clone + Send + Sync + 'static> Expire for ClaimExpiry<V> {
     fn expire(&self, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
             let error = claim_timeout_error(self.claim_timeout);
@@ -1132,7 +1196,7 @@ struct DeadlineExpiry<V> {
     entry: Weak<TaskEntry<V>>,
 }
 
-impl<V: Send + Sync + 'static> Expire for DeadlineExpiry<V> {
+impl<V: Clone + Send + Sync + 'static> Expire for DeadlineExpiry<V> {
     fn expire(&self, delivery: &mut Delivery) {
         if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
             tracker.cancel_trees(
@@ -1156,12 +1220,16 @@ mod tests {
 
     use super::*;
 
-    static PAUSE: AtomicBool = AtomicBool::new(false);
-
     /// Widens the window in which a start is in the id map but not yet in the pending index.
-    pub(super) fn pause_between_map_and_index() {
-        if PAUSE.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(2));
+    pub(super) static PAUSE_BETWEEN_MAP_AND_INDEX: AtomicBool = AtomicBool::new(false);
+    /// Widens the window between a run's end and its collapse into a record.
+    pub(super) static PAUSE_BEFORE_COLLAPSE: AtomicBool = AtomicBool::new(false);
+    /// Widens the window between a restart's forgetting the finished run it replaces and its look again.
+    pub(super) static PAUSE_AFTER_FORGETTING: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn pause(switch: &AtomicBool, milliseconds: u64) {
+        if switch.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(milliseconds));
         }
     }
 
@@ -1170,7 +1238,7 @@ mod tests {
     #[test]
     fn an_end_racing_a_start_leaves_nothing_in_the_pending_index() {
         let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
-        PAUSE.store(true, Ordering::Relaxed);
+        PAUSE_BETWEEN_MAP_AND_INDEX.store(true, Ordering::Relaxed);
         for round in 0..20 {
             let task_id = format!("t{round}");
             std::thread::scope(|scope| {
@@ -1188,7 +1256,38 @@ mod tests {
                 drop(handle);
             });
         }
-        PAUSE.store(false, Ordering::Relaxed);
+        PAUSE_BETWEEN_MAP_AND_INDEX.store(false, Ordering::Relaxed);
         assert!(tracker.shared.pending.entries().is_empty());
+    }
+
+    /// A restart that forgets the finished run it replaces while that run is still an entry, and then finds
+    /// it collapsed into a record, must forget the record too: otherwise the retention window counts a run
+    /// the id map no longer holds.
+    #[test]
+    fn a_restart_between_an_end_and_its_collapse_forgets_the_record() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        PAUSE_BEFORE_COLLAPSE.store(true, Ordering::Relaxed);
+        PAUSE_AFTER_FORGETTING.store(true, Ordering::Relaxed);
+        let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+        std::thread::scope(|scope| {
+            let restarter = scope.spawn(|| {
+                let began = Instant::now();
+                while !tracker.get("a").is_some_and(|snapshot| snapshot.finished) {
+                    assert!(
+                        began.elapsed() < Duration::from_secs(5),
+                        "the end never came"
+                    );
+                    std::hint::spin_loop();
+                }
+                tracker.start(TaskStart::new().task_id("a")).unwrap()
+            });
+            handle.complete(None);
+            let restarted = restarter.join().unwrap();
+            PAUSE_BEFORE_COLLAPSE.store(false, Ordering::Relaxed);
+            PAUSE_AFTER_FORGETTING.store(false, Ordering::Relaxed);
+            restarted.complete(None);
+        });
+        assert_eq!(tracker.retained_count(), 1);
+        assert_eq!(tracker.shared.finished.retained(), 1);
     }
 }

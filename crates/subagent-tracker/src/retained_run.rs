@@ -1,0 +1,252 @@
+//! What a session keeps of a run: the live entry while anything can still change it, then a compact record.
+//!
+//! A finished run needs no cancellation signal, no waiter lists and no tree links: nothing can fire, wake
+//! or adopt through it any more. So once its end has been recorded, the session swaps its entry for a
+//! [`FinishedRun`], which keeps the snapshot's fields and nothing else, with every field that a plain run
+//! leaves empty in one box that such a run never allocates. A retained finished task then costs a third of a
+//! live one. Whoever still holds the entry (a handle, a watch, a child's link to its parent) keeps it; it is
+//! freed with the last of them.
+//!
+//! One finished run keeps its entry: a reservation cancelled before anyone claimed it, because its claim
+//! still succeeds, hands over a handle whose token has fired, and records when it was claimed.
+//!
+//! After the swap, the record changes once at most: a handle may still record an escalation, which the
+//! session copies onto the record (see `TrackerShared::record_escalation`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use crate::cancel_signal::CancelRecord;
+use crate::sync::AtomicU8;
+use crate::task_entry::{ClaimRefusal, TaskEntry};
+use crate::{SubagentStatus, SubagentTaskSnapshot};
+
+/// A run in the session's id map and retention window.
+pub(crate) enum Run<V> {
+    /// Pending, or finished with its bookkeeping not yet done, or a reservation cancelled unclaimed.
+    Live(Arc<TaskEntry<V>>),
+    /// Finished, collapsed into its record.
+    Finished(Arc<FinishedRun<V>>),
+}
+
+impl<V> Clone for Run<V> {
+    fn clone(&self) -> Self {
+        match self {
+            Run::Live(entry) => Run::Live(entry.clone()),
+            Run::Finished(run) => Run::Finished(run.clone()),
+        }
+    }
+}
+
+impl<V> Run<V> {
+    pub(crate) fn task_id(&self) -> &Arc<str> {
+        match self {
+            Run::Live(entry) => &entry.task_id,
+            Run::Finished(run) => &run.task_id,
+        }
+    }
+
+    pub(crate) fn sequence(&self) -> u64 {
+        match self {
+            Run::Live(entry) => entry.sequence,
+            Run::Finished(run) => run.sequence,
+        }
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        match self {
+            Run::Live(entry) => entry.is_finished(),
+            Run::Finished(_) => true,
+        }
+    }
+
+    /// Where this run stands in the retention window (`retention::state`).
+    pub(crate) fn retention(&self) -> &AtomicU8 {
+        match self {
+            Run::Live(entry) => &entry.retention,
+            Run::Finished(run) => &run.retention,
+        }
+    }
+
+    /// True when both are the same run in the same form.
+    pub(crate) fn is(&self, other: &Run<V>) -> bool {
+        match (self, other) {
+            (Run::Live(one), Run::Live(other)) => Arc::ptr_eq(one, other),
+            (Run::Finished(one), Run::Finished(other)) => Arc::ptr_eq(one, other),
+            _ => false,
+        }
+    }
+
+    /// The live entry, unless the run has collapsed (and so has finished).
+    pub(crate) fn live(self) -> Option<Arc<TaskEntry<V>>> {
+        match self {
+            Run::Live(entry) => Some(entry),
+            Run::Finished(_) => None,
+        }
+    }
+
+    /// Calls `visit` with the metadata and the result, if any.
+    pub(crate) fn visit_values(&self, visit: impl FnMut(&V)) {
+        match self {
+            Run::Live(entry) => entry.visit_values(visit),
+            Run::Finished(run) => run.visit_values(visit),
+        }
+    }
+}
+
+impl<V: Clone> Run<V> {
+    pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {
+        match self {
+            Run::Live(entry) => entry.snapshot(session_id),
+            Run::Finished(run) => run.snapshot(session_id),
+        }
+    }
+}
+
+/// A finished run's snapshot fields, and where it stands in the retention window.
+pub(crate) struct FinishedRun<V> {
+    pub(crate) sequence: u64,
+    pub(crate) task_id: Arc<str>,
+    started_at: SystemTime,
+    ended_at: Option<SystemTime>,
+    status: SubagentStatus,
+    reserved: bool,
+    detached: bool,
+    /// Set when the run's handle records an escalation after the collapse (`AtomicU8` as a flag: the sync
+    /// module's atomics are the ones the model checks swap).
+    escalated: AtomicU8,
+    pub(crate) retention: AtomicU8,
+    /// `None` when every field in it would be empty: no allocation for a plain run.
+    details: Option<Box<RunDetails<V>>>,
+}
+
+/// The fields a plain run (no parent, no metadata, no result, no cancel, no progress) leaves empty.
+pub(crate) struct RunDetails<V> {
+    pub(crate) parent_id: Option<Arc<str>>,
+    pub(crate) agent: Option<Arc<str>>,
+    pub(crate) description: Option<Arc<str>>,
+    pub(crate) metadata: Option<V>,
+    pub(crate) claimed_at: Option<SystemTime>,
+    pub(crate) cancel: Option<CancelRecord>,
+    pub(crate) deadline: Option<SystemTime>,
+    pub(crate) progress: Option<Arc<str>>,
+    pub(crate) progress_count: u64,
+    pub(crate) result: Option<V>,
+    pub(crate) error: Option<Arc<str>>,
+}
+
+impl<V> RunDetails<V> {
+    fn is_empty(&self) -> bool {
+        self.parent_id.is_none()
+            && self.agent.is_none()
+            && self.description.is_none()
+            && self.metadata.is_none()
+            && self.claimed_at.is_none()
+            && self.cancel.is_none()
+            && self.deadline.is_none()
+            && self.progress.is_none()
+            && self.progress_count == 0
+            && self.result.is_none()
+            && self.error.is_none()
+    }
+}
+
+/// The fields of a finished entry that a [`FinishedRun`] keeps, as the entry hands them over.
+pub(crate) struct FinishedFields<V> {
+    pub(crate) sequence: u64,
+    pub(crate) task_id: Arc<str>,
+    pub(crate) started_at: SystemTime,
+    pub(crate) ended_at: Option<SystemTime>,
+    pub(crate) status: SubagentStatus,
+    pub(crate) reserved: bool,
+    pub(crate) detached: bool,
+    pub(crate) escalated: bool,
+    pub(crate) details: RunDetails<V>,
+}
+
+impl<V> FinishedRun<V> {
+    pub(crate) fn new(fields: FinishedFields<V>) -> FinishedRun<V> {
+        FinishedRun {
+            sequence: fields.sequence,
+            task_id: fields.task_id,
+            started_at: fields.started_at,
+            ended_at: fields.ended_at,
+            status: fields.status,
+            reserved: fields.reserved,
+            detached: fields.detached,
+            escalated: AtomicU8::new(u8::from(fields.escalated)),
+            retention: AtomicU8::new(crate::retention::state::PENDING),
+            details: (!fields.details.is_empty()).then(|| Box::new(fields.details)),
+        }
+    }
+
+    pub(crate) fn record_escalation(&self) {
+        self.escalated.store(1, Ordering::Release);
+    }
+
+    /// Why a claim of this run is refused, as the live entry would have refused it.
+    pub(crate) fn claim_refusal(&self) -> ClaimRefusal {
+        let claimed = self
+            .details
+            .as_ref()
+            .is_some_and(|details| details.claimed_at.is_some());
+        if !self.reserved || claimed {
+            ClaimRefusal::AlreadyClaimed
+        } else {
+            ClaimRefusal::Ended
+        }
+    }
+
+    pub(crate) fn status(&self) -> SubagentStatus {
+        self.status
+    }
+
+    pub(crate) fn visit_values(&self, mut visit: impl FnMut(&V)) {
+        let Some(details) = &self.details else {
+            return;
+        };
+        if let Some(metadata) = &details.metadata {
+            visit(metadata);
+        }
+        if let Some(result) = &details.result {
+            visit(result);
+        }
+    }
+}
+
+impl<V: Clone> FinishedRun<V> {
+    /// The run's final snapshot: field for field what the entry's own snapshot showed when it collapsed.
+    pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {
+        let mut snapshot = SubagentTaskSnapshot::new(
+            self.task_id.clone(),
+            session_id.clone(),
+            self.status,
+            self.started_at,
+        );
+        snapshot.finished = true;
+        snapshot.queued_at = self.reserved.then_some(self.started_at);
+        snapshot.ended_at = self.ended_at;
+        snapshot.detached = self.detached;
+        snapshot.escalated = self.escalated.load(Ordering::Acquire) != 0;
+        if let Some(details) = &self.details {
+            snapshot.parent_id = details.parent_id.clone();
+            snapshot.agent = details.agent.clone();
+            snapshot.description = details.description.clone();
+            snapshot.metadata = details.metadata.clone();
+            snapshot.claimed_at = details.claimed_at;
+            if let Some(cancel) = &details.cancel {
+                snapshot.cancelled_at = Some(cancel.at);
+                snapshot.cancel_reason = Some(cancel.reason.clone());
+                snapshot.cancel_origin = Some(cancel.origin.clone());
+                snapshot.cancel_cause = Some(cancel.cause);
+            }
+            snapshot.deadline = details.deadline;
+            snapshot.progress = details.progress.clone();
+            snapshot.progress_count = details.progress_count;
+            snapshot.result = details.result.clone();
+            snapshot.error = details.error.clone();
+        }
+        snapshot
+    }
+}
