@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds everything in release mode and runs every benchmark: the Rust microbenchmarks (divan) and the Python
-# scenarios beside trpc-agent-py and a plain-Python reference, the agent frameworks, and the Redis store. Pass
-# --smoke for tiny sizes.
+# scenarios beside trpc-agent-py and a plain-Python reference, the agent frameworks, and the Redis store (with the
+# server's instruction counts when valgrind is installed). Pass --smoke for tiny sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 smoke=""
@@ -37,3 +37,6 @@ python benches/integrations_bench.py $smoke
 echo
 echo "== across processes, on Redis"
 python benches/redis_bench.py $smoke
+echo
+echo "== the Redis server's instructions per start + complete (callgrind; skipped without valgrind)"
+python benches/redis_server_profile.py $smoke

@@ -20,25 +20,28 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
-  <base>pending        sorted set: pending, uncancelled task ids by run
-  <base>all            sorted set: retained task ids by run (start order)
+  <base>live           sorted set: the ids of unfinished tasks (queued, running, or cancelled with their runner
+                       yet to stop) by run, from the start to the end
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
-  <base>wr:<process>   set: ids of the tasks whose current run the worker process runs (started or claimed),
-                       until they finish; what the reaper fails when the process's lease expires
   <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
                        when they fall due, in milliseconds since the epoch; `stv2_fire` fires the due ones
-  <base>workers        set: the worker processes that ran tasks in the session (whose `wr:` sets to remove with it)
   <base>events         stream: the session's lifecycle events in the order they took effect, with ids <inc>-0,
                        <inc>-1, ..., so a reader that was trimmed past knows how many it missed, and a reader of an
                        earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries
+
+A task lives in as few keys as the rules need, because each key a lifecycle writes is a server call, and the calls
+are what a lifecycle costs the server: its hash, the live index while unfinished, the finished list once finished,
+and its events. The retained tasks in start order are the live index and the finished list merged by run; the
+tasks a worker process runs are the live ones whose `worker` field names it (the reaper reads them from the live
+index, which is rare work, rather than every lifecycle keeping a set per process).
 
 Run numbers are unique across the incarnations of a session id and across server restarts: each incarnation
 counts from the server's clock (times 1000, far above the starts a session can make per millisecond), so a
 runner, a notification or an end of an earlier incarnation never matches a run of a later one.
 
 A worker process is named by its own key: the worker id users gave, a slash and a per-process nonce. It names the
-process's lease, its running sets and its channel, so that two processes given one id never take each other's runs
-for their own; snapshots show the id alone.
+process's lease, its runs (their `worker` field) and its channel, so that two processes given one id never take
+each other's runs for their own; snapshots show the id alone.
 
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
@@ -87,12 +90,17 @@ local event_id = nil
 -- neither changes during a call that did not write it.
 local stored_closed = false
 local stored_max = nil
+-- The session's last run number and its count of retained runs, read with the incarnation and kept current by the
+-- function's own writes (`record_change`), so that a start or an end changes the session's hash in one call.
+local stored_seq = nil
+local stored_retained = 0
 
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
   return function(keys, args)
-    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max')
+    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'retained')
     stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
+    stored_seq, stored_retained = tonumber(session[4]), tonumber(session[5]) or 0
     event_id = stored_inc and (stored_inc .. '-*') or nil
     return callback(keys, args)
   end
@@ -107,9 +115,14 @@ local function gone() return redis.error_reply('GONE') end
 
 local function timer(kind, task_id, run) return kind .. '\t' .. task_id .. '\t' .. run end
 
--- Records a change of the session now: a session is idle from its last change.
+-- Records a change of the session now (a session is idle from its last change), with the session's fields the
+-- change sets (`...`: field, value, ...) in the same call.
+local function record_change(session_key, ...)
+  redis.call('HSET', session_key, 'touched', now_ms(), ...)
+end
+
 local function touch(session_key)
-  redis.call('HSET', session_key, 'touched', now_ms())
+  record_change(session_key)
 end
 
 local function base_of(session_key)
@@ -179,7 +192,7 @@ end
 -- Counts a finished run against the bound and evicts the oldest finished runs beyond it.
 local function retain(base, session_key, task_id, run)
   local listed = redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
-  local retained = redis.call('HINCRBY', session_key, 'retained', 1)
+  local retained = stored_retained + 1
   local max = stored_max or tonumber(redis.call('HGET', session_key, 'max'))
   while retained > max do
     local entry = redis.call('LPOP', base .. 'finished')
@@ -192,10 +205,11 @@ local function retain(base, session_key, task_id, run)
     if old[1] == old_run then
       release_run(base, old_id, old_run, old)
       redis.call('DEL', old_key)
-      redis.call('ZREM', base .. 'all', old_id)
-      retained = redis.call('HINCRBY', session_key, 'retained', -1)
+      retained = retained - 1
     end
   end
+  stored_retained = retained
+  record_change(session_key, 'retained', retained)
   -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
   if listed > 2 * retained + 64 then
     local kept = {}
@@ -211,17 +225,21 @@ local function retain(base, session_key, task_id, run)
   end
 end
 
-local function finish(base, session_key, key, task_id, run, at)
-  local state = fields(key, 'worker', 'status', 'due_ms', 'claim_error')
-  local process, status = state[1], state[2]
-  -- Only a run with a deadline or a claim timeout has timers.
-  if state[3] or state[4] then
+-- Finishes a run: its timers go, it leaves the live index, its `ended` event is emitted, and it counts against the
+-- bound. `ending` is what the caller knows: {status = the status it ends with, timed = whether it had a deadline or
+-- a claim timeout, written = {field, value, ...} to store with `fin` in the same call}; nil to read the status and
+-- the timers here.
+local function finish(base, session_key, key, task_id, run, at, ending)
+  if not ending then
+    local state = fields(key, 'status', 'due_ms', 'claim_error')
+    ending = { status = state[1], timed = state[2] or state[3] }
+  end
+  if ending.timed then
     redis.call('ZREM', base .. 'timers', timer('d', task_id, run), timer('c', task_id, run))
   end
-  if process then redis.call('SREM', base .. 'wr:' .. process, task_id) end
-  redis.call('HSET', key, 'fin', '1', 'ended_at', at)
-  redis.call('ZREM', base .. 'pending', task_id)
-  emit(base, task_id, 'ended', status, at)
+  redis.call('HSET', key, 'fin', '1', 'ended_at', at, unpack(ending.written or {}))
+  redis.call('ZREM', base .. 'live', task_id)
+  emit(base, task_id, 'ended', ending.status, at)
   retain(base, session_key, task_id, run)
 end
 
@@ -241,8 +259,6 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
   local moved = 0
   -- One message per worker, however many of its runs the cancel reaches.
   local notifications = {}
-  -- Removed from the pending index in batches, not one call per task.
-  local unlisted = {}
   local unclaimed = {}
   -- The session as its keys encode it (between `{s:` and `}:`); the worker decodes it.
   local session_field = fields_message(string.sub(base, string.find(base, '{', 1, true) + 3, -3))
@@ -252,7 +268,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
     while #stack > 0 do
       local task_id = table.remove(stack)
       local key = task_key(base, task_id)
-      local state = fields(key, 'status', 'run', 'worker', 'parent_of')
+      local state = fields(key, 'status', 'run', 'worker', 'parent_of', 'due_ms', 'claim_error')
       local status, run, process, parent_of = state[1], state[2], state[3], state[4]
       if status and PENDING[status] then
         local entry_cause, origin = cause, root
@@ -260,12 +276,11 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
         elseif task_id ~= root then entry_cause = 'parent' end
         redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,
           'origin', origin, 'cause', entry_cause)
-        table.insert(unlisted, task_id)
         moved = moved + 1
         emit_cancelled(base, task_id, at, reason)
         if status == 'queued' then
           -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.
-          table.insert(unclaimed, { key = key, task_id = task_id, run = run })
+          table.insert(unclaimed, { key = key, task_id = task_id, run = run, timed = state[5] or state[6] })
         elseif process then
           local messages = notifications[process]
           if not messages then
@@ -291,12 +306,9 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
       end
     end
   end
-  for first = 1, #unlisted, 1000 do
-    redis.call('ZREM', base .. 'pending', unpack(unlisted, first, math.min(first + 999, #unlisted)))
-  end
   table.sort(unclaimed, function(left, right) return tonumber(left.run) < tonumber(right.run) end)
   for _, task in ipairs(unclaimed) do
-    finish(base, session_key, task.key, task.task_id, task.run, at)
+    finish(base, session_key, task.key, task.task_id, task.run, at, { status = 'cancelled', timed = task.timed })
   end
   -- LIMIT 0: a trim otherwise removes at most 100 nodes' worth of entries, less than a large cascade added.
   redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
@@ -336,17 +348,21 @@ local function open_task(session_key, base, a, first, deadline_reason)
       if deadline == '' or bound < tonumber(deadline) then deadline = parent[6] end
     end
   end
+  local run = digits(stored_seq + 1)
+  stored_seq = tonumber(run)
   -- A refused start changes nothing, its time of last change included.
-  touch(session_key)
   if old[1] then
     -- A finished run of this id is replaced: it stops counting against the bound now.
     release_run(base, task_id, old[1])
     redis.call('DEL', key)
-    redis.call('HINCRBY', session_key, 'retained', -1)
+    stored_retained = stored_retained - 1
+    record_change(session_key, 'seq', run, 'retained', stored_retained)
+  else
+    record_change(session_key, 'seq', run)
   end
-  local run = digits(redis.call('HINCRBY', session_key, 'seq', 1))
   local at = now()
   local status = reserved and 'queued' or 'running'
+  if inherited then status = 'cancelled' end
   -- One HSET with every field the task starts with.
   local written = { 'id', task_id, 'run', run, 'status', status, 'started_at', at }
   local optional = { 'parent', parent_id, 'agent', agent, 'description', description, 'metadata', metadata,
@@ -357,50 +373,53 @@ local function open_task(session_key, base, a, first, deadline_reason)
       written[#written + 1] = optional[index + 1]
     end
   end
-  if detached then
-    written[#written + 1] = 'detached'
-    written[#written + 1] = '1'
+  local flags = { 'detached', detached, 'reserved', reserved }
+  for index = 1, #flags, 2 do
+    if flags[index + 1] then
+      written[#written + 1] = flags[index]
+      written[#written + 1] = '1'
+    end
   end
-  if reserved then
-    written[#written + 1] = 'reserved'
-    written[#written + 1] = '1'
+  local attached = parent_run and not detached
+  if attached then
+    for _, value in ipairs({ 'lp', parent_id, 'lr', parent_run }) do written[#written + 1] = value end
+  end
+  if inherited then
+    for _, value in ipairs({ 'cancelled_at', at, 'reason', inherited.reason, 'origin', inherited.origin,
+      'cause', 'parent' }) do
+      written[#written + 1] = value
+    end
+  end
+  if deadline ~= '' then
+    for _, value in ipairs({ 'due_ms', deadline, 'deadline', string.format('%.3f', tonumber(deadline) / 1000) }) do
+      written[#written + 1] = value
+    end
   end
   redis.call('HSET', key, unpack(written))
-  if process ~= '' then
-    redis.call('SADD', base .. 'wr:' .. process, task_id)
-    redis.call('SADD', base .. 'workers', process)
-  end
-  if parent_run and not detached then
+  redis.call('ZADD', base .. 'live', run, task_id)
+  if attached then
     redis.call('SADD', children_key(base, parent_run), task_id)
     redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
-    redis.call('HSET', key, 'lp', parent_id, 'lr', parent_run)
   end
-  redis.call('ZADD', base .. 'all', run, task_id)
   local reason = ''
   if inherited then
-    redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', inherited.reason,
-      'origin', inherited.origin, 'cause', 'parent')
     emit(base, task_id, 'started', 'cancelled', at, 'reason', inherited.reason)
     emit(base, task_id, 'cancelled', 'cancelled', at, 'reason', inherited.reason)
     if reserved then
-      finish(base, session_key, key, task_id, run, at)
+      finish(base, session_key, key, task_id, run, at, { status = 'cancelled', timed = false })
     end
-    status = 'cancelled'
     reason = inherited.reason
   else
-    redis.call('ZADD', base .. 'pending', run, task_id)
     emit(base, task_id, 'started', status, at)
   end
   local next_due = ''
-  if deadline ~= '' then
+  -- A task that begins cancelled has no use for a deadline's timer: nothing can cancel it again.
+  if deadline ~= '' and PENDING[status] then
     local due = tonumber(deadline)
-    redis.call('HSET', key, 'due_ms', deadline, 'deadline', string.format('%.3f', due / 1000))
     if due <= now_ms() then
-      if PENDING[status] then
-        cancel_trees(base, session_key, { task_id }, deadline_reason, 'deadline', at)
-        status = 'cancelled'
-        reason = deadline_reason
-      end
+      cancel_trees(base, session_key, { task_id }, deadline_reason, 'deadline', at)
+      status = 'cancelled'
+      reason = deadline_reason
     else
       redis.call('ZADD', base .. 'timers', due, timer('d', task_id, run))
       next_due = deadline
@@ -514,7 +533,8 @@ local function st_cancel_all(keys, args)
     redis.call('HSETNX', session_key, 'closed', reason)
     reason = redis.call('HGET', session_key, 'closed')
   end
-  local roots = redis.call('ZRANGE', base .. 'pending', 0, -1)
+  -- Every unfinished task; the cancelled among them are passed over.
+  local roots = redis.call('ZRANGE', base .. 'live', 0, -1)
   return cancel_trees(base, session_key, roots, reason, 'session', now())
 end
 
@@ -530,11 +550,13 @@ local function st_end(keys, args)
     if run == '' then return gone() end
     return { 0, 0 }
   end
-  touch(session_key)
   local base = base_of(session_key)
   local key = task_key(base, task_id)
-  local state = fields(key, 'run', 'status', 'fin')
-  if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then return { 0, 0 } end
+  local state = fields(key, 'run', 'status', 'fin', 'due_ms', 'claim_error')
+  if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then
+    touch(session_key)
+    return { 0, 0 }
+  end
   local status = state[2]
   if outcome == 'claim_expired' then
     if status ~= 'queued' then return { 0, 0 } end
@@ -548,16 +570,23 @@ local function st_end(keys, args)
     status = 'cancelled'
   end
   local transitioned = 0
+  -- The end's fields go with `fin` in one HSET, and the session's with its count of retained runs: an end that
+  -- finishes a run records the change through `retain`.
+  local written = {}
   if PENDING[status] and outcome ~= 'stopped' then
-    redis.call('HSET', key, 'status', outcome)
+    written = { 'status', outcome }
+    status = outcome
     transitioned = 1
   end
   if outcome == 'completed' and value ~= '' then
-    redis.call('HSET', key, 'result', value)
+    written[#written + 1] = 'result'
+    written[#written + 1] = value
   elseif outcome == 'failed' then
-    redis.call('HSET', key, 'error', value)
+    written[#written + 1] = 'error'
+    written[#written + 1] = value
   end
-  finish(base, session_key, key, task_id, state[1], now())
+  finish(base, session_key, key, task_id, state[1], now(),
+    { status = status, timed = state[4] or state[5], written = written })
   return { transitioned, 1 }
 end
 
@@ -579,10 +608,6 @@ local function st_claim(keys, args)
   local at = now()
   redis.call('ZREM', base .. 'timers', timer('c', task_id, state[1]))
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', process)
-  if status == 'running' then
-    redis.call('SADD', base .. 'wr:' .. process, task_id)
-    redis.call('SADD', base .. 'workers', process)
-  end
   emit(base, task_id, 'claimed', status, at)
   return { state[1], status, state[5] or '' }
 end
@@ -592,11 +617,10 @@ local function st_progress(keys, args)
   if not same_incarnation(args[1]) then return 0 end
   local base = base_of(keys[1])
   local key = task_key(base, args[2])
-  local state = fields(key, 'run', 'fin', 'status')
+  local state = fields(key, 'run', 'fin', 'status', 'progress_count')
   if state[1] ~= args[3] or state[2] == '1' then return 0 end
   touch(keys[1])
-  redis.call('HSET', key, 'progress', args[4])
-  redis.call('HINCRBY', key, 'progress_count', 1)
+  redis.call('HSET', key, 'progress', args[4], 'progress_count', (tonumber(state[4]) or 0) + 1)
   emit(base, args[2], 'progress', state[3], now(), 'message', args[4])
   return 1
 end
@@ -621,15 +645,45 @@ local function st_get(keys, args)
   return snapshot(base_of(keys[1]), args[2])
 end
 
+-- The value of `name` in a flat field list (an HGETALL reply).
+local function field_of(flat, name)
+  for index = 1, #flat, 2 do
+    if flat[index] == name then return flat[index + 1] end
+  end
+  return nil
+end
+
+-- Calls `visit(task_id, run)` for every retained run: the unfinished ones of the live index, then the finished
+-- ones of the finished list (whose entries of replaced runs are stale: the task's hash holds another run).
+local function each_retained(base, visit)
+  local live = redis.call('ZRANGE', base .. 'live', 0, -1, 'WITHSCORES')
+  for index = 1, #live, 2 do visit(live[index], live[index + 1]) end
+  for _, entry in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do
+    local task_id, run = string.match(entry, '^(.*)\t(%d+)$')
+    visit(task_id, run)
+  end
+end
+
 -- stv2_list(session_key; inc, which): the fields of every pending ("pending") or retained ("all") task, in start
 -- order.
 local function st_list(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   local base = base_of(keys[1])
-  local listed = {}
-  for _, task_id in ipairs(redis.call('ZRANGE', base .. args[2], 0, -1)) do
-    table.insert(listed, snapshot(base, task_id))
+  local found = {}
+  if args[2] == 'pending' then
+    for _, task_id in ipairs(redis.call('ZRANGE', base .. 'live', 0, -1)) do
+      local task = snapshot(base, task_id)
+      if PENDING[field_of(task, 'status')] then table.insert(found, task) end
+    end
+    return found
   end
+  each_retained(base, function(task_id, run)
+    local task = snapshot(base, task_id)
+    if field_of(task, 'run') == run then table.insert(found, { run = tonumber(run), task = task }) end
+  end)
+  table.sort(found, function(left, right) return left.run < right.run end)
+  local listed = {}
+  for index, item in ipairs(found) do listed[index] = item.task end
   return listed
 end
 
@@ -652,25 +706,21 @@ end
 
 -- Deletes every key of a session.
 local function remove_session(base, session_key)
-  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'all', 0, -1)) do
+  each_retained(base, function(task_id, run)
+    -- A stale entry's task belongs to a later run, deleted with that run's own entry.
     local key = task_key(base, task_id)
-    local run = redis.call('HGET', key, 'run')
-    if run then redis.call('DEL', children_key(base, run)) end
-    redis.call('DEL', key)
-  end
-  for _, process in ipairs(redis.call('SMEMBERS', base .. 'workers')) do
-    redis.call('DEL', base .. 'wr:' .. process)
-  end
-  redis.call('DEL', session_key, base .. 'pending', base .. 'all', base .. 'finished', base .. 'events',
-    base .. 'timers', base .. 'workers')
+    if redis.call('HGET', key, 'run') == run then
+      redis.call('DEL', children_key(base, run), key)
+    end
+  end)
+  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'events', base .. 'timers')
 end
 
 -- {incarnation, closed ("1" or "0"), unfinished task count} of the session under `session_key`, or {} for none.
 local function session_state(session_key)
   local inc = redis.call('HGET', session_key, 'inc')
   if not inc then return {} end
-  local retained = tonumber(redis.call('HGET', session_key, 'retained') or '0')
-  local unfinished = redis.call('ZCARD', base_of(session_key) .. 'all') - retained
+  local unfinished = redis.call('ZCARD', base_of(session_key) .. 'live')
   return { inc, tostring(redis.call('HEXISTS', session_key, 'closed')), tostring(unfinished) }
 end
 
@@ -710,7 +760,6 @@ end
 
 -- Ends a run whose runner is gone: a running one fails with `error`, a cancelled one finishes.
 local function end_lost_run(base, session_key, key, task_id, run, error, at)
-  touch(session_key)
   if redis.call('HGET', key, 'status') == 'running' then
     redis.call('HSET', key, 'status', 'failed', 'error', error)
   end
@@ -726,7 +775,7 @@ local function st_reap(keys, args)
   local process, error, expired_at = args[1], args[2], tonumber(args[3])
   local reaped = 0
   local at = now()
-  for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. process)) do
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'live', 0, -1)) do
     local key = task_key(base, task_id)
     local run, since = unfinished_run_of(key, process)
     -- A run begun after the lease expired is the work of a worker that came back: not the lost one's.
@@ -750,7 +799,7 @@ local function st_orphans(keys, args)
   for index = 4, #args do held[args[index]] = true end
   local ended, young = 0, 0
   local current_ms = now_ms()
-  for _, task_id in ipairs(redis.call('SMEMBERS', base .. 'wr:' .. process)) do
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'live', 0, -1)) do
     if not held[task_id] then
       local key = task_key(base, task_id)
       local run, since = unfinished_run_of(key, process)
@@ -849,8 +898,8 @@ local function st_fire(keys, args)
       if kind == 'd' and PENDING[state[2]] then
         cancel_trees(base, session_key, { task_id }, args[1], 'deadline', at)
       elseif kind == 'c' and state[2] == 'queued' then
-        redis.call('HSET', key, 'status', 'failed', 'error', state[3] or 'claim timeout')
-        finish(base, session_key, key, task_id, run, at)
+        finish(base, session_key, key, task_id, run, at,
+          { status = 'failed', timed = true, written = { 'status', 'failed', 'error', state[3] or 'claim timeout' } })
       end
     end
   end
@@ -916,8 +965,7 @@ local function st_sweep(keys, args)
   local base = base_of(session_key)
   local touched = tonumber(redis.call('HGET', session_key, 'touched') or '0')
   local current = now_ms()
-  local retained = tonumber(redis.call('HGET', session_key, 'retained') or '0')
-  if redis.call('ZCARD', base .. 'all') - retained > 0 then return current end
+  if redis.call('ZCARD', base .. 'live') > 0 then return current end
   if current - touched < tonumber(args[1]) then return touched end
   remove_session(base, session_key)
   return -1

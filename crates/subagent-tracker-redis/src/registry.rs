@@ -89,8 +89,9 @@ pub(crate) struct RunKey {
 pub(crate) struct Worker {
     /// The worker id users gave (or a generated one): what snapshots show.
     pub(crate) id: Arc<str>,
-    /// This process's own name in Redis: the id, a slash and a nonce. It names the lease, the running sets and
-    /// the notification channel, so processes that share an id never take each other's runs for their own.
+    /// This process's own name in Redis: the id, a slash and a nonce. It names the lease, the runs (their `worker`
+    /// field) and the notification channel, so processes that share an id never take each other's runs for their
+    /// own.
     pub(crate) process: Arc<str>,
     /// For the connections of their own that event subscriptions need (a blocking read holds its connection).
     pub(crate) client: redis::Client,

@@ -963,3 +963,51 @@ async fn pushed_cancels_carry_each_task_s_reason_and_origin() {
     }
     drop((roots, children, loose));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_merge_unfinished_and_finished_runs_in_start_order() {
+    // The store lists retained tasks from two indexes (the live runs, the finished list); a restart leaves a stale
+    // finished entry behind, and a cancelled task whose runner still runs is in neither pending nor finished.
+    let server = RedisServer::start();
+    let worker = server.worker("t20:", "w").await;
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    let mut a = session.start(TaskStart::new().task_id("a")).await.unwrap();
+    let mut b = session.start(TaskStart::new().task_id("b")).await.unwrap();
+    let c = session.start(TaskStart::new().task_id("c")).await.unwrap();
+    assert!(b.complete(None).await.unwrap());
+    assert!(session.cancel("c", None).await.unwrap());
+    let b_again = session.start(TaskStart::new().task_id("b")).await.unwrap();
+    assert!(a.complete(None).await.unwrap());
+    let d = session.start(TaskStart::new().task_id("d")).await.unwrap();
+    let listed: Vec<(String, SubagentStatus, bool)> = session
+        .tasks()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|task| (task.task_id.to_string(), task.status, task.finished))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("a".to_owned(), SubagentStatus::Completed, true),
+            ("c".to_owned(), SubagentStatus::Cancelled, false),
+            ("b".to_owned(), SubagentStatus::Running, false),
+            ("d".to_owned(), SubagentStatus::Running, false),
+        ]
+    );
+    let pending: Vec<String> = session
+        .pending()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|task| task.task_id.to_string())
+        .collect();
+    assert_eq!(pending, ["b", "d"]);
+    assert_eq!(
+        session.cancel_all(None).await.unwrap(),
+        2,
+        "c was cancelled already"
+    );
+    assert!(session.pending().await.unwrap().is_empty());
+    drop((c, b_again, d));
+}

@@ -716,7 +716,7 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
     let broken = worker.session(Some("broken"), config()).await.unwrap();
     broken.close(None).await.unwrap();
     let _: () = redis::cmd("SET")
-        .arg("b4:v2:{s:broken}:all")
+        .arg("b4:v2:{s:broken}:live")
         .arg("other data")
         .query_async(&mut admin)
         .await

@@ -1,0 +1,175 @@
+"""What a start + complete costs the Redis server, in instructions (callgrind), beside two bare ``HSET``s.
+
+The server's CPU time on a shared VM moves by a third from one minute to the next; the instructions it runs do
+not. This runs ``redis-server`` under valgrind's callgrind, and counts the instructions of the whole server
+process (network handling in user space included, the kernel's share not) for:
+
+- a start + complete through ``RedisRegistry``, at steady state with the retention bound full, beside two bare
+  ``HSET`` round trips in the same run;
+- what a lifecycle is made of: a function call that returns at once, and each kind of command called from Lua.
+
+Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
+sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import redis
+
+from subagent_tracker import RedisRegistry
+from subagent_tracker._loopback import free_port
+
+PREFIX = "subagent-tracker:v2:{s:profile}:"
+
+#: Commands as the server functions call them, each on the keys a lifecycle touches.
+PROBES = {
+    "TIME": "redis.call('TIME')",
+    "HGET, one field of the session": f"redis.call('HGET', '{PREFIX}session', 'inc')",
+    "HMGET, five fields of the session": (
+        f"redis.call('HMGET', '{PREFIX}session', 'inc', 'closed', 'max', 'seq', 'retained')"
+    ),
+    "HSET, two fields of the session": f"redis.call('HSET', '{PREFIX}session', 'touched', 1, 'retained', 2)",
+    "HSET, a new task's five fields": (
+        f"redis.call('HSET', '{PREFIX}t:probe' .. i, 'id', 'x', 'run', '1795494714491001', "
+        "'status', 'running', 'started_at', '1795494714.491001', 'worker', 'p/x')"
+    ),
+    "ZADD, the live index": f"redis.call('ZADD', '{PREFIX}probe-live', i, 'task' .. i)",
+    "XADD, an event, trimmed": (
+        f"redis.call('XADD', '{PREFIX}events', 'MAXLEN', '~', 10000, '*', 'task', 'x', 'kind', 'started', "
+        "'status', 'running', 'at', '1795494714.491001')"
+    ),
+    "XADD, an event, untrimmed": (
+        f"redis.call('XADD', '{PREFIX}events', '*', 'task', 'x', 'kind', 'started', 'status', 'running', "
+        "'at', '1795494714.491001')"
+    ),
+}
+REPEATS_PER_CALL = 20
+
+
+class ProfiledServer:
+    """``redis-server`` on loopback under callgrind; its counters are zeroed and read around each count."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.output = f"/tmp/subagent-tracker-callgrind.{self.port}"
+        self.process = subprocess.Popen(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={self.output}.%p",
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise SystemExit("redis-server did not start under valgrind") from None
+                time.sleep(0.2)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dumps = 0
+
+    def instructions(self, action: Callable[[int], object], count: int) -> float:
+        """The server's instructions per call of ``action(index)``, over ``count`` calls."""
+        subprocess.run(["callgrind_control", "-z", str(self.process.pid)], check=True, capture_output=True)
+        for index in range(count):
+            action(index)
+        self.dumps += 1
+        subprocess.run(
+            ["callgrind_control", "-d", f"measure-{self.dumps}", str(self.process.pid)],
+            check=True,
+            capture_output=True,
+        )
+        dumps = sorted(glob.glob(f"{self.output}.{self.process.pid}.*"), key=os.path.getmtime)
+        with open(dumps[-1]) as dump:
+            found = re.search(r"^(?:summary|totals): (\d+)", dump.read(), re.MULTILINE)
+        assert found is not None, "callgrind wrote no total"
+        return int(found.group(1)) / count
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait()
+        for path in glob.glob(f"{self.output}.*"):
+            os.remove(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
+    smoke = parser.parse_args().smoke
+    if shutil.which("valgrind") is None or shutil.which("redis-server") is None:
+        print("skipped: needs valgrind and redis-server (Debian: apt-get install valgrind redis-server)")
+        return
+    lifecycles, bound, calls = (20, 20, 5) if smoke else (300, 200, 100)
+    server = ProfiledServer()
+    try:
+        client = redis.Redis(port=server.port, socket_timeout=60)
+        session = RedisRegistry(server.url, worker_id="profile", timeout=30).session(
+            "profile", max_finished_tasks=bound
+        )
+        for _ in range(
+            bound + bound // 2
+        ):  # the retention bound full: every completion now evicts the oldest
+            session.start_subagent_task().complete()
+        ours = server.instructions(lambda _: session.start_subagent_task().complete(), lifecycles)
+        bare = server.instructions(
+            lambda index: (
+                client.hset(f"bare:{index % 100}", mapping={"status": "running"}),
+                client.hset(f"bare:{index % 100}", mapping={"status": "completed"}),
+            ),
+            lifecycles,
+        )
+        print("| what the server runs | instructions | beside two bare HSETs |")
+        print("|---|---|---|")
+        lifecycle = "a start + complete (two function calls), retention bound full"
+        print(f"| {lifecycle} | {ours:,.0f} | {ours / bare:.1f}x |")
+        print(f"| two bare HSET round trips | {bare:,.0f} | 1.0x |")
+        library = "#!lua name=profile_probes\n" + "".join(
+            f"redis.register_function('probe_{index}', function(keys, args) "
+            f"for i = 1, {REPEATS_PER_CALL} do {body} end return 1 end)\n"
+            for index, body in enumerate(["", *PROBES.values()])
+        )
+        client.function_load(library, replace=True)
+        nothing = server.instructions(lambda _: client.fcall("probe_0", 1, f"{PREFIX}session"), calls)
+        returns_at_once = "a function call that returns at once (FCALL, one key)"
+        print(f"| {returns_at_once} | {nothing:,.0f} | {nothing / bare:.1f}x |")
+        for index, name in enumerate(PROBES, start=1):
+
+            def probe(_: int, function: str = f"probe_{index}") -> object:
+                return client.fcall(function, 1, PREFIX)
+
+            total = server.instructions(probe, calls)
+            per_call = (total - nothing) / REPEATS_PER_CALL
+            print(f"| {name}, called from Lua | {per_call:,.0f} | {per_call / bare:.2f}x |")
+    finally:
+        server.stop()
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
