@@ -68,6 +68,7 @@ python examples/event_stream_feed.py >/dev/null
 for example in examples/integrations/*.py; do python "$example" >/dev/null; done
 python benches/python_bench.py --smoke >/dev/null
 python benches/redis_bench.py --smoke >/dev/null
+python benches/redis_server_profile.py --smoke >/dev/null
 python benches/integrations_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 2000 --rounds 1 >/dev/null
 
