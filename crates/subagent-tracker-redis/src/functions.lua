@@ -118,7 +118,7 @@ local function timer(kind, task_id, run) return kind .. '\t' .. task_id .. '\t' 
 -- Records a change of the session now (a session is idle from its last change), with the session's fields the
 -- change sets (`...`: field, value, ...) in the same call.
 local function record_change(session_key, ...)
-  redis.call('HSET', session_key, 'touched', now_ms(), ...)
+  redis.call('HSET', session_key, 'touched', digits(now_ms()), ...)
 end
 
 local function touch(session_key)
@@ -209,7 +209,7 @@ local function retain(base, session_key, task_id, run)
     end
   end
   stored_retained = retained
-  record_change(session_key, 'retained', retained)
+  record_change(session_key, 'retained', digits(retained))
   -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
   if listed > 2 * retained + 64 then
     local kept = {}
@@ -356,7 +356,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
     release_run(base, task_id, old[1])
     redis.call('DEL', key)
     stored_retained = stored_retained - 1
-    record_change(session_key, 'seq', run, 'retained', stored_retained)
+    record_change(session_key, 'seq', run, 'retained', digits(stored_retained))
   else
     record_change(session_key, 'seq', run)
   end
@@ -559,7 +559,10 @@ local function st_end(keys, args)
   end
   local status = state[2]
   if outcome == 'claim_expired' then
-    if status ~= 'queued' then return { 0, 0 } end
+    if status ~= 'queued' then
+      touch(session_key)
+      return { 0, 0 }
+    end
     outcome = 'failed'
   elseif outcome == 'dropped' then
     -- A handle dropped without an end: a running task fails, a cancelled one just finishes.
@@ -620,7 +623,7 @@ local function st_progress(keys, args)
   local state = fields(key, 'run', 'fin', 'status', 'progress_count')
   if state[1] ~= args[3] or state[2] == '1' then return 0 end
   touch(keys[1])
-  redis.call('HSET', key, 'progress', args[4], 'progress_count', (tonumber(state[4]) or 0) + 1)
+  redis.call('HSET', key, 'progress', args[4], 'progress_count', digits((tonumber(state[4]) or 0) + 1))
   emit(base, args[2], 'progress', state[3], now(), 'message', args[4])
   return 1
 end
@@ -657,7 +660,8 @@ end
 -- ones of the finished list (whose entries of replaced runs are stale: the task's hash holds another run).
 local function each_retained(base, visit)
   local live = redis.call('ZRANGE', base .. 'live', 0, -1, 'WITHSCORES')
-  for index = 1, #live, 2 do visit(live[index], live[index + 1]) end
+  -- A score comes back as the server formats a double; the run as the task's hash holds it is its digits.
+  for index = 1, #live, 2 do visit(live[index], digits(tonumber(live[index + 1]))) end
   for _, entry in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do
     local task_id, run = string.match(entry, '^(.*)\t(%d+)$')
     visit(task_id, run)

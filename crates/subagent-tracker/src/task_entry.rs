@@ -598,7 +598,10 @@ impl<V: Clone> TaskEntry<V> {
                 error: record.error.clone(),
             },
         }));
-        install(&run).then_some(run)
+        let installed = install(&run);
+        // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
+        drop(record);
+        installed.then_some(run)
     }
 
     /// A copy of the task's state, every field from the same instant. (The session's id is the caller's: an

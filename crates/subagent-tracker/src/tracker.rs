@@ -5,7 +5,8 @@
 //! A task's record lock (see `task_entry`) may be held while one of the session's own locks is taken: a shard
 //! of the id map, a stripe of the pending index, or the retention window. Those three are leaves: none is
 //! held while any other lock is taken. (The loom models see the stripes and the window, but not the id map's
-//! shard locks, so under a shard lock the core does nothing but the map operation and reads of the run there.)
+//! shard locks, so under a shard lock the core does nothing but the map operation, reads of the run there, and
+//! the store of a late escalation's flag on a finished record.)
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};
@@ -751,10 +752,13 @@ impl<V: Clone> TrackerShared<V> {
         }
         #[cfg(all(test, not(subagent_tracker_loom)))]
         tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
-        let run = match entry.collapse(|run| self.install_finished(entry, run)) {
-            Some(run) => Run::Finished(run),
-            None => Run::Live(entry.clone()),
+        // A session that keeps no finished run (a store's local mirror) evicts it at once: nothing to collapse.
+        let collapsed = if self.config.max_finished_tasks == 0 {
+            None
+        } else {
+            entry.collapse(|run| self.install_finished(entry, run))
         };
+        let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
         let released = self.finished.record(&run);
         if let Some(evicted) = &released.evicted {
             self.tasks.remove_if(evicted.task_id(), |_, retained| {
