@@ -309,6 +309,34 @@ def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisServer) -
         RedisRegistry(redis_server.url, key_prefix="app{1}:", timeout=1)
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("lease", 0, "lease must be at least 0.003 seconds, got 0"),
+        ("lease", 0.002, "lease must be at least 0.003 seconds, got 0.002"),
+        ("reconcile_interval", 0, "reconcile_interval must be at least 0.001 seconds, got 0"),
+        ("timeout", 0, "timeout must be at least 0.001 seconds, got 0"),
+    ],
+)
+def test_settings_too_short_to_act_on_are_refused_before_connecting(
+    option: str, value: float, expected: str
+) -> None:
+    # Port 1 has no server: a refusal that came after trying to connect would be RegistryUnavailableError.
+    with pytest.raises(ValueError, match=f"^{expected}$"):
+        RedisRegistry("redis://127.0.0.1:1/0", **{option: value})  # type: ignore[arg-type]
+
+
+def test_the_shortest_settings_allowed_work(redis_server: RedisServer) -> None:
+    # A 3 ms lease may lapse on a loaded machine (the task is then cancelled or failed): either way it ends.
+    registry = RedisRegistry(redis_server.url, lease=0.003, reconcile_interval=0.001, timeout=1)
+    session = registry.session("shortest")
+    session.start_subagent_task("a").complete()
+    task = session.subagent_task("a")
+    assert task is not None and task.finished
+    # A TTL of 0 is allowed: idle sessions go at the next sweep.
+    assert RedisRegistry(redis_server.url, session_ttl=0).worker_id
+
+
 def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_server: RedisServer) -> None:
     reply = redis_server.admin(
         "ACL", "SETUSER", "noscript", "on", ">secret", "~*", "&*", "+@all", "-@scripting"

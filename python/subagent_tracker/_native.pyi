@@ -306,9 +306,10 @@ class Registry:
 class RedisRegistry:
     """Sessions kept in Redis, shared by every process connected to it; this process is one worker.
 
-    Raises ``ValueError`` for what retrying cannot fix (a URL that is not Redis's, a database the server
-    lacks, a password it wants or refuses, a key prefix used by other data, another build of the server
-    functions) and ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``."""
+    Raises ``ValueError`` for what retrying cannot fix (a lease shorter than 3 ms, a reconcile interval or
+    timeout shorter than 1 ms, a URL that is not Redis's, a database the server lacks, a password it wants or
+    refuses, a key prefix used by other data, another build of the server functions) and
+    ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``."""
 
     def __new__(
         cls,

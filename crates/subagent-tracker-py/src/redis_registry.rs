@@ -4,8 +4,6 @@
 //!
 //! Metadata and results cross processes as JSON.
 
-use std::time::Duration;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use subagent_tracker::TrackerConfig;
@@ -23,8 +21,9 @@ use crate::runtime::{block_on, MadeIn};
 use crate::token::Tokens;
 
 /// Sessions kept in Redis; this process is one worker among those connected. Raises `ValueError` for what
-/// retrying cannot fix (a URL that is not Redis's, a database the server lacks, a password it wants or refuses,
-/// a key prefix used by other data, another build of the server functions).
+/// retrying cannot fix (a lease shorter than 3 ms, a reconcile interval or timeout shorter than 1 ms, a URL that
+/// is not Redis's, a database the server lacks, a password it wants or refuses, a key prefix used by other data,
+/// another build of the server functions).
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct RedisRegistry {
     calls: RegistryCalls,
@@ -61,13 +60,13 @@ pub(crate) fn connect_options(
         options = options.with_worker_id(&*worker_id.0);
     }
     if let Some(lease) = lease {
-        options = options.with_lease(lease.0.max(Duration::from_millis(3)));
+        options = options.with_lease(lease.0);
     }
     if let Some(interval) = reconcile_interval {
-        options = options.with_reconcile_interval(interval.0.max(Duration::from_millis(1)));
+        options = options.with_reconcile_interval(interval.0);
     }
     if let Some(timeout) = timeout {
-        options = options.with_timeout(timeout.0.max(Duration::from_millis(1)));
+        options = options.with_timeout(timeout.0);
     }
     if let Some(session_ttl) = session_ttl {
         options = options.with_session_ttl(session_ttl.0);

@@ -24,7 +24,7 @@ pub use events::RedisEventSubscription;
 pub use handle::RedisTaskHandle;
 pub use options::{
     RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_RECONCILE_INTERVAL,
-    DEFAULT_SESSION_TTL, DEFAULT_TIMEOUT,
+    DEFAULT_SESSION_TTL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_LEASE,
 };
 pub use registry::{RedisRegistry, LEASE_LOST_REASON, ORPHANED_RUN_ERROR, WORKER_LOST_ERROR};
 pub use session::RedisSession;

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::RedisTrackerError;
+
 /// How often a worker compares the tasks it runs with Redis by default, so that a lost cancel notification
 /// delays a cancel by at most this long.
 pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(2);
@@ -20,6 +22,13 @@ pub const DEFAULT_SESSION_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The prefix of every key and channel by default.
 pub const DEFAULT_KEY_PREFIX: &str = "subagent-tracker:";
+
+/// The shortest lease: it is renewed three times per lease, and a renewal needs a millisecond at least.
+pub const MIN_LEASE: Duration = Duration::from_millis(3);
+
+/// The shortest reconcile interval and call timeout: the registry's clocks count whole milliseconds, so anything
+/// shorter would be a busy loop, or a call that fails before it is sent.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(1);
 
 /// Settings of a [`RedisRegistry`](crate::RedisRegistry), built with chained setters.
 #[derive(Clone, Debug)]
@@ -93,5 +102,78 @@ impl RedisOptions {
     pub fn with_key_prefix(mut self, key_prefix: impl Into<String>) -> Self {
         self.key_prefix = key_prefix.into();
         self
+    }
+
+    /// Checks the settings before anything connects: a lease of at least [`MIN_LEASE`], a reconcile interval
+    /// and a timeout of at least [`MIN_INTERVAL`] (a session TTL may be zero: idle sessions go at the next
+    /// sweep), and a key prefix without `{` or `}`, since a session's id is its keys' hash tag.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::InvalidOption`] naming the first setting refused and what it must be.
+    pub fn check(&self) -> Result<(), RedisTrackerError> {
+        let at_least = |name: &str, value: Duration, minimum: Duration| {
+            if value < minimum {
+                return Err(RedisTrackerError::InvalidOption(
+                    format!(
+                        "{name} must be at least {} seconds, got {}",
+                        minimum.as_secs_f64(),
+                        value.as_secs_f64()
+                    )
+                    .into(),
+                ));
+            }
+            Ok(())
+        };
+        at_least("lease", self.lease, MIN_LEASE)?;
+        at_least("reconcile_interval", self.reconcile_interval, MIN_INTERVAL)?;
+        at_least("timeout", self.timeout, MIN_INTERVAL)?;
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(RedisTrackerError::InvalidOption(
+                "key_prefix must not contain '{' or '}': the session's id is the keys' hash tag"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(options: &RedisOptions) -> String {
+        match options.check() {
+            Err(RedisTrackerError::InvalidOption(message)) => message.into_owned(),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn settings_too_short_to_act_on_are_refused_by_name() {
+        let defaults = RedisOptions::default();
+        assert!(defaults.check().is_ok());
+        assert_eq!(
+            refusal(&defaults.clone().with_lease(Duration::from_millis(2))),
+            "lease must be at least 0.003 seconds, got 0.002"
+        );
+        assert_eq!(
+            refusal(&defaults.clone().with_reconcile_interval(Duration::ZERO)),
+            "reconcile_interval must be at least 0.001 seconds, got 0"
+        );
+        assert_eq!(
+            refusal(&defaults.clone().with_timeout(Duration::from_micros(999))),
+            "timeout must be at least 0.001 seconds, got 0.000999"
+        );
+        assert!(refusal(&defaults.clone().with_key_prefix("app{1}:")).contains("must not contain"));
+    }
+
+    #[test]
+    fn the_shortest_settings_pass() {
+        let shortest = RedisOptions::default()
+            .with_lease(MIN_LEASE)
+            .with_reconcile_interval(MIN_INTERVAL)
+            .with_timeout(MIN_INTERVAL)
+            .with_session_ttl(Duration::ZERO);
+        assert!(shortest.check().is_ok());
     }
 }

@@ -204,13 +204,7 @@ impl RedisRegistry {
     /// # Panics
     /// Outside a tokio runtime.
     pub async fn connect(url: &str, options: RedisOptions) -> Result<Self, RedisTrackerError> {
-        if options.key_prefix.contains(['{', '}']) {
-            // A session's hash tag is the first `{...}` of its keys: the prefix must not hold one.
-            return Err(RedisTrackerError::InvalidOption(
-                "key_prefix must not contain '{' or '}': the session's id is the keys' hash tag"
-                    .into(),
-            ));
-        }
+        options.check()?;
         let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
         validate_task_id("worker_id", &id)?;
         let client = redis::Client::open(url).map_err(|error| configuration_error(url, &error))?;

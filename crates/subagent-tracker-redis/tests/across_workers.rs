@@ -1011,3 +1011,18 @@ async fn listings_merge_unfinished_and_finished_runs_in_start_order() {
     assert!(session.pending().await.unwrap().is_empty());
     drop((c, b_again, d));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settings_too_short_to_act_on_are_refused_before_connecting() {
+    // Port 1 has no server: a refusal that came after trying to connect would be `Unavailable`.
+    let refused = RedisRegistry::connect(
+        "redis://127.0.0.1:1/0",
+        RedisOptions::default().with_lease(Duration::ZERO),
+    )
+    .await;
+    assert!(
+        matches!(&refused, Err(RedisTrackerError::InvalidOption(message)) if message.starts_with("lease must be at least")),
+        "{:?}",
+        refused.err()
+    );
+}
