@@ -54,6 +54,8 @@ def test_sessions_tasks_and_one_task_are_listed_with_their_state(
             "root": "completed",
             "a/1": "running",
         }
+        # The page takes the pending rule from the views, never from a copy of its own.
+        assert {task["task_id"]: task["pending"] for task in listed["tasks"]} == {"root": False, "a/1": True}
         one = client.get("/api/sessions/team%2Falpha/tasks/a%2F1").json()
         assert (one["parent_id"], one["agent"], one["progress"], one["finished"]) == (
             "root",

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+import subagent_tracker._native
 from subagent_tracker import Session, SubagentStatus
 
 
@@ -28,6 +29,15 @@ def test_status_is_an_enum_with_lowercase_values() -> None:
         "cancelled",
     ]
     assert SubagentStatus["CANCELLED"] is SubagentStatus("cancelled") is SubagentStatus.CANCELLED
+
+
+def test_pending_and_terminal_are_the_cores_rule_and_split_the_statuses() -> None:
+    pending = [status.value for status in SubagentStatus if status.is_pending]
+    terminal = [status.value for status in SubagentStatus if status.is_terminal]
+    assert pending == ["queued", "running"]
+    assert terminal == ["completed", "failed", "cancelled"]
+    # Python holds no copy of the rule: it asks the core.
+    assert tuple(pending) == subagent_tracker._native._PENDING_STATUSES
 
 
 def test_a_task_runs_then_completes_with_its_result(session: Session) -> None:

@@ -24,6 +24,7 @@ __all__ = [
     "ORPHANED_RUN_ERROR",
     "WORKER_LOST_ERROR",
     "_EVENT_STREAM_BUSY",
+    "_PENDING_STATUSES",
     "AsyncRedisRegistry",
     "AsyncRedisSession",
     "AsyncRedisTaskHandle",
@@ -80,6 +81,7 @@ WORKER_LOST_ERROR: Final[str]
 LEASE_LOST_REASON: Final[str]
 ORPHANED_RUN_ERROR: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
+_PENDING_STATUSES: Final[tuple[str, ...]]
 
 @final
 class Ready(Generic[_T]):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import enum
 
+from subagent_tracker._native import _PENDING_STATUSES
+
 
 class SubagentStatus(str, enum.Enum):
     """Where a subagent task stands: ``QUEUED`` from a reservation until a runner claims it, ``RUNNING`` from
@@ -28,5 +30,6 @@ class SubagentStatus(str, enum.Enum):
 
     @property
     def is_pending(self) -> bool:
-        """True for ``QUEUED`` and ``RUNNING``, the statuses a cancel moves to ``CANCELLED``."""
-        return self in (SubagentStatus.QUEUED, SubagentStatus.RUNNING)
+        """True for ``QUEUED`` and ``RUNNING``, the statuses a cancel moves to ``CANCELLED``: the core's rule,
+        which this reads rather than repeats."""
+        return self.value in _PENDING_STATUSES

@@ -63,6 +63,16 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The core's rule of which statuses are pending, for the Python enum and the dashboard's views.
+    let pending: Vec<&str> = subagent_tracker::SubagentStatus::ALL
+        .into_iter()
+        .filter(|status| status.is_pending())
+        .map(subagent_tracker::SubagentStatus::as_str)
+        .collect();
+    module.add(
+        "_PENDING_STATUSES",
+        pyo3::types::PyTuple::new(module.py(), pending)?,
+    )?;
     module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
     module.add("MAX_SECONDS", subagent_tracker::MAX_SECONDS)?;
     module.add(

@@ -24,11 +24,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from subagent_tracker._errors import RegistryUnavailableError
 from subagent_tracker._native import SubagentTask
+from subagent_tracker._protocols import SessionProtocol
 from subagent_tracker._status import SubagentStatus
 from subagent_tracker.dashboard._security import Guard
 from subagent_tracker.dashboard._views import (
     RegistryLike,
-    SessionLike,
     pending_in_subtree,
     session_view,
     task_view,
@@ -66,13 +66,13 @@ class Dashboard:
 
     # --- reading the registry (in a worker thread: a Redis registry blocks on the network)
 
-    async def session(self, session_id: str) -> SessionLike:
+    async def session(self, session_id: str) -> SessionProtocol:
         session = await run_in_threadpool(self.registry.get_session, session_id)
         if session is None:
             raise _Problem(404, f"no session {session_id!r}")
         return session  # type: ignore[no-any-return]
 
-    async def tasks(self, session: SessionLike) -> list[SubagentTask]:
+    async def tasks(self, session: SessionProtocol) -> list[SubagentTask]:
         return await run_in_threadpool(session.subagent_tasks)
 
     async def sessions(self) -> list[dict[str, Any]]:
@@ -106,7 +106,7 @@ class Dashboard:
         # In a worker thread: for 10,000 tasks, views and JSON take tens of milliseconds.
         return await run_in_threadpool(self._listing, session)
 
-    def _listing(self, session: SessionLike) -> Response:
+    def _listing(self, session: SessionProtocol) -> Response:
         tasks = session.subagent_tasks()
         return JSONResponse(
             {"now": time.time(), "session_id": session.session_id, "tasks": self.views(tasks)}
@@ -141,7 +141,7 @@ class Dashboard:
         body = await run_in_threadpool(generate_latest, self.watch.metrics.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    async def _task(self, session: SessionLike, task_id: str) -> SubagentTask:
+    async def _task(self, session: SessionProtocol, task_id: str) -> SubagentTask:
         task = await run_in_threadpool(session.subagent_task, task_id)
         if task is None:
             raise _Problem(404, f"no task {task_id!r} in session {session.session_id!r}")
@@ -158,7 +158,7 @@ class Dashboard:
             headers={"cache-control": "no-store", "x-accel-buffering": "no"},
         )
 
-    async def _stream(self, request: Request, session: SessionLike | None) -> AsyncIterator[str]:
+    async def _stream(self, request: Request, session: SessionProtocol | None) -> AsyncIterator[str]:
         feed = self.watch.subscribe(session.session_id) if session is not None else None
         overview = await self._overview_message()
         try:
@@ -188,7 +188,7 @@ class Dashboard:
             if feed is not None:
                 self.watch.unsubscribe(feed)
 
-    async def _feed_message(self, feed: PageFeed, session: SessionLike) -> str | None:
+    async def _feed_message(self, feed: PageFeed, session: SessionProtocol) -> str | None:
         feed.wake.clear()
         if feed.gone:
             return _event("gone", {"session_id": session.session_id})
@@ -207,13 +207,13 @@ class Dashboard:
     # Messages are built in a worker thread: for 10,000 tasks, views and JSON take tens of milliseconds that
     # the event loop would otherwise stall for.
 
-    def _snapshot_message(self, session: SessionLike) -> str:
+    def _snapshot_message(self, session: SessionProtocol) -> str:
         tasks = session.subagent_tasks()
         return _event(
             "snapshot", {"now": time.time(), "session_id": session.session_id, "tasks": self.views(tasks)}
         )
 
-    def _changes_message(self, session: SessionLike, changed: set[str]) -> str:
+    def _changes_message(self, session: SessionProtocol, changed: set[str]) -> str:
         """The changed tasks' snapshots; those no longer retained are listed as `removed`."""
         if len(changed) > _LIST_BEYOND:
             tasks = [task for task in session.subagent_tasks() if task.task_id in changed]

@@ -40,18 +40,6 @@ _ALWAYS = (
 _DETAILS = ("metadata", "result", "error")
 
 
-class SessionLike(Protocol):
-    """What the dashboard needs of a session: ``Session`` and ``RedisSession`` both have it."""
-
-    @property
-    def session_id(self) -> str: ...
-    def subagent_task(self, task_id: str) -> SubagentTask | None: ...
-    def subagent_tasks(self) -> list[SubagentTask]: ...
-    def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool: ...
-    def cancel(self, reason: str | None = None) -> int: ...
-    def events(self) -> Any: ...
-
-
 class RegistryLike(Protocol):
     """What the dashboard needs of a registry: ``Registry`` and ``RedisRegistry`` both have it."""
 
@@ -62,6 +50,8 @@ class RegistryLike(Protocol):
 def task_view(task: SubagentTask, details: bool) -> dict[str, Any]:
     view: dict[str, Any] = {name: getattr(task, name) for name in _ALWAYS}
     view["status"] = task.status.value
+    # The page takes which statuses are pending from here, so that the rule lives in the core alone.
+    view["pending"] = task.status.is_pending
     if details:
         for name in _DETAILS:
             view[name] = _jsonable(getattr(task, name))

@@ -96,7 +96,8 @@
   const enc = encodeURIComponent;
   const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
   const serverNow = () => Date.now() / 1000 + state.clockOffset;
-  const isPending = (task) => task.status === "queued" || task.status === "running";
+  // The server says which tasks are pending (the core's rule), so the page never repeats it.
+  const isPending = (task) => task.pending === true;
   const hasDetails = (task) => DETAIL_KEYS.some((key) => key in task);
   const isTask = (item) => item !== null && typeof item === "object" && typeof item.task_id === "string";
   const countText = (n, noun) => `${n.toLocaleString("en")} ${noun}`;
