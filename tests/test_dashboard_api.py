@@ -46,6 +46,7 @@ def test_sessions_tasks_and_one_task_are_listed_with_their_state(
             {
                 "session_id": "team/alpha",
                 "counts": {"queued": 0, "running": 1, "completed": 1, "failed": 0, "cancelled": 0},
+                "pending": 1,
                 "total": 2,
             }
         ]

@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 import subagent_tracker._native
+import subagent_tracker._status
 from subagent_tracker import Session, SubagentStatus
 
 
@@ -38,6 +39,12 @@ def test_pending_and_terminal_are_the_cores_rule_and_split_the_statuses() -> Non
     assert terminal == ["completed", "failed", "cancelled"]
     # Python holds no copy of the rule: it asks the core.
     assert tuple(pending) == subagent_tracker._native._PENDING_STATUSES
+
+
+def test_is_pending_reads_the_cores_rule_rather_than_a_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(subagent_tracker._status, "_PENDING_STATUSES", ("queued",))
+    assert SubagentStatus.QUEUED.is_pending
+    assert not SubagentStatus.RUNNING.is_pending
 
 
 def test_a_task_runs_then_completes_with_its_result(session: Session) -> None:

@@ -199,7 +199,7 @@ class Orchestrator:
     def render(self) -> str:
         tasks = self.session.subagent_tasks()
         counts = Counter(task.status for task in tasks)
-        pending = [task for task in tasks if task.status is SubagentStatus.RUNNING]
+        pending = [task for task in tasks if task.status.is_pending]
         stopping = sum(1 for task in tasks if task.status is SubagentStatus.CANCELLED and not task.finished)
         width = 40
         lines = [

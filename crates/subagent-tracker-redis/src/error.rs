@@ -20,9 +20,9 @@ pub enum RedisTrackerError {
         #[source]
         source: redis::RedisError,
     },
-    /// A setting that cannot work (a URL that does not parse or names no database, a password the server
-    /// refuses, a key prefix that other data uses, another build of the server functions), and why. Retrying
-    /// cannot help.
+    /// A setting that cannot work (one that [`RedisOptions::check`](crate::RedisOptions::check) refuses, a URL
+    /// that does not parse or names no database, a password the server refuses, a key prefix that other data
+    /// uses, another build of the server functions), and why. Retrying cannot help.
     #[error("{0}")]
     InvalidOption(Cow<'static, str>),
     /// The server answered something this crate did not send for (a different version of its functions).

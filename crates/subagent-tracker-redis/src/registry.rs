@@ -196,9 +196,9 @@ impl RedisRegistry {
     /// the worker: its notification listener and its reconcile timer, on the current tokio runtime.
     ///
     /// # Errors
-    /// [`RedisTrackerError::InvalidOption`] for what retrying cannot fix: a URL that does not parse, a database
-    /// the server does not have, a password it refuses or wants, a key prefix with braces or used by other
-    /// data, another build of the server functions; [`RedisTrackerError::Unavailable`] when the server cannot
+    /// [`RedisTrackerError::InvalidOption`] for what retrying cannot fix: settings that [`RedisOptions::check`]
+    /// refuses (before anything connects), a URL that does not parse, a database the server does not have, a
+    /// password it refuses or wants, a key prefix used by other data, another build of the server functions; [`RedisTrackerError::Unavailable`] when the server cannot
     /// be reached within the timeout.
     ///
     /// # Panics
@@ -652,7 +652,7 @@ impl Worker {
             .arg(&*self.process)
             .arg("NX")
             .arg("PX")
-            .arg(round.as_millis().max(1).to_string())
+            .arg(round.as_millis().to_string())
             .query_async(&mut connection)
             .await?;
         if lock_held.is_none() {

@@ -59,10 +59,11 @@ def task_view(task: SubagentTask, details: bool) -> dict[str, Any]:
 
 
 def session_view(session_id: str, tasks: Iterable[SubagentTask]) -> dict[str, Any]:
-    counts = Counter(task.status.value for task in tasks)
+    counts = Counter(task.status for task in tasks)
     return {
         "session_id": session_id,
-        "counts": {status.value: counts.get(status.value, 0) for status in SubagentStatus},
+        "counts": {status.value: counts.get(status, 0) for status in SubagentStatus},
+        "pending": sum(count for status, count in counts.items() if status.is_pending),
         "total": sum(counts.values()),
     }
 

@@ -1040,8 +1040,7 @@
   // Once loaded, the stream's model is fresher than the once-a-second counts.
   function pendingInSelectedSession() {
     if (state.loaded) return model.pending.size;
-    const counts = state.sessions.find((s) => s.session_id === state.selected)?.counts || {};
-    return (Number(counts.queued) || 0) + (Number(counts.running) || 0);
+    return Number(state.sessions.find((s) => s.session_id === state.selected)?.pending) || 0;
   }
 
   async function cancelSession() {
