@@ -86,6 +86,13 @@ class AwaitableSession:
     def session_id(self) -> str:
         return self.session.session_id
 
+    @property
+    def max_finished_tasks(self) -> int:
+        return self.session.max_finished_tasks
+
+    async def is_closed(self) -> bool:
+        return self.session.closed
+
     async def start_subagent_task(
         self,
         task_id: str | None = None,

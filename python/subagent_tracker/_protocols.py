@@ -56,10 +56,18 @@ class AsyncTaskHandleProtocol(Protocol):
 
 @runtime_checkable
 class SessionProtocol(Protocol):
-    """A session's blocking API: ``Session`` (in memory) and ``RedisSession`` (across processes)."""
+    """A session's blocking API: ``Session`` (in memory) and ``RedisSession`` (across processes).
+
+    ``max_finished_tasks`` is fixed for the session's life, so reading it never waits; ``is_closed()`` is a
+    method because on Redis it is a round trip (another process may close the session). ``with session:``
+    closes an in-memory session when the block is left; a Redis session is shared by other processes, so
+    leaving the block closes nothing there: call ``close()`` to close it for every process."""
 
     @property
     def session_id(self) -> str: ...
+    @property
+    def max_finished_tasks(self) -> int: ...
+    def is_closed(self) -> bool: ...
     def start_subagent_task(
         self,
         task_id: str | None = None,
@@ -118,6 +126,8 @@ class SessionProtocol(Protocol):
         linked: Iterable[CancellationToken] | None = None,
     ) -> SpawnedSubagent: ...
     def events(self) -> EventStream: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, exception_type: Any, exception: Any, traceback: Any, /) -> Any: ...
 
 
 @runtime_checkable
@@ -127,6 +137,9 @@ class AsyncSessionProtocol(Protocol):
 
     @property
     def session_id(self) -> str: ...
+    @property
+    def max_finished_tasks(self) -> int: ...
+    def is_closed(self) -> Awaitable[bool]: ...
     def start_subagent_task(
         self,
         task_id: str | None = None,

@@ -169,10 +169,16 @@ class Session(_NativeSession):
         """
         return EventStream(self._subscribe())
 
+    def is_closed(self) -> bool:
+        """Whether the session is closed: ``closed``, as the method that a ``RedisSession`` has too (where it
+        is a round trip)."""
+        return self.closed
+
     def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *_exception: object) -> None:
+        """Leaving ``with session:`` closes the session: it lives in this process alone."""
         self.close()
 
 

@@ -321,6 +321,18 @@ impl AsyncRedisSession {
         self.calls.close(py, reason)
     }
 
+    /// How many finished tasks the session keeps (a session that existed keeps its own bound). Fixed for
+    /// the incarnation: reading it never touches the network.
+    #[getter]
+    fn max_finished_tasks(&self) -> usize {
+        self.calls.max_finished_tasks()
+    }
+
+    /// An awaitable of whether the session is closed, by any process, or its incarnation has ended.
+    fn is_closed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.is_closed(py)
+    }
+
     /// A snapshot of one retained task, or None.
     fn subagent_task<'py>(
         &self,

@@ -342,12 +342,33 @@ impl SessionCalls {
         )
     }
 
+    pub(crate) fn is_closed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.is_closed().await },
+            |py, closed| object(py, closed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn max_finished_tasks(&self) -> usize {
+        self.session.max_finished_tasks()
+    }
+
     pub(crate) fn task<'py>(
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        get_task(py, &self.session, self.made_in, self.delivery, task_id.0)
+        get_task(
+            py,
+            &self.session,
+            self.made_in,
+            self.delivery,
+            task_id.0,
+            None,
+        )
     }
 
     pub(crate) fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -420,19 +441,25 @@ impl SessionCalls {
     }
 }
 
-/// A snapshot of one retained task, or None.
+/// A snapshot of one retained task (of run `run` alone, when given), or None.
 fn get_task<'py>(
     py: Python<'py>,
     session: &CoreSession,
     made_in: MadeIn,
     delivery: Delivery,
     task_id: Arc<str>,
+    run: Option<Arc<str>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let session = session.clone();
     delivery.deliver(
         py,
         made_in,
-        async move { session.get(&task_id).await },
+        async move {
+            match run {
+                Some(run) => session.get_run(&task_id, &run).await,
+                None => session.get(&task_id).await,
+            }
+        },
         |py, task| match task.map_err(|error| redis_error(py, error))? {
             Some(task) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
             None => Ok(py.None()),
@@ -446,6 +473,8 @@ pub(crate) struct HandleCalls {
     handle: Arc<tokio::sync::Mutex<CoreHandle>>,
     session: CoreSession,
     pub(crate) task_id: Arc<str>,
+    /// The run this handle runs: its snapshot is of that run alone.
+    run: Arc<str>,
     pub(crate) session_id: String,
     pub(crate) token: Py<CancellationToken>,
     made_in: MadeIn,
@@ -462,6 +491,7 @@ impl HandleCalls {
     ) -> PyResult<HandleCalls> {
         Ok(HandleCalls {
             task_id: Arc::from(handle.task_id()),
+            run: Arc::from(handle.run()),
             session_id: handle.session_id().to_owned(),
             token: Py::new(py, CancellationToken::new(handle.token()))?,
             handle: Arc::new(tokio::sync::Mutex::new(handle)),
@@ -569,6 +599,7 @@ impl HandleCalls {
             self.made_in,
             self.delivery,
             self.task_id.clone(),
+            Some(self.run.clone()),
         )
     }
 }

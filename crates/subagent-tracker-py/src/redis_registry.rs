@@ -323,6 +323,18 @@ impl RedisSession {
         self.calls.close(py, reason)
     }
 
+    /// How many finished tasks the session keeps (a session that existed keeps its own bound). Fixed for
+    /// the incarnation: reading it never touches the network.
+    #[getter]
+    fn max_finished_tasks(&self) -> usize {
+        self.calls.max_finished_tasks()
+    }
+
+    /// Whether the session is closed, by any process, or its incarnation has ended. One round trip.
+    fn is_closed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.is_closed(py)
+    }
+
     /// A snapshot of one retained task, or None.
     fn subagent_task<'py>(
         &self,
@@ -386,6 +398,22 @@ impl RedisSession {
 
     fn __repr__(&self) -> String {
         format!("RedisSession(session_id={:?})", self.calls.session_id())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Leaving `with session:` closes nothing: other processes share the session, so only `close()` closes
+    /// it, for all of them.
+    #[pyo3(signature = (_exception_type, _exception, _traceback))]
+    fn __exit__(
+        &self,
+        _exception_type: &Bound<'_, PyAny>,
+        _exception: &Bound<'_, PyAny>,
+        _traceback: &Bound<'_, PyAny>,
+    ) -> bool {
+        false
     }
 }
 

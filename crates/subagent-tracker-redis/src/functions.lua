@@ -720,15 +720,17 @@ local function remove_session(base, session_key)
   redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'events', base .. 'timers')
 end
 
--- {incarnation, closed ("1" or "0"), unfinished task count} of the session under `session_key`, or {} for none.
+-- {incarnation, closed ("1" or "0"), unfinished task count, max_finished} of the session under `session_key`, or
+-- {} for none.
 local function session_state(session_key)
-  local inc = redis.call('HGET', session_key, 'inc')
-  if not inc then return {} end
+  local state = redis.call('HMGET', session_key, 'inc', 'closed', 'max')
+  if not state[1] then return {} end
   local unfinished = redis.call('ZCARD', base_of(session_key) .. 'live')
-  return { inc, tostring(redis.call('HEXISTS', session_key, 'closed')), tostring(unfinished) }
+  return { state[1], state[2] and '1' or '0', tostring(unfinished), state[3] }
 end
 
--- stv2_session(session_key): {incarnation, closed ("1" or "0"), unfinished task count}, or {} for no session.
+-- stv2_session(session_key): {incarnation, closed ("1" or "0"), unfinished task count, max_finished}, or {} for no
+-- session.
 local function st_session(keys)
   return session_state(keys[1])
 end

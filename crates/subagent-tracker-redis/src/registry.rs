@@ -35,7 +35,9 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use subagent_tracker::{generate_id, validate_task_id, CancelCause, TrackerConfig};
+use subagent_tracker::{
+    generate_id, validate_task_id, CancelCause, TrackerConfig, DEFAULT_EVENT_BUFFER,
+};
 use tokio::task::JoinHandle;
 
 use crate::mirrors::Mirrors;
@@ -301,6 +303,11 @@ impl RedisRegistry {
             }
             None => Arc::from(generate_id()),
         };
+        if config.event_buffer != DEFAULT_EVENT_BUFFER {
+            return Err(RedisTrackerError::InvalidOption(
+                EVENT_BUFFER_REFUSED.into(),
+            ));
+        }
         let key = self.worker.keys.session(&session_id);
         let max = config.max_finished_tasks.to_string();
         let state: Vec<String> = store::call(
@@ -310,14 +317,14 @@ impl RedisRegistry {
             &[&max],
         )
         .await?;
-        let [incarnation, _closed, _unfinished] = session_state(state)?
+        let state = session_state(state)?
             .ok_or_else(|| RedisTrackerError::Protocol(Arc::from("stv2_touch")))?;
         self.worker.index_session(&session_id).await?;
         Ok(RedisSession::new(
             self.worker.clone(),
             session_id,
             key,
-            incarnation,
+            &state,
         ))
     }
 
@@ -335,9 +342,12 @@ impl RedisRegistry {
         let state: Vec<String> =
             store::call(&mut self.worker.connection.clone(), "session", &[&key], &[]).await?;
         Ok(match session_state(state)? {
-            Some([incarnation, closed, unfinished]) if closed == "0" || unfinished != "0" => Some(
-                RedisSession::new(self.worker.clone(), Arc::from(session_id), key, incarnation),
-            ),
+            Some(state) if state.is_live() => Some(RedisSession::new(
+                self.worker.clone(),
+                Arc::from(session_id),
+                key,
+                &state,
+            )),
             _ => None,
         })
     }
@@ -364,8 +374,7 @@ impl RedisRegistry {
             let states: Vec<Result<Vec<String>, _>> =
                 store::call_each(&mut connection, "session", &calls).await?;
             for (session_id, state) in chunk.iter().zip(states) {
-                if matches!(session_state(state?)?, Some([_, closed, unfinished]) if closed == "0" || unfinished != "0")
-                {
+                if session_state(state?)?.is_some_and(|state| state.is_live()) {
                     live.push(session_id.clone());
                 }
             }
@@ -375,15 +384,42 @@ impl RedisRegistry {
     }
 }
 
-/// A session's `{incarnation, closed, unfinished}` as the functions give it; `None` for no session.
-fn session_state(state: Vec<String>) -> Result<Option<[String; 3]>, RedisTrackerError> {
+/// Why `RedisRegistry::session` refuses an `event_buffer` other than the default.
+pub const EVENT_BUFFER_REFUSED: &str = "event_buffer does not apply to a Redis session: its events wait in \
+     the session's stream in Redis (about the last 10,000), not in a buffer per subscriber; leave it unset";
+
+/// A session's state as `stv2_session` and `stv2_touch` give it.
+pub(crate) struct SessionState {
+    /// The incarnation: the session's first run number.
+    pub(crate) incarnation: String,
+    pub(crate) closed: bool,
+    pub(crate) unfinished: u64,
+    /// The retention bound the incarnation was made with.
+    pub(crate) max_finished_tasks: usize,
+}
+
+impl SessionState {
+    /// A session is live until it is closed with every task finished: then it has left.
+    pub(crate) fn is_live(&self) -> bool {
+        !self.closed || self.unfinished != 0
+    }
+}
+
+/// A session's state from the functions' `{incarnation, closed, unfinished, max_finished}`; `None` for no
+/// session.
+pub(crate) fn session_state(state: Vec<String>) -> Result<Option<SessionState>, RedisTrackerError> {
+    let malformed = || RedisTrackerError::Protocol(Arc::from("a session's state"));
     if state.is_empty() {
         return Ok(None);
     }
-    state
-        .try_into()
-        .map(Some)
-        .map_err(|_| RedisTrackerError::Protocol(Arc::from("a session's state")))
+    let [incarnation, closed, unfinished, max]: [String; 4] =
+        state.try_into().map_err(|_| malformed())?;
+    Ok(Some(SessionState {
+        incarnation,
+        closed: closed == "1",
+        unfinished: unfinished.parse().map_err(|_| malformed())?,
+        max_finished_tasks: max.parse().map_err(|_| malformed())?,
+    }))
 }
 
 impl Worker {

@@ -10,7 +10,7 @@ use subagent_tracker::{
 };
 
 use crate::mirrors::Mirror;
-use crate::registry::{RunKey, SessionCall, Worker};
+use crate::registry::{session_state, RunKey, SessionCall, SessionState, Worker};
 use crate::store::{self, TaskFields};
 use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
 
@@ -34,6 +34,7 @@ pub struct RedisSession {
     key: Arc<str>,
     /// The incarnation this object belongs to (the session's first run number).
     incarnation: Arc<str>,
+    max_finished_tasks: usize,
     /// The in-memory mirror of this worker's runs in the session: their tokens.
     mirror: Arc<Mirror>,
 }
@@ -70,14 +71,15 @@ impl RedisSession {
         worker: Arc<Worker>,
         session_id: Arc<str>,
         key: String,
-        incarnation: String,
+        state: &SessionState,
     ) -> RedisSession {
         let mirror = worker.mirrors.use_session(&session_id);
         RedisSession {
             worker,
             session_id,
             key: Arc::from(key),
-            incarnation: Arc::from(incarnation),
+            incarnation: Arc::from(state.incarnation.as_str()),
+            max_finished_tasks: state.max_finished_tasks,
             mirror,
         }
     }
@@ -86,6 +88,32 @@ impl RedisSession {
     #[must_use]
     pub fn session_id(&self) -> &Arc<str> {
         &self.session_id
+    }
+
+    /// How many finished tasks the session keeps: the bound its incarnation was made with (a session that
+    /// existed keeps its own). Fixed for the incarnation, so reading it never touches the network.
+    #[must_use]
+    pub fn max_finished_tasks(&self) -> usize {
+        self.max_finished_tasks
+    }
+
+    /// Whether this object's incarnation is closed: closed by any process, or ended (closed and drained with
+    /// its id opened again, swept, or lost with the server). One round trip.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn is_closed(&self) -> Result<bool, RedisTrackerError> {
+        let state: Vec<String> = store::call(
+            &mut self.worker.connection.clone(),
+            "session",
+            &[&self.key],
+            &[],
+        )
+        .await?;
+        Ok(match session_state(state)? {
+            Some(state) => state.closed || *state.incarnation != *self.incarnation,
+            None => true,
+        })
     }
 
     /// True when this and `other` are the same incarnation of a session seen through the same registry.
@@ -588,6 +616,26 @@ impl RedisSession {
             .transition("get", &[&self.incarnation, task_id])
             .await?;
         TaskFields::from_flat(fields)
+            .map(|fields| fields.snapshot(&self.session_id))
+            .transpose()
+    }
+
+    /// A snapshot of run `run` of task `task_id`, or `None` once that run is not retained: evicted, or
+    /// replaced by a later run of the id. A handle reads its own run this way, never a successor's.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn get_run(
+        &self,
+        task_id: &str,
+        run: &str,
+    ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        let fields: Vec<String> = self
+            .transition("get", &[&self.incarnation, task_id])
+            .await?;
+        TaskFields::from_flat(fields)
+            .filter(|fields| fields.is_run(run))
             .map(|fields| fields.snapshot(&self.session_id))
             .transpose()
     }

@@ -297,6 +297,11 @@ impl TaskFields {
         self.0.get(name).is_some_and(|value| value == "1")
     }
 
+    /// Whether these are the fields of run `run`.
+    pub(crate) fn is_run(&self, run: &str) -> bool {
+        self.0.get("run").is_some_and(|stored| stored == run)
+    }
+
     /// The snapshot these fields describe.
     pub(crate) fn snapshot(
         &self,
