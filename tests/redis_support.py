@@ -86,6 +86,18 @@ class RedisServer:
             connection.sendall((" ".join(command) + "\r\n").encode())
             return connection.recv(4096).split(b"\r\n")[0]
 
+    def cli(self, *command: str) -> list[str]:
+        """Runs one command through ``redis-cli`` and returns its answer's lines (``--raw``: a list of keys is
+        one per line)."""
+        answer = subprocess.run(
+            ["redis-cli", "-h", "127.0.0.1", "-p", str(self.port), "--raw", *command],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
+        return answer.stdout.splitlines()
+
     def stop(self) -> None:
         self.process.kill()
         self.process.wait(timeout=10)

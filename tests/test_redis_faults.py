@@ -19,6 +19,7 @@ from subagent_tracker import (
     LEASE_LOST_REASON,
     WORKER_LOST_ERROR,
     RedisRegistry,
+    RegistryProtocolError,
     RegistryUnavailableError,
     SubagentStatus,
 )
@@ -208,9 +209,11 @@ def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisSer
         "unreachable": f"redis://127.0.0.1:{free_port()}/0",
         "not redis": f"redis://127.0.0.1:{not_redis.port}/0",
     }
+    # A server that is down may come back; one that speaks another protocol is the wrong address.
+    expected = {"unreachable": RegistryUnavailableError, "not redis": ValueError}
     started = time.monotonic()
     try:
-        with pytest.raises(RegistryUnavailableError):
+        with pytest.raises(expected[describe], match=r"127\.0\.0\.1|unavailable"):
             RedisRegistry(urls[describe], timeout=0.5)
     finally:
         not_redis.close()
@@ -343,6 +346,42 @@ def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_se
     )
     assert reply == b"+OK"
     started = time.monotonic()
-    with pytest.raises(RegistryUnavailableError, match=r"(?i)noperm|permission"):
+    with pytest.raises(ValueError, match=r"may not run what the registry needs") as refused:
         RedisRegistry(f"redis://noscript:secret@127.0.0.1:{redis_server.port}/0", timeout=1)
+    assert not isinstance(refused.value, RegistryUnavailableError), "retrying cannot help"
     assert time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize(
+    ("state", "enter", "leave"),
+    [
+        ("OOM", ("CONFIG", "SET", "maxmemory", "1"), ("CONFIG", "SET", "maxmemory", "0")),
+        ("(?i)read ?only", ("REPLICAOF", "127.0.0.1", "{port}"), ("REPLICAOF", "NO", "ONE")),
+    ],
+)
+def test_a_server_that_cannot_write_for_now_is_unavailable_and_the_call_works_once_it_can(
+    redis_server: RedisServer, state: str, enter: tuple[str, ...], leave: tuple[str, ...]
+) -> None:
+    """Short of memory, or a replica (as a primary is for a moment during a failover): a retry may succeed, so
+    these stay ``RegistryUnavailableError``, which retry loops retry."""
+    session = RedisRegistry(redis_server.url, timeout=1).session("s")
+    assert redis_server.admin(*(part.format(port=free_port()) for part in enter)) == b"+OK"
+    try:
+        with pytest.raises(RegistryUnavailableError, match=state):
+            session.start_subagent_task("job")
+        assert session.subagent_task("job") is None, "reads still work, and nothing was written"
+    finally:
+        assert redis_server.admin(*leave) == b"+OK"
+    session.start_subagent_task("job").complete()
+
+
+def test_an_error_reply_the_store_does_not_know_is_a_protocol_error_never_retryable(
+    redis_server: RedisServer,
+) -> None:
+    session = RedisRegistry(redis_server.url, timeout=1).session("s")
+    session.start_subagent_task("job").complete()
+    (task_key,) = redis_server.cli("KEYS", "*t:job")
+    assert redis_server.cli("SET", task_key, "not a hash") == ["OK"]
+    with pytest.raises(RegistryProtocolError, match="WRONGTYPE") as refused:
+        session.subagent_task("job")
+    assert not isinstance(refused.value, ConnectionError), "nothing tells callers to retry"

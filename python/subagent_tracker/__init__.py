@@ -28,6 +28,7 @@ from subagent_tracker._checkpoints import (
 )
 from subagent_tracker._errors import (
     DuplicateTaskError,
+    RegistryProtocolError,
     RegistryUnavailableError,
     SessionClosedError,
     SubagentTrackerError,
@@ -110,6 +111,7 @@ __all__ = [
     "RedisSession",
     "RedisTaskHandle",
     "Registry",
+    "RegistryProtocolError",
     "RegistryUnavailableError",
     "Session",
     "SessionClosedError",

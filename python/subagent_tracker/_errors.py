@@ -52,5 +52,12 @@ class SessionClosedError(SubagentTrackerError):
 
 
 class RegistryUnavailableError(SubagentTrackerError, ConnectionError):
-    """Redis could not be reached, or did not answer within the registry's timeout. Runners keep running and
-    their tokens keep working; the registry reconciles with Redis once it is back."""
+    """Redis could not be reached, did not answer within the registry's timeout, or answered that it cannot
+    serve now (``OOM``, ``READONLY``, ``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``BUSY``): a
+    retry may succeed. Runners keep running and their tokens keep working; the registry reconciles with Redis
+    once it is back."""
+
+
+class RegistryProtocolError(SubagentTrackerError):
+    """Redis answered something this package does not expect: an error reply it does not know, or a reply of
+    another shape. Retrying does not help; the message carries the server's answer."""

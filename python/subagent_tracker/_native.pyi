@@ -310,8 +310,11 @@ class RedisRegistry:
 
     Raises ``ValueError`` for what retrying cannot fix (a lease shorter than 3 ms, a reconcile interval or
     timeout shorter than 1 ms, a URL that is not Redis's, a database the server lacks, a password it wants or
-    refuses, a key prefix used by other data, another build of the server functions) and
-    ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``."""
+    refuses, a user it does not let run the functions, a server before Redis 7.0 or one that speaks another
+    protocol, a key prefix used by other data, another build of the server functions) and
+    ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``. Later calls raise
+    ``RegistryUnavailableError`` for what a retry may cure and ``RegistryProtocolError`` for an answer the
+    store does not expect."""
 
     def __new__(
         cls,

@@ -42,7 +42,7 @@ pub(crate) fn redis_error(
         RedisTrackerError::Tracker(error) => return tracker_error(py, error),
         RedisTrackerError::Unavailable { .. } => "RegistryUnavailableError",
         RedisTrackerError::InvalidOption(_) => return PyValueError::new_err(error.to_string()),
-        _ => return pyo3::exceptions::PyRuntimeError::new_err(error.to_string()),
+        _ => "RegistryProtocolError",
     };
     match error_class(py, class_name) {
         Ok(class) => PyErr::from_type(class, error.to_string()),

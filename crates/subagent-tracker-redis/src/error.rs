@@ -1,4 +1,4 @@
-//! Errors of the Redis store.
+//! Errors of the Redis store, and which of them a retry may cure.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -7,13 +7,22 @@ use subagent_tracker::TrackerError;
 
 /// Why a call on a Redis session failed. A call that returns an error has changed nothing in Redis, except
 /// [`Unavailable`](Self::Unavailable), after which the outcome is unknown until the next reconcile.
+///
+/// Each error the client or the server gives falls in one class (see `From<redis::RedisError>`):
+///
+/// | what happened | variant | retry? |
+/// |---|---|---|
+/// | connection refused, lost or timed out; `OOM`, `READONLY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `BUSY` | [`Unavailable`](Self::Unavailable) | yes |
+/// | a password wanted or refused (`NOAUTH`, `WRONGPASS`), a command the user may not run (`NOPERM`), a server without functions (before Redis 7) | [`InvalidOption`](Self::InvalidOption) | no: fix the set-up |
+/// | a rule of the contract (a function's refusal: `DUPLICATE`, `CLOSED`, ...) | [`Tracker`](Self::Tracker) | no |
+/// | any other error reply, or an answer of another shape | [`ServerError`](Self::ServerError), [`Protocol`](Self::Protocol) | no |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisTrackerError {
     /// The call broke a rule of the contract, exactly as the in-memory tracker would have refused it.
     #[error(transparent)]
     Tracker(#[from] TrackerError),
-    /// Redis could not be reached, or did not answer within the registry's timeout.
+    /// Redis could not be reached, did not answer within the registry's timeout, or said to try again later.
     #[error("the Redis registry is unavailable: {source}")]
     Unavailable {
         /// What the client reported.
@@ -22,16 +31,156 @@ pub enum RedisTrackerError {
     },
     /// A setting that cannot work (one that [`RedisOptions::check`](crate::RedisOptions::check) refuses, a URL
     /// that does not parse or names no database, a password the server refuses, a key prefix that other data
-    /// uses, another build of the server functions), and why. Retrying cannot help.
+    /// uses, another build of the server functions, a server or user that cannot run them), and why. Retrying
+    /// cannot help.
     #[error("{0}")]
     InvalidOption(Cow<'static, str>),
-    /// The server answered something this crate did not send for (a different version of its functions).
+    /// The server answered something this crate did not send for: an error it does not know, or a reply of a
+    /// different version of its functions. Retrying cannot help.
     #[error("unexpected answer from Redis: {0}")]
     Protocol(Arc<str>),
+    /// An error reply this crate does not expect (the functions' own refusals become
+    /// [`Tracker`](Self::Tracker) errors): a protocol error, like [`Protocol`](Self::Protocol). Retrying cannot
+    /// help.
+    #[error("Redis answered with an error this crate does not expect: {source}")]
+    ServerError {
+        /// The server's reply.
+        #[source]
+        source: redis::RedisError,
+    },
 }
+
+/// Server error codes of a state that passes: short of memory, loading, a replica or a primary cut off from its
+/// replicas, a slot moving or the cluster reconfiguring, or a script running too long.
+const RETRYABLE_CODES: &[&str] = &[
+    "OOM",
+    "READONLY",
+    "LOADING",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+    "MASTERDOWN",
+    "BUSY",
+];
 
 impl From<redis::RedisError> for RedisTrackerError {
     fn from(source: redis::RedisError) -> Self {
-        RedisTrackerError::Unavailable { source }
+        let code = source.code();
+        if code.is_some_and(|code| RETRYABLE_CODES.contains(&code))
+            || source.is_io_error()
+            || source.is_timeout()
+            || source.is_connection_dropped()
+            || source.is_connection_refusal()
+            || source.kind() == redis::ErrorKind::ClusterConnectionNotFound
+        {
+            return RedisTrackerError::Unavailable { source };
+        }
+        if let Some(problem) = set_up_problem(&source) {
+            return RedisTrackerError::InvalidOption(problem.into());
+        }
+        if code.is_some() {
+            return RedisTrackerError::ServerError { source };
+        }
+        RedisTrackerError::Protocol(Arc::from(source.to_string()))
+    }
+}
+
+/// What to fix when the server refuses a call for its set-up rather than for the call.
+fn set_up_problem(error: &redis::RedisError) -> Option<String> {
+    let detail = error.detail().unwrap_or_default();
+    match error.code()? {
+        "NOAUTH" | "WRONGPASS" => Some(format!(
+            "the Redis server refused to authenticate ({error}): give the password in the URL, as \
+             redis://:password@host:port/db or redis://user:password@host:port/db"
+        )),
+        "NOPERM" => Some(format!(
+            "the Redis user may not run what the registry needs ({error}): grant it FUNCTION, FCALL and the \
+             commands of its functions on the registry's keys"
+        )),
+        "ERR"
+            if detail.contains("unknown command")
+                && (detail.contains("FUNCTION") || detail.contains("FCALL")) =>
+        {
+            Some(format!(
+                "the Redis server has no functions ({error}): the registry needs Redis 7.0 or later"
+            ))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str, detail: &str) -> RedisTrackerError {
+        redis::make_extension_error(code.to_owned(), Some(detail.to_owned())).into()
+    }
+
+    #[test]
+    fn a_state_that_passes_is_unavailable() {
+        for code in RETRYABLE_CODES {
+            assert!(
+                matches!(
+                    server(code, "for now"),
+                    RedisTrackerError::Unavailable { .. }
+                ),
+                "{code}"
+            );
+        }
+        for kind in [
+            std::io::ErrorKind::ConnectionRefused,
+            std::io::ErrorKind::ConnectionReset,
+            std::io::ErrorKind::TimedOut,
+        ] {
+            let error: RedisTrackerError =
+                redis::RedisError::from(std::io::Error::new(kind, "gone")).into();
+            assert!(
+                matches!(error, RedisTrackerError::Unavailable { .. }),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_set_up_that_cannot_work_says_what_to_fix() {
+        for (code, detail, says) in [
+            ("NOAUTH", "Authentication required.", "password"),
+            ("WRONGPASS", "invalid username-password pair", "password"),
+            (
+                "NOPERM",
+                "User u has no permissions to run the 'fcall' command",
+                "grant",
+            ),
+            (
+                "ERR",
+                "unknown command 'FCALL', with args beginning with:",
+                "Redis 7.0",
+            ),
+        ] {
+            match server(code, detail) {
+                RedisTrackerError::InvalidOption(message) => {
+                    assert!(message.contains(says), "{code}: {message}");
+                }
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn an_answer_this_crate_does_not_expect_is_never_retryable() {
+        assert!(matches!(
+            server(
+                "WRONGTYPE",
+                "Operation against a key holding the wrong kind of value"
+            ),
+            RedisTrackerError::ServerError { .. }
+        ));
+        assert!(matches!(
+            server("ERR", "something new"),
+            RedisTrackerError::ServerError { .. }
+        ));
+        let unparsed: RedisTrackerError =
+            redis::RedisError::from((redis::ErrorKind::Parse, "not RESP")).into();
+        assert!(matches!(unparsed, RedisTrackerError::Protocol(_)));
     }
 }

@@ -1116,8 +1116,8 @@ async fn check_prefix_is_ours(
     Ok(())
 }
 
-/// The error for a URL or server that cannot work as configured, or [`RedisTrackerError::Unavailable`] for what
-/// may pass (the server is down, or slow).
+/// The error for a URL or server that cannot work as configured, naming the URL; otherwise the error's own class
+/// (see [`RedisTrackerError`]).
 fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerError {
     // The URL as the user wrote it, but never its password.
     let shown = redis::parse_redis_url(url).map_or_else(
@@ -1150,6 +1150,10 @@ fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerErro
             "the Redis server at {shown} refused to authenticate ({error}): give the password in the URL, \
              as redis://:password@host:port/db or redis://user:password@host:port/db"
         )
+    } else if error.kind() == redis::ErrorKind::Parse {
+        format!(
+            "the server at {shown} does not speak Redis's protocol ({error}): check the host and the port"
+        )
     } else if error
         .detail()
         .is_some_and(|detail| detail.contains("DB index is out of range"))
@@ -1158,9 +1162,7 @@ fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerErro
             "the Redis server at {shown} has no such database ({error}): choose a database it has"
         )
     } else {
-        return RedisTrackerError::Unavailable {
-            source: error.clone(),
-        };
+        return RedisTrackerError::from(error.clone());
     };
     RedisTrackerError::InvalidOption(problem.into())
 }

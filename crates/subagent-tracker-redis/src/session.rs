@@ -754,7 +754,7 @@ impl RedisSession {
     /// task it refused.
     fn batch_refusal(&self, error: RedisTrackerError, openings: &[Opening]) -> RedisTrackerError {
         let refused = match &error {
-            RedisTrackerError::Unavailable { source } => source
+            RedisTrackerError::ServerError { source } => source
                 .detail()
                 .and_then(|detail| detail.rsplit(' ').next())
                 .and_then(|index| index.parse::<usize>().ok())
@@ -764,7 +764,7 @@ impl RedisSession {
         let Some(opening) = refused else {
             return self.refusal(error, "", None);
         };
-        let is_repeat = matches!(&error, RedisTrackerError::Unavailable { source }
+        let is_repeat = matches!(&error, RedisTrackerError::ServerError { source }
             if source.code() == Some("DUPLICATE_IN_BATCH")
                 || source.detail().is_some_and(|detail| detail.starts_with("DUPLICATE_IN_BATCH")));
         if is_repeat {
@@ -783,7 +783,7 @@ impl RedisSession {
         task_id: &str,
         parent_id: Option<&str>,
     ) -> RedisTrackerError {
-        let RedisTrackerError::Unavailable { source } = &error else {
+        let RedisTrackerError::ServerError { source } = &error else {
             return error;
         };
         let session_id = self.session_id.clone();
