@@ -7,10 +7,12 @@ set -euo pipefail
 
 step() { printf '\n== %s\n' "$*"; }
 
-step "the Debian packages the tests start (redis-server, chromium), installed when missing"
+step "the Debian packages the tests start (redis-server, chromium, openssl), installed when missing"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
+# The TLS tests make their certificates with openssl.
+command -v openssl >/dev/null || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

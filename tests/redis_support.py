@@ -28,17 +28,101 @@ APIS: tuple[Api, ...] = ("blocking", "asyncio")
 WORKER = Path(__file__).with_name("redis_worker.py")
 
 
+class CertificateAuthority:
+    """A certificate authority of the tests' own, made with ``openssl`` in ``directory``, and a certificate it
+    signed for a server at 127.0.0.1 (the address only: a client that names the server otherwise refuses
+    it)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.ca = directory / "ca.crt"
+        self.certificate = directory / "server.crt"
+        self.key = directory / "server.key"
+        ca_key, request = directory / "ca.key", directory / "server.csr"
+        names = directory / "names.cnf"
+        names.write_text("subjectAltName=IP:127.0.0.1\n")
+
+        def openssl(*arguments: object) -> None:
+            command = ["openssl", *map(str, arguments)]
+            subprocess.run(command, check=True, capture_output=True, timeout=60)
+
+        authority = "/CN=subagent-tracker test authority"
+        openssl(
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            2,
+            "-subj",
+            authority,
+            "-keyout",
+            ca_key,
+            "-out",
+            self.ca,
+        )
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            self.key,
+            "-out",
+            request,
+        )
+        openssl(
+            "x509",
+            "-req",
+            "-days",
+            2,
+            "-CAcreateserial",
+            "-extfile",
+            names,
+            "-in",
+            request,
+            "-CA",
+            self.ca,
+            "-CAkey",
+            ca_key,
+            "-out",
+            self.certificate,
+        )
+
+    def server_arguments(self, tls_port: int) -> tuple[str, ...]:
+        """``redis-server``'s settings for TLS on ``tls_port`` with this certificate (clients show none)."""
+        return (
+            "--tls-port",
+            str(tls_port),
+            "--tls-cert-file",
+            str(self.certificate),
+            "--tls-key-file",
+            str(self.key),
+            "--tls-ca-cert-file",
+            str(self.ca),
+            "--tls-auth-clients",
+            "no",
+        )
+
+
 class RedisServer:
     """A ``redis-server`` on 127.0.0.1, on a free port: with no persistence, or with an append-only file in
-    ``aof_directory`` written before each answer."""
+    ``aof_directory`` written before each answer. With ``tls``, it also takes TLS on a port of its own, which
+    ``url`` names (``rediss://``); the plain port stays for the tests' own commands."""
 
     def __init__(
         self,
         aof_directory: Path | None = None,
         port: int | None = None,
         extra_arguments: tuple[str, ...] = (),
+        tls: CertificateAuthority | None = None,
     ) -> None:
         self.port = port or free_port()
+        self.tls_port = free_port() if tls is not None else None
+        if tls is not None and self.tls_port is not None:
+            extra_arguments = (*extra_arguments, *tls.server_arguments(self.tls_port))
         self.extra_arguments = extra_arguments
         self.aof_directory = aof_directory
         persistence = (
@@ -77,7 +161,11 @@ class RedisServer:
                 pass
             assert time.monotonic() < deadline, "redis-server did not start"
             time.sleep(0.01)
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.url = (
+            f"redis://127.0.0.1:{self.port}/0"
+            if self.tls_port is None
+            else f"rediss://127.0.0.1:{self.tls_port}/0"
+        )
 
     def admin(self, *command: str) -> bytes:
         """Sends one command in the inline protocol, on a connection of its own, and returns the first line of

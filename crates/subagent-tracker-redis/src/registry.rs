@@ -1150,6 +1150,12 @@ fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerErro
             "the Redis server at {shown} refused to authenticate ({error}): give the password in the URL, \
              as redis://:password@host:port/db or redis://user:password@host:port/db"
         )
+    } else if is_untrusted_certificate(error) {
+        format!(
+            "the Redis server at {shown} presented a TLS certificate that did not verify ({error}): trust the \
+             authority that signed it (set SSL_CERT_FILE to a bundle that holds it), and name the server as \
+             its certificate does"
+        )
     } else if error.kind() == redis::ErrorKind::Parse {
         format!(
             "the server at {shown} does not speak Redis's protocol ({error}): check the host and the port"
@@ -1165,6 +1171,31 @@ fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerErro
         return RedisTrackerError::from(error.clone());
     };
     RedisTrackerError::InvalidOption(problem.into())
+}
+
+/// Whether the TLS handshake failed on the server's certificate.
+fn is_untrusted_certificate(error: &redis::RedisError) -> bool {
+    matches!(
+        tls_error(error),
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+    )
+}
+
+/// The rustls error behind `cause`: redis-rs keeps it in a shared I/O error.
+fn tls_error<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    if let Some(shared) = cause.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+        return tls_error(&**shared);
+    }
+    if let Some(inner) = cause
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        return tls_error(inner);
+    }
+    cause.source().and_then(tls_error)
 }
 
 pub(crate) fn timeout_error() -> RedisTrackerError {

@@ -100,6 +100,102 @@ impl RedisServer {
     }
 }
 
+/// A certificate authority of the tests' own, made with `openssl` in `directory`, and a certificate it signed
+/// for a server at 127.0.0.1 (the address only).
+pub struct CertificateAuthority {
+    pub ca: PathBuf,
+    certificate: PathBuf,
+    key: PathBuf,
+}
+
+impl CertificateAuthority {
+    pub fn make(directory: &Path) -> CertificateAuthority {
+        let file = |name: &str| directory.join(name);
+        let (ca_key, request, names) = (file("ca.key"), file("server.csr"), file("names.cnf"));
+        std::fs::write(&names, "subjectAltName=IP:127.0.0.1\n").expect("a writable directory");
+        let authority = CertificateAuthority {
+            ca: file("ca.crt"),
+            certificate: file("server.crt"),
+            key: file("server.key"),
+        };
+        let openssl = |arguments: &[&std::ffi::OsStr]| {
+            let made = Command::new("openssl")
+                .args(arguments)
+                .output()
+                .expect("openssl is installed");
+            assert!(made.status.success(), "openssl {arguments:?} failed");
+        };
+        let os = |text: &'static str| std::ffi::OsStr::new(text);
+        openssl(&[
+            os("req"),
+            os("-x509"),
+            os("-newkey"),
+            os("rsa:2048"),
+            os("-nodes"),
+            os("-days"),
+            os("2"),
+            os("-subj"),
+            os("/CN=subagent-tracker test authority"),
+            os("-keyout"),
+            ca_key.as_os_str(),
+            os("-out"),
+            authority.ca.as_os_str(),
+        ]);
+        openssl(&[
+            os("req"),
+            os("-newkey"),
+            os("rsa:2048"),
+            os("-nodes"),
+            os("-subj"),
+            os("/CN=127.0.0.1"),
+            os("-keyout"),
+            authority.key.as_os_str(),
+            os("-out"),
+            request.as_os_str(),
+        ]);
+        openssl(&[
+            os("x509"),
+            os("-req"),
+            os("-days"),
+            os("2"),
+            os("-CAcreateserial"),
+            os("-extfile"),
+            names.as_os_str(),
+            os("-in"),
+            request.as_os_str(),
+            os("-CA"),
+            authority.ca.as_os_str(),
+            os("-CAkey"),
+            ca_key.as_os_str(),
+            os("-out"),
+            authority.certificate.as_os_str(),
+        ]);
+        authority
+    }
+
+    /// A server that also takes TLS, on a port of its own, with this certificate; and that port.
+    pub fn serve(&self) -> (RedisServer, u16) {
+        let tls_port = free_port();
+        let path = |path: &Path| path.to_str().expect("a UTF-8 path").to_owned();
+        let settings = [
+            "--tls-port".to_owned(),
+            tls_port.to_string(),
+            "--tls-cert-file".to_owned(),
+            path(&self.certificate),
+            "--tls-key-file".to_owned(),
+            path(&self.key),
+            "--tls-ca-cert-file".to_owned(),
+            path(&self.ca),
+            "--tls-auth-clients".to_owned(),
+            "no".to_owned(),
+        ];
+        (
+            RedisServer::spawn(free_port(), None, settings.to_vec()),
+            tls_port,
+        )
+    }
+}
+
 fn answers_ping(port: u16) -> bool {
     let Ok(mut connection) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
