@@ -9,7 +9,6 @@ import gc
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
@@ -25,8 +24,6 @@ from subagent_tracker import (
     SessionClosedError,
     SubagentStatus,
 )
-
-FUNCTIONS = Path(__file__).parents[1] / "crates" / "subagent-tracker-redis" / "src" / "functions.lua"
 
 
 @pytest.fixture
@@ -514,8 +511,10 @@ def test_a_library_of_another_version_loads_beside_ours_and_is_left_alone(redis_
 
 def test_another_build_of_our_version_is_never_replaced(redis_server: RedisServer) -> None:
     admin = _admin(redis_server)
-    other_build = FUNCTIONS.read_text() + "\n-- another build of the same version\n"
-    admin.function_load(other_build)
+    RedisRegistry(redis_server.url, timeout=2)
+    [ours] = admin.function_list(library="subagent_tracker_v2", withcode=True)
+    other_build = _fields(ours)["library_code"] + "\n-- another build of the same version\n"
+    admin.function_load(other_build, replace=True)
     with pytest.raises(ValueError, match="another build"):
         RedisRegistry(redis_server.url, timeout=2)
     [library] = admin.function_list(library="subagent_tracker_v2", withcode=True)

@@ -3,7 +3,7 @@
 //! [`RedisRegistry`] is a registry of sessions over one Redis server; every process that connects to it sees
 //! the same sessions. The rules of the in-memory tracker hold across processes: each transition (start,
 //! reserve, claim, end, cancel with its cascade, session cancel and close) is a function that runs atomically
-//! on the server (`functions.lua`), so the first transition wins wherever it was made. Each process keeps an
+//! on the server (one Lua file per function, in `lua/`), so the first transition wins wherever it was made. Each process keeps an
 //! in-memory mirror of the runs it executes, so a runner's token is a local read; cancels reach it by a push
 //! on the worker's channel and, in any case, by a reconcile on a timer.
 //!
@@ -13,6 +13,7 @@
 mod error;
 mod events;
 mod handle;
+mod library;
 mod mirrors;
 mod options;
 mod registry;

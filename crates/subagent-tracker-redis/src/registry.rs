@@ -1013,7 +1013,7 @@ async fn listen(worker: Weak<Worker>, client: redis::Client) {
 }
 
 /// The runs a notification names: six fields each, every field written `<byte length>:<bytes>` (`fields_message`
-/// in `functions.lua`), the session as its keys encode it. A malformed message yields what came before the fault.
+/// in `lua/includes/cascade.lua`), the session as its keys encode it. A malformed message yields what came before the fault.
 fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
     let Ok(payload) = message.get_payload::<Vec<u8>>() else {
         return Vec::new();

@@ -1,4 +1,4 @@
-//! The server side: the key names of a session, and calls of the functions in `functions.lua`, which hold every
+//! The server side: the key names of a session, and calls of the server functions (`lua/`, assembled by `library`), which hold every
 //! transition rule of the Redis store.
 
 use std::collections::HashMap;
@@ -9,18 +9,12 @@ use redis::aio::ConnectionManager;
 use redis::FromRedisValue;
 use subagent_tracker::{CancelCause, SubagentStatus, SubagentTaskSnapshot};
 
+use crate::library::{CODE, LIBRARY};
 use crate::RedisTrackerError;
-
-/// The library of server-side functions, loaded when a registry connects (and again if a restarted server has lost
-/// it), never replacing another build of it.
-const FUNCTIONS: &str = include_str!("functions.lua");
 
 /// The version that the library's name, its function names and the key layout carry together: processes of
 /// different versions share a server without running each other's rules or reading each other's keys.
 pub(crate) const LAYOUT_VERSION: &str = "v2";
-
-/// The library's name, as the first line of `functions.lua` declares it.
-const LIBRARY: &str = "subagent_tracker_v2";
 
 /// Where a registry's keys live, and the names of one session's keys.
 ///
@@ -204,7 +198,7 @@ fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {
 pub(crate) async fn load(connection: &mut ConnectionManager) -> Result<(), RedisTrackerError> {
     let loaded = redis::cmd("FUNCTION")
         .arg("LOAD")
-        .arg(FUNCTIONS)
+        .arg(CODE.as_str())
         .query_async::<String>(connection)
         .await;
     match loaded {
@@ -214,7 +208,7 @@ pub(crate) async fn load(connection: &mut ConnectionManager) -> Result<(), Redis
                 .detail()
                 .is_some_and(|detail| detail.contains("already exists")) =>
         {
-            if loaded_code(connection).await?.as_deref() == Some(FUNCTIONS) {
+            if loaded_code(connection).await?.as_deref() == Some(CODE.as_str()) {
                 Ok(())
             } else {
                 Err(RedisTrackerError::InvalidOption(

@@ -506,10 +506,25 @@ async fn a_foreign_reaper_key_and_another_build_of_the_functions_are_refused() {
         RedisRegistry::connect(&server.url(), options("app:")).await,
         Err(RedisTrackerError::InvalidOption(message)) if message.contains("used by other data")
     ));
-    let other_build = format!(
-        "{}\n-- another build\n",
-        include_str!("../src/functions.lua")
-    );
+    // Our build, as a registry loads it, and another build of the same version made from it.
+    RedisRegistry::connect(&server.url(), options("ours:"))
+        .await
+        .unwrap();
+    let listed: Vec<Vec<redis::Value>> = redis::cmd("FUNCTION")
+        .arg(&["LIST", "LIBRARYNAME", "subagent_tracker_v2", "WITHCODE"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let ours = listed[0]
+        .windows(2)
+        .find_map(|pair| match (&pair[0], &pair[1]) {
+            (redis::Value::BulkString(name), code) if name == b"library_code" => {
+                redis::from_redis_value_ref::<String>(code).ok()
+            }
+            _ => None,
+        })
+        .expect("the library's code");
+    let other_build = format!("{ours}\n-- another build\n");
     // Loaded over ours, as another deployment of this version would have done.
     let _: String = redis::cmd("FUNCTION")
         .arg(&["LOAD", "REPLACE"])

@@ -1,0 +1,23 @@
+-- stv2_claim(session_key; inc, task_id, process): a runner takes a reserved task. Returns {run, status,
+-- reason}; errors GONE, UNKNOWN, CLAIMED or ENDED <status>.
+local function st_claim(keys, args)
+  local session_key = keys[1]
+  if not same_incarnation(args[1]) then return gone() end
+  local task_id, process = args[2], args[3]
+  local base = base_of(session_key)
+  local key = task_key(base, task_id)
+  local state = fields(key, 'run', 'status', 'reserved', 'claimed_at', 'reason')
+  if not state[1] then return redis.error_reply('UNKNOWN') end
+  if state[3] ~= '1' or state[4] then return redis.error_reply('CLAIMED') end
+  local status = state[2]
+  if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
+  if status == 'queued' then status = 'running' end
+  touch(session_key)
+  local at = now()
+  redis.call('ZREM', base .. 'timers', timer('c', task_id, state[1]))
+  redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', process)
+  emit(base, task_id, 'claimed', status, at)
+  return { state[1], status, state[5] or '' }
+end
+
+register('claim', session_function(st_claim))

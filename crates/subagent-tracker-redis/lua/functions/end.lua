@@ -1,0 +1,56 @@
+-- stv2_end(session_key; inc, task_id, run, outcome, value): the runner's end (outcome completed, failed, or stopped
+-- with the reason as value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim
+-- (claim_expired: fails only a queued task).
+-- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one. An end
+-- by id through an object of an ended incarnation is refused with GONE; a runner's end of such a run is {0, 0}.
+local function st_end(keys, args)
+  local session_key = keys[1]
+  local task_id, run, outcome, value = args[2], args[3], args[4], args[5]
+  if not same_incarnation(args[1]) then
+    if run == '' then return gone() end
+    return { 0, 0 }
+  end
+  local base = base_of(session_key)
+  local key = task_key(base, task_id)
+  local state = fields(key, 'run', 'status', 'fin', 'due_ms', 'claim_error')
+  if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then
+    touch(session_key)
+    return { 0, 0 }
+  end
+  local status = state[2]
+  if outcome == 'claim_expired' then
+    if status ~= 'queued' then
+      touch(session_key)
+      return { 0, 0 }
+    end
+    outcome = 'failed'
+  elseif outcome == 'dropped' then
+    -- A handle dropped without an end: a running task fails, a cancelled one just finishes.
+    if PENDING[status] then outcome = 'failed' else outcome = 'stopped' end
+  elseif outcome == 'stopped' and PENDING[status] then
+    -- The runner stopped on a cancel this store has not seen (its own): the stop is a cancel, then the end.
+    cancel_trees(base, session_key, { task_id }, value ~= '' and value or 'cancelled', 'requested', now())
+    status = 'cancelled'
+  end
+  local transitioned = 0
+  -- The end's fields go with `fin` in one HSET, and the session's with its count of retained runs: an end that
+  -- finishes a run records the change through `retain`.
+  local written = {}
+  if PENDING[status] and outcome ~= 'stopped' then
+    written = { 'status', outcome }
+    status = outcome
+    transitioned = 1
+  end
+  if outcome == 'completed' and value ~= '' then
+    written[#written + 1] = 'result'
+    written[#written + 1] = value
+  elseif outcome == 'failed' then
+    written[#written + 1] = 'error'
+    written[#written + 1] = value
+  end
+  finish(base, session_key, key, task_id, state[1], now(),
+    { status = status, timed = state[4] or state[5], written = written })
+  return { transitioned, 1 }
+end
+
+register('end', session_function(st_end))

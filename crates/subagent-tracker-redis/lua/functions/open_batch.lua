@@ -1,0 +1,60 @@
+-- stv2_open_batch(session_key; inc, deadline_reason, then OPEN_FIELDS arguments per task, as stv2_open's):
+-- opens every task of the batch, in order, or none. A task may name as parent one earlier in the batch.
+-- Returns the four replies of stv2_open per task, one after the other, or an error reply `<CODE> <index>` (the
+-- 0-based index of the task refused) with stv2_open's codes, or DUPLICATE_IN_BATCH.
+local function st_open_batch(keys, args)
+  local session_key = keys[1]
+  if not same_incarnation(args[1]) then return gone() end
+  if stored_closed then return redis.error_reply('CLOSED') end
+  local base = base_of(session_key)
+  local count = (#args - 2) / OPEN_FIELDS
+  local current_ms = now_ms()
+  -- Every refusal is found before the first task opens (the function runs alone, so nothing changes between),
+  -- including a parent earlier in the batch that will have finished by the time its child opens: a reservation
+  -- that begins cancelled (under a cancelled parent, or past its deadline) finishes as it opens.
+  local opened_here = {}
+  for index = 0, count - 1 do
+    local first = 3 + index * OPEN_FIELDS
+    local task_id, parent_id = args[first], args[first + 1]
+    local detached, reserved, deadline = args[first + 5] == '1', args[first + 6] == '1', args[first + 8]
+    local refusal = nil
+    local inherits_cancel, inherited_due = false, nil
+    if opened_here[task_id] then
+      refusal = 'DUPLICATE_IN_BATCH'
+    else
+      local old = fields(task_key(base, task_id), 'run', 'fin')
+      if old[1] and old[2] ~= '1' then refusal = 'DUPLICATE' end
+    end
+    if not refusal and parent_id ~= '' then
+      local here = opened_here[parent_id]
+      if here then
+        if here.finishes then refusal = 'PARENT_FINISHED' end
+        inherits_cancel, inherited_due = here.cancelled, here.due
+      else
+        local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'due_ms')
+        if not parent[1] then
+          refusal = 'UNKNOWN_PARENT'
+        elseif parent[2] == '1' then
+          refusal = 'PARENT_FINISHED'
+        end
+        inherits_cancel, inherited_due = parent[3] == 'cancelled', tonumber(parent[4])
+      end
+    end
+    if refusal then return redis.error_reply(refusal .. ' ' .. index) end
+    if detached then inherits_cancel, inherited_due = false, nil end
+    local due = deadline ~= '' and tonumber(deadline) or nil
+    if inherited_due and (not due or inherited_due < due) then due = inherited_due end
+    local cancelled = inherits_cancel or (due ~= nil and due <= current_ms)
+    opened_here[task_id] = { cancelled = cancelled, finishes = cancelled and reserved, due = due }
+  end
+  local replies = {}
+  for index = 0, count - 1 do
+    local opened, refusal = open_task(session_key, base, args, 3 + index * OPEN_FIELDS, args[2])
+    -- Unreachable after the checks above; were it reached, the tasks before it would stay open.
+    if not opened then return redis.error_reply('PROTOCOL ' .. refusal .. ' ' .. index) end
+    for _, reply in ipairs(opened) do replies[#replies + 1] = reply end
+  end
+  return replies
+end
+
+register('open_batch', session_function(st_open_batch))

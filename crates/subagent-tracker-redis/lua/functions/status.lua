@@ -1,0 +1,18 @@
+-- stv2_status(session_key; task_id, run, ...): for each run a worker runs, {status, reason, origin, cause}, or
+-- {"gone"} when that run is no longer the task's current one (run numbers are never reused, whatever happened to
+-- the session).
+local function st_status(keys, args)
+  local base = base_of(keys[1])
+  local statuses = {}
+  for index = 1, #args, 2 do
+    local state = fields(task_key(base, args[index]), 'run', 'status', 'reason', 'origin', 'cause')
+    if state[1] ~= args[index + 1] then
+      table.insert(statuses, { 'gone' })
+    else
+      table.insert(statuses, { state[2], state[3] or '', state[4] or '', state[5] or '' })
+    end
+  end
+  return statuses
+end
+
+register('status', st_status, true)

@@ -1,0 +1,89 @@
+--[[
+The transitions of subagent-tracker sessions stored in Redis: each function runs atomically on the server, so
+the first transition out of a pending status wins across every process.
+
+Files. This header, then the rules the core states (`PENDING`: written from `SubagentStatus::is_pending` by
+`src/library.rs`, which assembles the library), then the shared helpers of `lua/includes/` (each uses only those
+before it: clock, session, keys, tasks, session_state, events, retention, cascade, open, liveness, register), then
+one file per server function in `lua/functions/`, named as the function without its `stv2_` prefix. Each function's
+file opens with its keys and arguments, `(keys; arguments)`, what it returns, and its Rust counterpart.
+
+Functions, by the slot they work in, and who calls them in Rust:
+
+  a session's slot (KEYS[1] is the session's hash; every key the function reads or writes is named from it)
+    stv2_open, stv2_open_batch    RedisSession::start, reserve, start_batch, reserve_batch
+    stv2_claim                    RedisSession::claim
+    stv2_cancel                   RedisSession::cancel (and a linked token's cancel)
+    stv2_cancel_all               RedisSession::cancel_all, close
+    stv2_end                      RedisTaskHandle::complete, fail, stopped (and Drop); RedisSession::end
+    stv2_progress                 RedisTaskHandle::progress
+    stv2_escalate                 RedisTaskHandle::record_escalation
+    stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending
+    stv2_session                  RedisRegistry::get_session, sessions; RedisSession::is_closed
+    stv2_touch                    RedisRegistry::session
+    stv2_status                   the worker's reconcile (Worker::reconcile)
+    stv2_fire                     the worker's timer loop (Worker::fire)
+    stv2_reap, stv2_orphans       the reaper (Worker::reap_expired) and the orphan check (Worker::end_orphans)
+    stv2_sweep                    the idle sweep (Worker::sweep_idle_sessions)
+  the registry's slot (every key carries the tag `{registry}`)
+    stv2_schedule, stv2_due,      the timer index: which sessions have a timer due (Worker::schedule,
+    stv2_retime                   fire_due_timers)
+    stv2_index, stv2_idle         the session index (Worker::index_session, sweep_idle_sessions)
+    stv2_lease, stv2_expired,     worker leases (Worker::renew_lease, reap_expired, announce)
+    stv2_forget, stv2_announce
+    stv2_drop_stale               trims a registry index (Worker::sweep_idle_sessions, forget_idle_sessions)
+    stv2_unlock                   the reaper's lock (Worker::reap)
+
+Version. The library's name, its function names (`stv2_*`) and the key layout (`<prefix>v2:...`) carry one version
+together: a library of another version loads beside this one, calls none of its functions and reads none of its
+keys, so two fleets of different versions never run each other's rules (see docs/across-processes.md).
+
+Keys. Every key of a session shares the session's hash tag, `{s:<session>}`, with the session's id percent-encoded
+(`%`, `{` and `}` only), so no id can close the tag early or reach another session's keys, and a session lives in
+one cluster slot. Registry-wide keys share the tag `{registry}`. Every function touches the keys of one slot. KEYS[1]
+is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other keys are named from it:
+
+  <base>session        hash: inc (the incarnation: the server's clock in milliseconds times 1000 when the
+                       session's keys were made; run numbers count on from it, event ids start with it), seq (the
+                       last run number),
+                       retained (finished runs counted against the bound), closed (the first close reason), max
+                       (max_finished_tasks), touched (the server's time of the last change, in milliseconds)
+  <base>t:<task>       hash: the task's current run (fields below)
+  <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
+                       cascade walks through finished tasks to their pending descendants)
+  <base>live           sorted set: the ids of unfinished tasks (queued, running, or cancelled with their runner
+                       yet to stop) by run, from the start to the end
+  <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
+  <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
+                       when they fall due, in milliseconds since the epoch; `stv2_fire` fires the due ones
+  <base>events         stream: the session's lifecycle events in the order they took effect, with ids <inc>-0,
+                       <inc>-1, ..., so a reader that was trimmed past knows how many it missed, and a reader of an
+                       earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries
+
+A task lives in as few keys as the rules need, because each key a lifecycle writes is a server call, and the calls
+are what a lifecycle costs the server: its hash, the live index while unfinished, the finished list once finished,
+and its events. The retained tasks in start order are the live index and the finished list merged by run; the
+tasks a worker process runs are the live ones whose `worker` field names it (the reaper reads them from the live
+index, which is rare work, rather than every lifecycle keeping a set per process).
+
+Run numbers are unique across the incarnations of a session id and across server restarts: each incarnation
+counts from the server's clock (times 1000, far above the starts a session can make per millisecond), so a
+runner, a notification or an end of an earlier incarnation never matches a run of a later one.
+
+A worker process is named by its own key: the worker id users gave, a slash and a per-process nonce. It names the
+process's lease, its runs (their `worker` field) and its channel, so that two processes given one id never take
+each other's runs for their own; snapshots show the id alone.
+
+Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
+(the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
+worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
+progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1" once it has had attached children).
+
+Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
+process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see
+`fields_message`); a lost message is found by the process's reconcile (`stv2_status`).
+
+Every session function takes as its first argument the incarnation that the caller's session object belongs to
+('' where the caller follows whatever incarnation is there: a worker's housekeeping). A transition or query for
+another incarnation, or for a session whose keys are gone, is refused with GONE: the caller's session has ended.
+]]

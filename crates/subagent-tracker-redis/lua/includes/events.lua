@@ -1,0 +1,20 @@
+local EVENT_LIMIT = 10000
+
+-- Appends one lifecycle event to the session's stream; `extra` is the reason or the progress message.
+local function emit(base, task_id, kind, status, at, extra_name, extra)
+  -- The entry id `<inc>-<n>` numbers the session's events (the server picks n: 0, then one past the last), so a
+  -- reader knows how many it missed from the ids alone.
+  if extra_name then
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, event_id, 'task', task_id, 'kind', kind,
+      'status', status, 'at', at, extra_name, extra)
+  else
+    redis.call('XADD', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, event_id, 'task', task_id, 'kind', kind,
+      'status', status, 'at', at)
+  end
+end
+
+-- A cascade's event for each task it cancels: untrimmed, since the cascade trims the stream once at its end.
+local function emit_cancelled(base, task_id, at, reason)
+  redis.call('XADD', base .. 'events', event_id, 'task', task_id, 'kind', 'cancelled', 'status', 'cancelled',
+    'at', at, 'reason', reason)
+end

@@ -1,0 +1,8 @@
+local function register(name, callback, read_only)
+  local flags = read_only and { 'no-writes' } or {}
+  local function call(keys, args)
+    clock = nil
+    return callback(keys, args)
+  end
+  redis.register_function{ function_name = 'stv2_' .. name, callback = call, flags = flags }
+end

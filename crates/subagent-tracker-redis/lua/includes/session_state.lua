@@ -1,0 +1,20 @@
+-- Deletes every key of a session.
+local function remove_session(base, session_key)
+  each_retained(base, function(task_id, run)
+    -- A stale entry's task belongs to a later run, deleted with that run's own entry.
+    local key = task_key(base, task_id)
+    if redis.call('HGET', key, 'run') == run then
+      redis.call('DEL', children_key(base, run), key)
+    end
+  end)
+  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'events', base .. 'timers')
+end
+
+-- {incarnation, closed ("1" or "0"), unfinished task count, max_finished} of the session under `session_key`, or
+-- {} for none.
+local function session_state(session_key)
+  local state = redis.call('HMGET', session_key, 'inc', 'closed', 'max')
+  if not state[1] then return {} end
+  local unfinished = redis.call('ZCARD', base_of(session_key) .. 'live')
+  return { state[1], state[2] and '1' or '0', tostring(unfinished), state[3] }
+end
