@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Iterator
 
 import pytest
-from redis_support import RedisServer
+from redis_support import RedisCluster, RedisServer
 
 from subagent_tracker import RedisRegistry, Session
 from subagent_tracker.integrations._support import BlockingSession
@@ -22,6 +22,15 @@ def session() -> Session:
 def _collect_garbage_between_tests() -> None:
     # Handles end their tasks when collected; collect now so no test sees another's leftovers.
     gc.collect()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisCluster]:
+    """One Redis Cluster for the whole run (three primaries, three replicas, on free loopback ports), which
+    the tests share and never break: each uses sessions of its own. The failover tests make their own."""
+    cluster = RedisCluster(tmp_path_factory.mktemp("cluster"))
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="module")

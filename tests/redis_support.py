@@ -199,6 +199,106 @@ class RedisServer:
         os.kill(self.process.pid, number)
 
 
+class RedisCluster:
+    """A Redis Cluster on 127.0.0.1: ``primaries`` primaries, each with ``replicas`` replicas, every node a
+    ``redis-server --cluster-enabled yes`` on a free port, joined by ``redis-cli --cluster create``. A node
+    that stops answering for ``node_timeout`` milliseconds fails over to one of its replicas. ``url`` names
+    one primary: a registry reaches the whole cluster through it."""
+
+    def __init__(
+        self, directory: Path, primaries: int = 3, replicas: int = 1, node_timeout: int = 1000
+    ) -> None:
+        self.nodes: list[RedisServer] = []
+        try:
+            for _ in range(primaries * (1 + replicas)):
+                port = free_port()
+                self.nodes.append(
+                    RedisServer(
+                        port=port,
+                        extra_arguments=(
+                            "--cluster-enabled",
+                            "yes",
+                            "--cluster-config-file",
+                            str(directory / f"nodes-{port}.conf"),
+                            "--cluster-node-timeout",
+                            str(node_timeout),
+                            # The bus port defaults to the port plus 10,000, past 65,535 for most free ports.
+                            "--cluster-port",
+                            str(free_port()),
+                        ),
+                    )
+                )
+            addresses = [f"127.0.0.1:{node.port}" for node in self.nodes]
+            create = ["redis-cli", "--cluster", "create", *addresses, "--cluster-yes"]
+            subprocess.run(
+                [*create, "--cluster-replicas", str(replicas)],
+                check=True,
+                capture_output=True,
+                timeout=60,
+            )
+            self.wait_until_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"redis://127.0.0.1:{self.primaries()[0].port}/0"
+
+    def wait_until_healthy(self, seconds: float = 30) -> None:
+        """Waits until every live node sees every slot served and every primary has its replicas in sync."""
+        deadline = time.monotonic() + seconds
+        while True:
+            live = [node for node in self.nodes if node.process.poll() is None]
+            try:
+                states = [node.cli("CLUSTER", "INFO") for node in live]
+                healthy = all("cluster_state:ok" in state for state in states) and all(
+                    self._replicas_in_sync(node) for node in self.primaries()
+                )
+            except subprocess.SubprocessError:
+                healthy = False
+            if healthy:
+                return
+            assert time.monotonic() < deadline, "the cluster did not become healthy"
+            time.sleep(0.1)
+
+    def _replicas_in_sync(self, primary: RedisServer) -> bool:
+        replication = primary.cli("INFO", "replication")
+        lines = [line for line in replication if line.startswith("slave") and "state=online" in line]
+        wanted = next(int(line.split(":")[1]) for line in replication if line.startswith("connected_slaves:"))
+        return len(lines) == wanted
+
+    def has_failed_over(self, dead: RedisServer) -> bool:
+        """Whether the live nodes agree that every slot is served, with ``dead`` among the failed."""
+        live = [node for node in self.nodes if node.process.poll() is None and node is not dead]
+        try:
+            nodes = live[0].cli("CLUSTER", "NODES")
+            return all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in live) and any(
+                "fail" in line.split()[2] and f":{dead.port}@" in line for line in nodes
+            )
+        except subprocess.SubprocessError:
+            return False
+
+    def restart(self, node: RedisServer) -> None:
+        """Starts a stopped node again on its port, with its cluster configuration: it rejoins the cluster (a
+        primary that was replaced comes back as its successor's replica)."""
+        self.nodes[self.nodes.index(node)] = node.restart()
+
+    def primaries(self) -> list[RedisServer]:
+        """The live nodes that serve slots now."""
+        return [
+            node
+            for node in self.nodes
+            if node.process.poll() is None and "role:master" in node.cli("INFO", "replication")
+        ]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.process.poll() is None:
+                node.stop()
+
+
+#: What a Redis test runs against: one server, or a cluster (reached through one node's URL).
+RedisTarget = RedisServer | RedisCluster
+
+
 class ThroughAsyncio:
     """An object of the asyncio API driven by blocking test code: each call is awaited, on an event loop of
     its own, and what it gives is wrapped in turn. It lets one test body check both APIs alike."""

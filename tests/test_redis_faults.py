@@ -21,6 +21,7 @@ from subagent_tracker import (
     RedisRegistry,
     RegistryProtocolError,
     RegistryUnavailableError,
+    ReplicationTimeoutError,
     SubagentStatus,
 )
 from subagent_tracker._loopback import free_port
@@ -385,3 +386,33 @@ def test_an_error_reply_the_store_does_not_know_is_a_protocol_error_never_retrya
     with pytest.raises(RegistryProtocolError, match="WRONGTYPE") as refused:
         session.subagent_task("job")
     assert not isinstance(refused.value, ConnectionError), "nothing tells callers to retry"
+
+
+def test_a_cancel_no_replica_confirms_took_effect_and_says_so(redis_server: RedisServer) -> None:
+    """``wait_for_replicas`` on a server with no replica: the cancel is made, but cannot be confirmed."""
+    registry = RedisRegistry(redis_server.url, timeout=0.4, wait_for_replicas=1)
+    session = registry.session("s")
+    handle = session.start_subagent_task("job")
+    started = time.monotonic()
+    with pytest.raises(ReplicationTimeoutError, match="0 of the 1 replicas") as unconfirmed:
+        session.cancel_subagent_task("job", "stop")
+    assert time.monotonic() - started < 1, "it waits three quarters of the timeout"
+    assert not isinstance(unconfirmed.value, ConnectionError), "a retry would not cancel it again"
+    assert session.cancel_subagent_task("job") is False, "it took effect"
+    assert handle.token.wait(2)
+    handle.complete()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"wait_for_replicas": -1}, ValueError, "wait_for_replicas"),
+        ({"wait_for_replicas": 1.5}, TypeError, "wait_for_replicas must be an int"),
+        ({"cluster": "yes"}, TypeError, "bool"),
+    ],
+)
+def test_cluster_and_replica_settings_of_the_wrong_kind_are_refused(
+    options: dict[str, object], error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        RedisRegistry("redis://127.0.0.1:1/0", **options)  # type: ignore[arg-type]

@@ -311,10 +311,12 @@ class RedisRegistry:
     Raises ``ValueError`` for what retrying cannot fix (a lease shorter than 3 ms, a reconcile interval or
     timeout shorter than 1 ms, a URL that is not Redis's, a database the server lacks, a password it wants or
     refuses, a user it does not let run the functions, a server before Redis 7.0 or one that speaks another
-    protocol, a key prefix used by other data, another build of the server functions) and
-    ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``. Later calls raise
-    ``RegistryUnavailableError`` for what a retry may cure and ``RegistryProtocolError`` for an answer the
-    store does not expect."""
+    protocol, a TLS certificate that does not verify, a key prefix used by other data, another build of the
+    server functions) and ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``.
+    ``cluster``: whether the URL names a node of a Redis Cluster (``None``: ask the node).
+    ``wait_for_replicas``: how many replicas must have a cancel before it returns (``ReplicationTimeoutError``
+    when they do not confirm it in time). Later calls raise ``RegistryUnavailableError`` for what a retry may
+    cure and ``RegistryProtocolError`` for an answer the store does not expect."""
 
     def __new__(
         cls,
@@ -326,6 +328,8 @@ class RedisRegistry:
         timeout: float | None = None,
         session_ttl: float | None = None,
         key_prefix: str | None = None,
+        cluster: bool | None = None,
+        wait_for_replicas: int | None = None,
     ) -> RedisRegistry: ...
     @property
     def worker_id(self) -> str: ...
@@ -465,6 +469,8 @@ class AsyncRedisRegistry:
         timeout: float | None = None,
         session_ttl: float | None = None,
         key_prefix: str | None = None,
+        cluster: bool | None = None,
+        wait_for_replicas: int | None = None,
     ) -> asyncio.Future[AsyncRedisRegistry]: ...
     @property
     def worker_id(self) -> str: ...

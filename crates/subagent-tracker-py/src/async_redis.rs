@@ -77,7 +77,7 @@ impl AsyncRedisRegistry {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
-        key_prefix=None
+        key_prefix=None, cluster=None, wait_for_replicas=None
     ))]
     fn connect<'py>(
         py: Python<'py>,
@@ -88,6 +88,8 @@ impl AsyncRedisRegistry {
         timeout: Option<Seconds<TimeoutArgument>>,
         session_ttl: Option<Seconds<SessionTtlArgument>>,
         key_prefix: Option<&Bound<'_, PyAny>>,
+        cluster: Option<bool>,
+        wait_for_replicas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (url, options) = connect_options(
             url,
@@ -97,6 +99,8 @@ impl AsyncRedisRegistry {
             timeout,
             session_ttl,
             key_prefix,
+            cluster,
+            wait_for_replicas,
         )?;
         let made_in = MadeIn::here();
         Delivery::Asyncio.deliver(

@@ -42,6 +42,7 @@ pub(crate) fn redis_error(
         RedisTrackerError::Tracker(error) => return tracker_error(py, error),
         RedisTrackerError::Unavailable { .. } => "RegistryUnavailableError",
         RedisTrackerError::InvalidOption(_) => return PyValueError::new_err(error.to_string()),
+        RedisTrackerError::NotReplicated { .. } => "ReplicationTimeoutError",
         _ => "RegistryProtocolError",
     };
     match error_class(py, class_name) {

@@ -53,6 +53,8 @@ pub(crate) fn connect_options(
     timeout: Option<Seconds<TimeoutArgument>>,
     session_ttl: Option<Seconds<SessionTtlArgument>>,
     key_prefix: Option<&Bound<'_, PyAny>>,
+    cluster: Option<bool>,
+    wait_for_replicas: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<(String, RedisOptions)> {
     let url = arguments::string(url, "url")?.to_str()?.to_owned();
     let mut options = RedisOptions::default();
@@ -74,6 +76,12 @@ pub(crate) fn connect_options(
     if let Some(prefix) = arguments::optional_string(key_prefix, "key_prefix")? {
         options = options.with_key_prefix(prefix);
     }
+    if let Some(replicas) = wait_for_replicas {
+        options = options.with_wait_for_replicas(arguments::count(replicas, "wait_for_replicas")?);
+    }
+    if let Some(cluster) = cluster {
+        options = options.with_cluster(cluster);
+    }
     Ok((url, options))
 }
 
@@ -84,7 +92,7 @@ impl RedisRegistry {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
-        key_prefix=None
+        key_prefix=None, cluster=None, wait_for_replicas=None
     ))]
     fn new(
         py: Python<'_>,
@@ -95,6 +103,8 @@ impl RedisRegistry {
         timeout: Option<Seconds<TimeoutArgument>>,
         session_ttl: Option<Seconds<SessionTtlArgument>>,
         key_prefix: Option<&Bound<'_, PyAny>>,
+        cluster: Option<bool>,
+        wait_for_replicas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<RedisRegistry> {
         let (url, options) = connect_options(
             url,
@@ -104,6 +114,8 @@ impl RedisRegistry {
             timeout,
             session_ttl,
             key_prefix,
+            cluster,
+            wait_for_replicas,
         )?;
         let made_in = MadeIn::here();
         let registry = block_on(py, made_in, CoreRegistry::connect(&url, options))?

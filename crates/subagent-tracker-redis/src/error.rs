@@ -12,9 +12,10 @@ use subagent_tracker::TrackerError;
 ///
 /// | what happened | variant | retry? |
 /// |---|---|---|
-/// | connection refused, lost or timed out; `OOM`, `READONLY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `BUSY` | [`Unavailable`](Self::Unavailable) | yes |
+/// | connection refused, lost or timed out; `OOM`, `READONLY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `MOVED`, `ASK`, `BUSY` | [`Unavailable`](Self::Unavailable) | yes |
 /// | a password wanted or refused (`NOAUTH`, `WRONGPASS`), a command the user may not run (`NOPERM`), a server without functions (before Redis 7) | [`InvalidOption`](Self::InvalidOption) | no: fix the set-up |
 /// | a rule of the contract (a function's refusal: `DUPLICATE`, `CLOSED`, ...) | [`Tracker`](Self::Tracker) | no |
+/// | a cancel fewer replicas confirmed than `wait_for_replicas` asks | [`NotReplicated`](Self::NotReplicated) | no: it took effect |
 /// | any other error reply, or an answer of another shape | [`ServerError`](Self::ServerError), [`Protocol`](Self::Protocol) | no |
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -39,6 +40,20 @@ pub enum RedisTrackerError {
     /// different version of its functions. Retrying cannot help.
     #[error("unexpected answer from Redis: {0}")]
     Protocol(Arc<str>),
+    /// With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas): the cancel took effect
+    /// on the session's primary, but fewer replicas than asked confirmed it in time, so a failover now could lose
+    /// it. Calling again returns false (the task is cancelled already); read the task once the servers are
+    /// healthy to know whether the cancel survived.
+    #[error(
+        "the cancel took effect on the session's primary, but {acknowledged} of the {wanted} replicas asked for \
+         confirmed it in time: a failover now could lose it"
+    )]
+    NotReplicated {
+        /// The replicas asked for.
+        wanted: usize,
+        /// The replicas that confirmed the cancel.
+        acknowledged: usize,
+    },
     /// An error reply this crate does not expect (the functions' own refusals become
     /// [`Tracker`](Self::Tracker) errors): a protocol error, like [`Protocol`](Self::Protocol). Retrying cannot
     /// help.
@@ -51,7 +66,8 @@ pub enum RedisTrackerError {
 }
 
 /// Server error codes of a state that passes: short of memory, loading, a replica or a primary cut off from its
-/// replicas, a slot moving or the cluster reconfiguring, or a script running too long.
+/// replicas, a slot moving or the cluster reconfiguring (a cluster client that hears `MOVED` or `ASK` after a
+/// failover has a stale map of the slots, which it refreshes), or a script running too long.
 const RETRYABLE_CODES: &[&str] = &[
     "OOM",
     "READONLY",
@@ -59,6 +75,8 @@ const RETRYABLE_CODES: &[&str] = &[
     "TRYAGAIN",
     "CLUSTERDOWN",
     "MASTERDOWN",
+    "MOVED",
+    "ASK",
     "BUSY",
 ];
 

@@ -4,11 +4,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use redis::aio::MultiplexedConnection;
 use redis::streams::{StreamId, StreamRangeReply, StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 use subagent_tracker::{SubagentEvent, SubagentEventKind, SubagentStatus, TrackerError};
 
+use crate::connection::{Client, Connection};
 use crate::RedisTrackerError;
 
 /// How long one blocking read waits before it reads again (a read never blocks the connection of other calls:
@@ -24,10 +24,10 @@ const READ_COUNT: usize = 256;
 /// object that made it: once that incarnation has ended, reading fails with
 /// [`TrackerError::SessionClosed`].
 pub struct RedisEventSubscription {
-    client: redis::Client,
+    client: Client,
     timeout: Duration,
     /// `None` after a read failed: the next read connects again and goes on from `last_id`.
-    connection: Option<MultiplexedConnection>,
+    connection: Option<Connection>,
     key: String,
     /// The session's hash, where a reader with nothing to read checks that its incarnation lives on.
     session_key: String,
@@ -43,7 +43,7 @@ pub struct RedisEventSubscription {
 
 impl RedisEventSubscription {
     pub(crate) async fn open(
-        client: redis::Client,
+        client: Client,
         timeout: Duration,
         [key, session_key]: [String; 2],
         session_id: Arc<str>,
@@ -181,20 +181,11 @@ impl RedisEventSubscription {
 
 /// A connection of the subscription's own; a blocking read holds its answer back for up to `READ_BLOCK`, on top
 /// of the usual bound.
-async fn connect(
-    client: &redis::Client,
-    timeout: Duration,
-) -> Result<MultiplexedConnection, RedisTrackerError> {
-    let config = redis::AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(timeout))
-        .set_response_timeout(Some(READ_BLOCK + timeout));
-    tokio::time::timeout(
-        timeout,
-        client.get_multiplexed_async_connection_with_config(&config),
-    )
-    .await
-    .map_err(|_| crate::registry::timeout_error())?
-    .map_err(RedisTrackerError::from)
+async fn connect(client: &Client, timeout: Duration) -> Result<Connection, RedisTrackerError> {
+    tokio::time::timeout(timeout, client.connect_blocking_reads(timeout, READ_BLOCK))
+        .await
+        .map_err(|_| crate::registry::timeout_error())?
+        .map_err(RedisTrackerError::from)
 }
 
 fn text(entry: &StreamId, name: &str) -> Option<String> {

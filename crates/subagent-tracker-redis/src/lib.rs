@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+mod connection;
 mod error;
 mod events;
 mod handle;

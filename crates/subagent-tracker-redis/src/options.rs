@@ -46,6 +46,12 @@ pub struct RedisOptions {
     pub lease: Duration,
     /// How long a session may go unchanged before it is removed, once none of its tasks is unfinished.
     pub session_ttl: Duration,
+    /// Whether the URL names a node of a Redis Cluster: the registry then reaches the whole cluster through it,
+    /// routing each call to the primary of its slot. `None` asks the server when connecting.
+    pub cluster: Option<bool>,
+    /// How many replicas must acknowledge a cancel (`WAIT`, on the session's primary, within `timeout`) before
+    /// it returns true, so that a cancel acknowledged to the caller survives a failover. Zero waits for none.
+    pub wait_for_replicas: usize,
 }
 
 impl Default for RedisOptions {
@@ -57,6 +63,8 @@ impl Default for RedisOptions {
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             lease: DEFAULT_LEASE,
             session_ttl: DEFAULT_SESSION_TTL,
+            cluster: None,
+            wait_for_replicas: 0,
         }
     }
 }
@@ -94,6 +102,21 @@ impl RedisOptions {
     #[must_use]
     pub fn with_session_ttl(mut self, session_ttl: Duration) -> Self {
         self.session_ttl = session_ttl;
+        self
+    }
+
+    /// These settings for a Redis Cluster reached through the node the URL names (`true`), or for one server
+    /// (`false`), rather than asking the server which it is.
+    #[must_use]
+    pub fn with_cluster(mut self, cluster: bool) -> Self {
+        self.cluster = Some(cluster);
+        self
+    }
+
+    /// These settings making a cancel wait until `replicas` replicas have it before it returns true.
+    #[must_use]
+    pub fn with_wait_for_replicas(mut self, replicas: usize) -> Self {
+        self.wait_for_replicas = replicas;
         self
     }
 

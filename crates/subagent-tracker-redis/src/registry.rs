@@ -33,8 +33,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use crate::connection::{Client, Connection};
 use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use subagent_tracker::{
     generate_id, validate_task_id, CancelCause, TrackerConfig, DEFAULT_EVENT_BUFFER,
 };
@@ -96,11 +96,11 @@ pub(crate) struct Worker {
     /// own.
     pub(crate) process: Arc<str>,
     /// For the connections of their own that event subscriptions need (a blocking read holds its connection).
-    pub(crate) client: redis::Client,
+    pub(crate) client: Client,
     pub(crate) keys: Keys,
-    pub(crate) connection: ConnectionManager,
+    pub(crate) connection: Connection,
     /// A connection for reaping and sweeping, whose long pipelines must not hold up the calls of runners.
-    housekeeping: ConnectionManager,
+    housekeeping: Connection,
     pub(crate) options: RedisOptions,
     /// The in-memory mirrors of the sessions this worker runs tasks in.
     pub(crate) mirrors: Mirrors,
@@ -209,19 +209,23 @@ impl RedisRegistry {
         options.check()?;
         let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
         validate_task_id("worker_id", &id)?;
-        let client = redis::Client::open(url).map_err(|error| configuration_error(url, &error))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.timeout))
-            .set_response_timeout(Some(options.timeout))
-            .set_number_of_retries(1);
-        let connect = || async {
-            tokio::time::timeout(
+        let cluster = match options.cluster {
+            Some(cluster) => cluster,
+            None => tokio::time::timeout(
                 options.timeout,
-                client.get_connection_manager_with_config(config.clone()),
+                Client::is_cluster_node(url, options.timeout),
             )
             .await
             .map_err(|_| timeout_error())?
-            .map_err(|error| configuration_error(url, &error))
+            .map_err(|error| configuration_error(url, &error))?,
+        };
+        let client = Client::open(url, cluster, options.timeout)
+            .map_err(|error| configuration_error(url, &error))?;
+        let connect = || async {
+            tokio::time::timeout(options.timeout, client.connect(options.timeout))
+                .await
+                .map_err(|_| timeout_error())?
+                .map_err(|error| configuration_error(url, &error))
         };
         let mut connection = connect().await?;
         // A small command first: a server that wants a password refuses a large unauthenticated one with a
@@ -533,7 +537,7 @@ impl Worker {
     /// batches of one round trip each, for at most `budget`.
     async fn sweep_idle_sessions(
         &self,
-        connection: &mut ConnectionManager,
+        connection: &mut Connection,
         budget: Duration,
     ) -> Result<usize, RedisTrackerError> {
         let began = Instant::now();
@@ -630,7 +634,7 @@ impl Worker {
     /// Fires the session's due timers; returns when its next one falls due (-1: none).
     async fn fire(
         &self,
-        connection: &mut ConnectionManager,
+        connection: &mut Connection,
         session_id: &str,
     ) -> Result<i64, RedisTrackerError> {
         store::call(
@@ -712,10 +716,7 @@ impl Worker {
         reaped
     }
 
-    async fn reap_expired(
-        &self,
-        connection: &mut ConnectionManager,
-    ) -> Result<(), RedisTrackerError> {
+    async fn reap_expired(&self, connection: &mut Connection) -> Result<(), RedisTrackerError> {
         let expired: Vec<(String, String)> =
             store::call(connection, "expired", &[&self.keys.workers()], &[]).await?;
         for (process, expired_at) in expired
@@ -986,25 +987,22 @@ impl Drop for Worker {
 
 /// Receives the worker's notifications, resubscribing (and reconciling what it may have missed) whenever the
 /// server drops the subscription.
-async fn listen(worker: Weak<Worker>, client: redis::Client) {
+async fn listen(worker: Weak<Worker>, client: Client) {
     loop {
         let channel = match worker.upgrade() {
             Some(worker) => worker.keys.worker_channel(&worker.process),
             None => return,
         };
-        if let Ok(mut pubsub) = client.get_async_pubsub().await {
-            if pubsub.subscribe(&channel).await.is_ok() {
-                if let Some(worker) = worker.upgrade() {
-                    let _ = worker.reconcile(worker.held_runs()).await;
-                }
-                let mut messages = pubsub.into_on_message();
-                while let Some(message) = messages.next().await {
-                    let Some(worker) = worker.upgrade() else {
-                        return;
-                    };
-                    for notification in parse_notifications(&message) {
-                        worker.notified(notification);
-                    }
+        if let Ok(mut messages) = client.subscribe(&channel).await {
+            if let Some(worker) = worker.upgrade() {
+                let _ = worker.reconcile(worker.held_runs()).await;
+            }
+            while let Some(message) = messages.next().await {
+                let Some(worker) = worker.upgrade() else {
+                    return;
+                };
+                for notification in parse_notifications(&message) {
+                    worker.notified(notification);
                 }
             }
         }
@@ -1089,7 +1087,7 @@ async fn reconcile(worker: Arc<Worker>) {
 /// Refuses a key prefix whose registry-wide keys hold other data: calls would fail with a type error, or, for
 /// the reaper's lock, reaping and sweeping would silently never happen.
 async fn check_prefix_is_ours(
-    connection: &mut ConnectionManager,
+    connection: &mut Connection,
     keys: &Keys,
 ) -> Result<(), RedisTrackerError> {
     for (key, ours) in keys.registry_keys() {

@@ -513,7 +513,41 @@ impl RedisSession {
         let moved: i64 = self
             .transition("cancel", &[&self.incarnation, task_id, reason, cause])
             .await?;
+        if moved == 1 {
+            self.replicated().await?;
+        }
         Ok(moved == 1)
+    }
+
+    /// With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas), waits until that many
+    /// replicas have every write this worker made so far (`WAIT` on the session's primary, over the connection
+    /// the writes went through), for three quarters of the timeout, so that the answer arrives within it.
+    async fn replicated(&self) -> Result<(), RedisTrackerError> {
+        let wanted = self.worker.options.wait_for_replicas;
+        if wanted == 0 {
+            return Ok(());
+        }
+        let wait = self.worker.options.timeout * 3 / 4;
+        let mut command = redis::cmd("WAIT");
+        command
+            .arg(wanted)
+            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
+        let answer = self
+            .worker
+            .connection
+            .clone()
+            .send_to_primary_of(&self.key, &command)
+            .await?;
+        let acknowledged: usize = redis::from_redis_value(answer)
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("WAIT")))?;
+        if acknowledged >= wanted {
+            Ok(())
+        } else {
+            Err(RedisTrackerError::NotReplicated {
+                wanted,
+                acknowledged,
+            })
+        }
     }
 
     /// Records the end of a task without its handle (by id, from any process). The first transition wins.
@@ -598,9 +632,14 @@ impl RedisSession {
         close: bool,
     ) -> Result<usize, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let close = if close { "1" } else { "0" };
-        self.transition("cancel_all", &[&self.incarnation, reason, close])
-            .await
+        let closing = if close { "1" } else { "0" };
+        let moved: usize = self
+            .transition("cancel_all", &[&self.incarnation, reason, closing])
+            .await?;
+        if moved > 0 || close {
+            self.replicated().await?;
+        }
+        Ok(moved)
     }
 
     /// A snapshot of the retained task `task_id`, or `None`. One round trip.

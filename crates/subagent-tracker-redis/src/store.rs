@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use redis::aio::ConnectionManager;
 use redis::FromRedisValue;
 use subagent_tracker::{CancelCause, SubagentStatus, SubagentTaskSnapshot};
 
+use crate::connection::Connection;
 use crate::library::{CODE, LIBRARY};
 use crate::RedisTrackerError;
 
@@ -133,7 +133,7 @@ pub(crate) fn decode_session_id(encoded: &str) -> Option<String> {
 /// Calls the library's function `name` (without its version prefix) on `keys`, loading the library first if the
 /// server does not have it.
 pub(crate) async fn call<T: FromRedisValue>(
-    connection: &mut ConnectionManager,
+    connection: &mut Connection,
     name: &str,
     keys: &[&str],
     args: &[&str],
@@ -148,18 +148,26 @@ pub(crate) async fn call<T: FromRedisValue>(
     }
 }
 
-/// Calls the function `name` once per entry of `calls` (its keys and arguments), in one round trip. Each call
-/// has its own outcome: one that fails (a key of the wrong type, say) stops none of the others.
+/// Calls the function `name` once per entry of `calls` (its keys and arguments), in one round trip on one
+/// server (on a cluster, where the calls may work in different slots, all at once, each to its slot's primary).
+/// Each call has its own outcome: one that fails (a key of the wrong type, say) stops none of the others.
 ///
 /// # Errors
 /// [`RedisTrackerError::Unavailable`] when the round trip itself failed.
 pub(crate) async fn call_each<T: FromRedisValue>(
-    connection: &mut ConnectionManager,
+    connection: &mut Connection,
     name: &str,
     calls: &[(Vec<&str>, Vec<&str>)],
 ) -> Result<Vec<Result<T, RedisTrackerError>>, RedisTrackerError> {
     if calls.is_empty() {
         return Ok(Vec::new());
+    }
+    if connection.is_cluster() {
+        let each = calls.iter().map(|(keys, args)| {
+            let mut connection = connection.clone();
+            async move { call(&mut connection, name, keys, args).await }
+        });
+        return Ok(futures_util::future::join_all(each).await);
     }
     let mut pipeline = redis::pipe();
     pipeline.ignore_errors();
@@ -195,7 +203,7 @@ fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {
 ///
 /// # Errors
 /// [`RedisTrackerError::InvalidOption`] for another build of the library; [`RedisTrackerError::Unavailable`].
-pub(crate) async fn load(connection: &mut ConnectionManager) -> Result<(), RedisTrackerError> {
+pub(crate) async fn load(connection: &mut Connection) -> Result<(), RedisTrackerError> {
     let loaded = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg(CODE.as_str())
@@ -227,9 +235,7 @@ pub(crate) async fn load(connection: &mut ConnectionManager) -> Result<(), Redis
 }
 
 /// The code of the library the server has under this version's name, if any.
-async fn loaded_code(
-    connection: &mut ConnectionManager,
-) -> Result<Option<String>, RedisTrackerError> {
+async fn loaded_code(connection: &mut Connection) -> Result<Option<String>, RedisTrackerError> {
     let listed: redis::Value = redis::cmd("FUNCTION")
         .arg("LIST")
         .arg("LIBRARYNAME")

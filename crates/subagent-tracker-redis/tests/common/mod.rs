@@ -196,6 +196,118 @@ impl CertificateAuthority {
     }
 }
 
+/// A Redis Cluster on 127.0.0.1 (three primaries, each with one replica), every node a `redis-server
+/// --cluster-enabled yes` on free ports, joined by `redis-cli --cluster create`; stopped when dropped.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    directory: PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start(name: &str) -> RedisCluster {
+        let directory = std::env::temp_dir().join(format!(
+            "subagent-tracker-cluster-{name}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&directory).expect("a temporary directory");
+        let nodes: Vec<RedisServer> = (0..6)
+            .map(|_| {
+                let port = free_port();
+                let settings = [
+                    "--cluster-enabled".to_owned(),
+                    "yes".to_owned(),
+                    "--cluster-config-file".to_owned(),
+                    directory
+                        .join(format!("nodes-{port}.conf"))
+                        .to_str()
+                        .expect("a UTF-8 path")
+                        .to_owned(),
+                    "--cluster-node-timeout".to_owned(),
+                    "1000".to_owned(),
+                    // The bus port defaults to the port plus 10,000, past 65,535 for most free ports.
+                    "--cluster-port".to_owned(),
+                    free_port().to_string(),
+                ];
+                RedisServer::spawn(port, None, settings.to_vec())
+            })
+            .collect();
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|node| format!("127.0.0.1:{}", node.port))
+            .collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .output()
+            .expect("redis-cli is installed with redis-server");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed"
+        );
+        let cluster = RedisCluster { nodes, directory };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.is_healthy() {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not become healthy"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// Every node sees every slot served, and every primary has its replica in sync.
+    fn is_healthy(&self) -> bool {
+        self.nodes.iter().all(|node| {
+            let info = cli(node.port, &["CLUSTER", "INFO"]);
+            let replication = cli(node.port, &["INFO", "replication"]);
+            info.contains("cluster_state:ok")
+                && (!replication.contains("role:master")
+                    || (replication.contains("connected_slaves:1")
+                        && replication.contains("state=online")))
+        })
+    }
+
+    pub fn url(&self) -> String {
+        self.nodes[0].url()
+    }
+
+    /// The number of keys each primary holds (`INFO keyspace`).
+    pub fn keys_per_primary(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .filter(|node| cli(node.port, &["INFO", "replication"]).contains("role:master"))
+            .map(|node| {
+                let keyspace = cli(node.port, &["INFO", "keyspace"]);
+                keyspace
+                    .split("keys=")
+                    .nth(1)
+                    .and_then(|rest| rest.split(',').next())
+                    .and_then(|count| count.parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+/// One command through `redis-cli`, its answer as text.
+pub fn cli(port: u16, command: &[&str]) -> String {
+    let answer = Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(command)
+        .output()
+        .expect("redis-cli is installed with redis-server");
+    String::from_utf8_lossy(&answer.stdout).into_owned()
+}
+
 fn answers_ping(port: u16) -> bool {
     let Ok(mut connection) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
