@@ -1082,8 +1082,8 @@ IN_MEMORY = settings(
     database=None,
     print_blob=True,
 )
-# Every step is a few round trips to Redis, and every comparison a few dozen: about 18 s each on one server and
-# on a cluster. (1,500 examples on one server, run once by hand, found nothing more.)
+# Every step is a few round trips to Redis, and every comparison a few dozen: about 18 s each on one server
+# and on a cluster. (1,500 examples on one server, run once by hand, found nothing more.)
 ON_REDIS = settings(IN_MEMORY, max_examples=100)
 
 

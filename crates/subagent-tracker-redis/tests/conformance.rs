@@ -1,0 +1,472 @@
+//! One suite, two stores: each scenario below runs against the in-memory tracker, against a Redis session on a
+//! real `redis-server`, and against one on a Redis Cluster, through one small interface (`Store`, `Runner`), and
+//! must see the same outcome. It covers
+//! status races, the cascade, retention, queued tasks, late ends and deadlines. Where the contract lets Redis
+//! differ (a runner's token fires a notification later, contract §20), the scenarios wait for it with
+//! `eventually`; nothing else differs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{eventually, RedisCluster, RedisServer};
+use subagent_tracker::{
+    CancelCause, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
+    SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError,
+};
+use subagent_tracker_redis::{RedisRegistry, RedisSession, RedisTaskHandle, RedisTrackerError};
+
+/// A session of either store.
+enum Store {
+    Memory(InMemorySubagentTaskTracker<String>),
+    Redis {
+        session: RedisSession,
+        // Kept running for as long as the session is used (a cluster outlives the store).
+        _server: Option<RedisServer>,
+        _registry: RedisRegistry,
+    },
+}
+
+/// A runner's handle of either store.
+enum Runner {
+    Memory(SubagentTaskHandle<String>),
+    Redis(RedisTaskHandle),
+}
+
+/// A refusal of the contract; any other error fails the scenario.
+fn refusal(error: RedisTrackerError) -> TrackerError {
+    match error {
+        RedisTrackerError::Tracker(error) => error,
+        other => panic!("Redis failed: {other}"),
+    }
+}
+
+impl Store {
+    fn memory(max_finished_tasks: usize) -> Store {
+        Store::Memory(InMemorySubagentTaskTracker::with_config(
+            Some("conformance"),
+            TrackerConfig::default().with_max_finished_tasks(max_finished_tasks),
+        ))
+    }
+
+    async fn redis(max_finished_tasks: usize) -> Store {
+        let server = RedisServer::start();
+        let registry = server.worker("conformance:", "runner").await;
+        Store::on(registry, Some(server), "conformance", max_finished_tasks).await
+    }
+
+    /// A session of its own (`name`) on the cluster.
+    async fn on_cluster(cluster: &RedisCluster, name: &str, max_finished_tasks: usize) -> Store {
+        let options = subagent_tracker_redis::RedisOptions::default()
+            .with_key_prefix("conformance:")
+            .with_reconcile_interval(Duration::from_millis(200))
+            .with_timeout(Duration::from_secs(2));
+        let registry = RedisRegistry::connect(&cluster.url(), options)
+            .await
+            .unwrap();
+        Store::on(registry, None, name, max_finished_tasks).await
+    }
+
+    async fn on(
+        registry: RedisRegistry,
+        server: Option<RedisServer>,
+        name: &str,
+        max_finished_tasks: usize,
+    ) -> Store {
+        let session = registry
+            .session(
+                Some(name),
+                TrackerConfig::default().with_max_finished_tasks(max_finished_tasks),
+            )
+            .await
+            .unwrap();
+        Store::Redis {
+            session,
+            _server: server,
+            _registry: registry,
+        }
+    }
+
+    async fn start(&self, start: TaskStart<String>) -> Result<Runner, TrackerError> {
+        match self {
+            Store::Memory(tracker) => tracker.start(start).map(Runner::Memory),
+            Store::Redis { session, .. } => session
+                .start(start)
+                .await
+                .map(Runner::Redis)
+                .map_err(refusal),
+        }
+    }
+
+    async fn reserve(
+        &self,
+        start: TaskStart<String>,
+        claim_timeout: Option<Duration>,
+    ) -> Result<Arc<str>, TrackerError> {
+        match self {
+            Store::Memory(tracker) => tracker.reserve(start, claim_timeout),
+            Store::Redis { session, .. } => {
+                session.reserve(start, claim_timeout).await.map_err(refusal)
+            }
+        }
+    }
+
+    async fn claim(&self, task_id: &str) -> Result<Runner, TrackerError> {
+        match self {
+            Store::Memory(tracker) => tracker.claim(task_id).map(Runner::Memory),
+            Store::Redis { session, .. } => session
+                .claim(task_id)
+                .await
+                .map(Runner::Redis)
+                .map_err(refusal),
+        }
+    }
+
+    async fn cancel(&self, task_id: &str, reason: Option<&str>) -> bool {
+        match self {
+            Store::Memory(tracker) => tracker.cancel(task_id, reason),
+            Store::Redis { session, .. } => session.cancel(task_id, reason).await.unwrap(),
+        }
+    }
+
+    async fn end(&self, task_id: &str, outcome: Result<Option<&str>, &str>) -> bool {
+        match self {
+            Store::Memory(tracker) => {
+                tracker.end(task_id, outcome.map(|value| value.map(str::to_owned)))
+            }
+            Store::Redis { session, .. } => session.end(task_id, outcome).await.unwrap(),
+        }
+    }
+
+    async fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<String>> {
+        match self {
+            Store::Memory(tracker) => tracker.get(task_id),
+            Store::Redis { session, .. } => session.get(task_id).await.unwrap(),
+        }
+    }
+
+    async fn listed(&self) -> Vec<Arc<str>> {
+        let tasks = match self {
+            Store::Memory(tracker) => tracker.tasks(),
+            Store::Redis { session, .. } => session.tasks().await.unwrap(),
+        };
+        tasks.into_iter().map(|task| task.task_id).collect()
+    }
+
+    async fn status(&self, task_id: &str) -> Option<SubagentStatus> {
+        self.get(task_id).await.map(|task| task.status)
+    }
+}
+
+impl Runner {
+    fn is_cancelled(&self) -> bool {
+        match self {
+            Runner::Memory(handle) => handle.is_cancelled(),
+            Runner::Redis(handle) => handle.is_cancelled(),
+        }
+    }
+
+    async fn complete(&mut self, result: &str) -> bool {
+        match self {
+            Runner::Memory(handle) => handle.complete(Some(result.to_owned())),
+            Runner::Redis(handle) => handle.complete(Some(result)).await.unwrap(),
+        }
+    }
+
+    async fn fail(&mut self, error: &str) -> bool {
+        match self {
+            Runner::Memory(handle) => handle.fail(error),
+            Runner::Redis(handle) => handle.fail(error).await.unwrap(),
+        }
+    }
+}
+
+/// Each scenario once per store: in memory and on one server, a test each; on a cluster, one test that runs
+/// them all on one cluster (it takes seconds to start), each in a session of its own.
+macro_rules! on_every_store {
+    ($($scenario:ident($max_finished:expr);)*) => {
+        mod memory {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Store::memory($max_finished)).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Store::redis($max_finished).await).await;
+                }
+            )*
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn every_scenario_on_a_cluster() {
+            let cluster = RedisCluster::start("conformance");
+            $(
+                $scenario(Store::on_cluster(&cluster, stringify!($scenario), $max_finished).await).await;
+            )*
+        }
+    };
+}
+
+on_every_store! {
+    an_end_and_a_cancel_racing_have_exactly_one_winner(1000);
+    a_cascade_reaches_descendants_through_finished_tasks_but_not_detached_ones(1000);
+    retention_evicts_the_oldest_finished_and_keeps_pending_children_reachable(2);
+    a_queued_task_is_cancelled_claimed_and_ended_by_the_rules(1000);
+    a_late_end_never_downgrades_a_cancel(1000);
+    deadlines_cancel_a_tree_and_a_past_one_cancels_at_start(1000);
+}
+
+async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
+    for round in 0..20 {
+        let task_id = format!("race-{round}");
+        let mut runner = store
+            .start(TaskStart::new().task_id(task_id.as_str()))
+            .await
+            .unwrap();
+        let (completed, cancelled) = tokio::join!(
+            runner.complete("done"),
+            store.cancel(&task_id, Some("stop"))
+        );
+        assert!(
+            completed ^ cancelled,
+            "round {round}: exactly one transition wins"
+        );
+        let task = store.get(&task_id).await.unwrap();
+        let expected = if completed {
+            SubagentStatus::Completed
+        } else {
+            SubagentStatus::Cancelled
+        };
+        assert_eq!(task.status, expected, "round {round}");
+        assert!(task.finished, "the runner reported its end");
+    }
+}
+
+async fn a_cascade_reaches_descendants_through_finished_tasks_but_not_detached_ones(store: Store) {
+    let _root = store.start(TaskStart::new().task_id("root")).await.unwrap();
+    let mut middle = store
+        .start(TaskStart::new().task_id("middle").parent_id("root"))
+        .await
+        .unwrap();
+    let leaf = store
+        .start(TaskStart::new().task_id("leaf").parent_id("middle"))
+        .await
+        .unwrap();
+    let detached = store
+        .start(
+            TaskStart::new()
+                .task_id("detached")
+                .parent_id("root")
+                .detached(true),
+        )
+        .await
+        .unwrap();
+    assert!(middle.complete("done").await);
+    assert!(matches!(
+        store
+            .start(TaskStart::new().task_id("late").parent_id("middle"))
+            .await,
+        Err(TrackerError::ParentFinished { .. })
+    ));
+    assert!(store.cancel("root", Some("stop all")).await);
+    let task = store.get("leaf").await.unwrap();
+    assert_eq!(task.status, SubagentStatus::Cancelled);
+    assert_eq!(task.cancel_cause, Some(CancelCause::Parent));
+    assert_eq!(task.cancel_origin.as_deref(), Some("root"));
+    assert_eq!(task.cancel_reason.as_deref(), Some("stop all"));
+    assert!(eventually(|| leaf.is_cancelled()).await);
+    assert_eq!(
+        store.status("middle").await,
+        Some(SubagentStatus::Completed)
+    );
+    assert_eq!(
+        store.status("detached").await,
+        Some(SubagentStatus::Running)
+    );
+    assert!(!detached.is_cancelled());
+    let child = store
+        .start(TaskStart::new().task_id("after").parent_id("root"))
+        .await
+        .unwrap();
+    assert_eq!(store.status("after").await, Some(SubagentStatus::Cancelled));
+    assert!(
+        eventually(|| child.is_cancelled()).await,
+        "a child of a cancelled parent starts cancelled"
+    );
+}
+
+async fn retention_evicts_the_oldest_finished_and_keeps_pending_children_reachable(store: Store) {
+    let _top = store.start(TaskStart::new().task_id("top")).await.unwrap();
+    let mut parent = store
+        .start(TaskStart::new().task_id("parent").parent_id("top"))
+        .await
+        .unwrap();
+    let orphan = store
+        .start(TaskStart::new().task_id("orphan").parent_id("parent"))
+        .await
+        .unwrap();
+    assert!(parent.complete("done").await);
+    for index in 0..3 {
+        let mut runner = store
+            .start(TaskStart::new().task_id(format!("f{index}")))
+            .await
+            .unwrap();
+        assert!(runner.complete("done").await);
+    }
+    // Two finished runs are kept: the newest.
+    assert_eq!(
+        store.listed().await,
+        ["top", "orphan", "f1", "f2"].map(Arc::from).to_vec()
+    );
+    assert!(
+        store.get("parent").await.is_none(),
+        "the parent was evicted"
+    );
+    assert!(store.cancel("top", None).await);
+    assert_eq!(
+        store.status("orphan").await,
+        Some(SubagentStatus::Cancelled)
+    );
+    assert!(
+        eventually(|| orphan.is_cancelled()).await,
+        "adopted, so the cancel reached it"
+    );
+}
+
+async fn a_queued_task_is_cancelled_claimed_and_ended_by_the_rules(store: Store) {
+    let id = store
+        .reserve(TaskStart::new().task_id("queued"), None)
+        .await
+        .unwrap();
+    assert_eq!(store.status(&id).await, Some(SubagentStatus::Queued));
+    assert!(store.cancel("queued", Some("not needed")).await);
+    let cancelled = store.get("queued").await.unwrap();
+    assert_eq!(cancelled.status, SubagentStatus::Cancelled);
+    assert!(
+        cancelled.finished,
+        "no runner runs it: a cancel finishes it"
+    );
+    let late = store.claim("queued").await.unwrap();
+    assert!(
+        late.is_cancelled(),
+        "a claim after a cancel gets a fired token"
+    );
+
+    store
+        .reserve(TaskStart::new().task_id("work"), None)
+        .await
+        .unwrap();
+    let mut runner = store.claim("work").await.unwrap();
+    assert!(matches!(
+        store.claim("work").await,
+        Err(TrackerError::NotClaimable {
+            problem: ClaimProblem::AlreadyClaimed,
+            ..
+        })
+    ));
+    assert_eq!(store.status("work").await, Some(SubagentStatus::Running));
+    assert!(runner.fail("boom").await);
+
+    store
+        .reserve(TaskStart::new().task_id("unclaimed"), None)
+        .await
+        .unwrap();
+    assert!(store.end("unclaimed", Ok(Some("\"made elsewhere\""))).await);
+    assert!(matches!(
+        store.claim("unclaimed").await,
+        Err(TrackerError::NotClaimable {
+            problem: ClaimProblem::Ended(SubagentStatus::Completed),
+            ..
+        })
+    ));
+    assert!(matches!(
+        store.claim("nobody").await,
+        Err(TrackerError::UnknownTask { .. })
+    ));
+}
+
+async fn a_late_end_never_downgrades_a_cancel(store: Store) {
+    let mut runner = store.start(TaskStart::new().task_id("job")).await.unwrap();
+    assert!(store.cancel("job", Some("stop")).await);
+    assert!(
+        !store.cancel("job", None).await,
+        "a second cancel moves nothing"
+    );
+    let cancelled = store.get("job").await.unwrap();
+    assert_eq!(cancelled.status, SubagentStatus::Cancelled);
+    assert!(!cancelled.finished, "its runner still runs");
+    assert!(!runner.complete("late").await);
+    let ended = store.get("job").await.unwrap();
+    assert_eq!(ended.status, SubagentStatus::Cancelled);
+    assert!(ended.finished);
+    assert_eq!(ended.result.as_deref(), Some("late"));
+    assert!(!runner.fail("again").await, "a second end changes nothing");
+    assert!(!store.end("job", Err("by id")).await);
+}
+
+async fn deadlines_cancel_a_tree_and_a_past_one_cancels_at_start(store: Store) {
+    let parent = store
+        .start(
+            TaskStart::new()
+                .task_id("bounded")
+                .timeout(Duration::from_millis(150)),
+        )
+        .await
+        .unwrap();
+    let child = store
+        .start(
+            TaskStart::new()
+                .task_id("child")
+                .parent_id("bounded")
+                .timeout(Duration::from_secs(3600)),
+        )
+        .await
+        .unwrap();
+    let free = store
+        .start(
+            TaskStart::new()
+                .task_id("free")
+                .parent_id("bounded")
+                .detached(true),
+        )
+        .await
+        .unwrap();
+    let fired = async {
+        while !(parent.is_cancelled() && child.is_cancelled()) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(3), fired)
+        .await
+        .expect("the parent's deadline fired on both");
+    let task = store.get("child").await.unwrap();
+    assert_eq!(task.status, SubagentStatus::Cancelled);
+    // The child's own deadline is bounded by its parent's, so both fire at once, each as a deadline, or the
+    // child as the parent's cascade: the contract leaves which reaches it first open.
+    assert!(matches!(
+        task.cancel_cause,
+        Some(CancelCause::Deadline | CancelCause::Parent)
+    ));
+    assert!(
+        !free.is_cancelled(),
+        "a detached child keeps its own deadline"
+    );
+
+    // A second ago: Redis compares by its own clock, which may trail this one by a little.
+    let a_second_ago = std::time::SystemTime::now() - Duration::from_secs(1);
+    let past = store
+        .start(TaskStart::new().task_id("past").deadline_at(a_second_ago))
+        .await
+        .unwrap();
+    assert!(
+        past.is_cancelled(),
+        "a deadline already passed cancels at start"
+    );
+    let task = store.get("past").await.unwrap();
+    assert_eq!(task.cancel_cause, Some(CancelCause::Deadline));
+}
