@@ -5,7 +5,8 @@
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh"
 
-step() { printf '\n== %s\n' "$*"; }
+# Each phase says how long the run has taken so far, so that the suite's budget can be kept.
+step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 step "the Debian packages the tests start (redis-server, chromium, openssl), installed when missing"
 missing=()

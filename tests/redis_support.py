@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -125,11 +126,15 @@ class RedisServer:
             extra_arguments = (*extra_arguments, *tls.server_arguments(self.tls_port))
         self.extra_arguments = extra_arguments
         self.aof_directory = aof_directory
+        # A directory of its own even without persistence: a replica writes the snapshot it syncs from there,
+        # and any server loads a snapshot it finds there when it starts.
+        self.scratch = tempfile.TemporaryDirectory(prefix="redis-server-") if aof_directory is None else None
         persistence = (
             ["--appendonly", "no"]
             if aof_directory is None
-            else ["--appendonly", "yes", "--appendfsync", "always", "--dir", str(aof_directory)]
+            else ["--appendonly", "yes", "--appendfsync", "always"]
         )
+        persistence += ["--dir", str(aof_directory) if self.scratch is None else self.scratch.name]
         command = [
             "redis-server",
             "--bind",
@@ -189,6 +194,8 @@ class RedisServer:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait(timeout=10)
+        if self.scratch is not None:
+            self.scratch.cleanup()
 
     def restart(self) -> RedisServer:
         """Kills the server (no shutdown save) and starts it again on its port, from its append-only file."""
@@ -266,14 +273,19 @@ class RedisCluster:
         return len(lines) == wanted
 
     def has_failed_over(self, dead: RedisServer) -> bool:
-        """Whether the live nodes agree that every slot is served, with ``dead`` among the failed."""
+        """Whether the live nodes agree that every slot is served, ``dead`` is marked failed (not merely
+        suspected, ``fail?``) and serves no slot, and three primaries are live."""
         live = [node for node in self.nodes if node.process.poll() is None and node is not dead]
         try:
-            nodes = live[0].cli("CLUSTER", "NODES")
-            return all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in live) and any(
-                "fail" in line.split()[2] and f":{dead.port}@" in line for line in nodes
+            nodes = [line.split() for line in live[0].cli("CLUSTER", "NODES")]
+            dead_line = next(fields for fields in nodes if f":{dead.port}@" in fields[1])
+            return (
+                "fail" in dead_line[2].split(",")
+                and len(dead_line) <= 8
+                and all("cluster_state:ok" in node.cli("CLUSTER", "INFO") for node in live)
+                and len(self.primaries()) == 3
             )
-        except subprocess.SubprocessError:
+        except (subprocess.SubprocessError, StopIteration):
             return False
 
     def restart(self, node: RedisServer) -> None:
@@ -289,10 +301,46 @@ class RedisCluster:
             if node.process.poll() is None and "role:master" in node.cli("INFO", "replication")
         ]
 
+    def admin(self, *command: str) -> bytes:
+        """Sends one command to every live node (a pause, a kill of clients, a setting), as
+        ``RedisServer.admin`` does to its server, and returns the first node's answer."""
+        answers = [node.admin(*command) for node in self.nodes if node.process.poll() is None]
+        return answers[0]
+
+    def cli(self, *command: str) -> list[str]:
+        """Runs one command on every live node and returns their answers' lines together (``KEYS`` lists the
+        keys of the whole cluster)."""
+        return [line for node in self.nodes if node.process.poll() is None for line in node.cli(*command)]
+
+    def signal(self, number: int) -> None:
+        """Sends a signal to every live node: the whole cluster stops or continues at once."""
+        for node in self.nodes:
+            if node.process.poll() is None:
+                node.signal(number)
+
     def stop(self) -> None:
         for node in self.nodes:
             if node.process.poll() is None:
                 node.stop()
+
+
+#: Set to "cluster" to run the fault and stress tests against a Redis Cluster instead of one server
+#: (``scripts/cluster_reruns.sh``).
+TARGET_VARIABLE = "SUBAGENT_TRACKER_TEST_REDIS"
+
+
+def start_target(directory: Path) -> RedisServer | RedisCluster:
+    """One server, or a cluster when ``SUBAGENT_TRACKER_TEST_REDIS=cluster``."""
+    if os.environ.get(TARGET_VARIABLE) == "cluster":
+        return RedisCluster(directory)
+    return RedisServer()
+
+
+def only_on_one_server(target: RedisServer | RedisCluster, why: str) -> RedisServer:
+    """Skips a test that needs what only one server has (a proxy in front of it, its own replication)."""
+    if isinstance(target, RedisCluster):
+        pytest.skip(f"one server only: {why}")
+    return target
 
 
 #: What a Redis test runs against: one server, or a cluster (reached through one node's URL).

@@ -2,16 +2,19 @@
 sessions spread across the primaries by hash slot, and what a failover keeps.
 
 The contract's model and the across-process tests also run against a cluster (``test_contract_model.py``,
-``test_redis_across_processes.py``); this file holds what only a cluster has."""
+``test_redis_across_processes.py``); this file holds what only a cluster has. The failover tests start a
+cluster each and wait out a failover: ``scripts/cluster_reruns.sh`` runs them, beside the fault and stress
+tests on a cluster, to keep the README's test command within its time."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import RedisCluster, RedisServer
+from redis_support import TARGET_VARIABLE, RedisCluster, RedisServer
 
 from subagent_tracker import (
     RedisRegistry,
@@ -19,6 +22,12 @@ from subagent_tracker import (
     RegistryUnavailableError,
     ReplicationTimeoutError,
     SubagentStatus,
+)
+
+#: The failover tests run under ``scripts/cluster_reruns.sh``.
+failover = pytest.mark.skipif(
+    os.environ.get(TARGET_VARIABLE) != "cluster",
+    reason="scripts/cluster_reruns.sh runs the failover tests",
 )
 
 #: The longest a failover may take here: the nodes call a primary dead after 1 s without an answer.
@@ -105,6 +114,7 @@ def _cancel_until_answered(session: RedisSession, task_id: str) -> bool | None:
             time.sleep(0.05)
 
 
+@failover
 def test_after_a_primary_dies_cancels_succeed_again_and_runs_survive(cluster: RedisCluster) -> None:
     registry = RedisRegistry(cluster.url, cluster=True, timeout=1, worker_id="runner")
     victim = cluster.primaries()[0]
@@ -125,6 +135,7 @@ def test_after_a_primary_dies_cancels_succeed_again_and_runs_survive(cluster: Re
     handles["a"].complete()
 
 
+@failover
 def test_with_wait_for_replicas_no_acknowledged_cancel_is_lost_across_a_failover(
     cluster: RedisCluster,
 ) -> None:

@@ -13,7 +13,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import APIS, Api, Proxy, RedisServer, Worker, connect, wait_finished
+from redis_support import (
+    APIS,
+    Api,
+    Proxy,
+    RedisServer,
+    RedisTarget,
+    Worker,
+    connect,
+    only_on_one_server,
+    start_target,
+    wait_finished,
+)
 
 from subagent_tracker import (
     LEASE_LOST_REASON,
@@ -28,13 +39,14 @@ from subagent_tracker._loopback import free_port
 
 
 @pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    yield server
-    server.stop()
+def redis_server(tmp_path: Path) -> Iterator[RedisTarget]:
+    """One server; a cluster under ``scripts/cluster_reruns.sh`` (``SUBAGENT_TRACKER_TEST_REDIS=cluster``)."""
+    target = start_target(tmp_path)
+    yield target
+    target.stop()
 
 
-def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisServer) -> None:
+def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisTarget) -> None:
     runner = Worker(redis_server.url, "runner")
     try:
         runner.ask(op="start", session="s", task="job")
@@ -53,7 +65,7 @@ def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisS
 
 @pytest.mark.parametrize("api", APIS)
 def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_reconcile(
-    redis_server: RedisServer, api: Api
+    redis_server: RedisTarget, api: Api
 ) -> None:
     runner = Worker(redis_server.url, "runner", api=api)
     try:
@@ -85,7 +97,7 @@ def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_r
 
 
 def test_an_event_stream_whose_connection_was_killed_connects_again_and_goes_on(
-    redis_server: RedisServer,
+    redis_server: RedisTarget,
 ) -> None:
     session = RedisRegistry(redis_server.url, timeout=2).session("s")
 
@@ -113,7 +125,7 @@ def test_an_event_stream_whose_connection_was_killed_connects_again_and_goes_on(
     asyncio.run(main())
 
 
-def test_a_stopped_and_continued_server_loses_nothing(redis_server: RedisServer) -> None:
+def test_a_stopped_and_continued_server_loses_nothing(redis_server: RedisTarget) -> None:
     runner = Worker(redis_server.url, "runner")
     try:
         runner.ask(op="start", session="s", task="job")
@@ -151,7 +163,7 @@ def test_a_server_restarted_from_its_append_only_file_loses_no_cancel(tmp_path: 
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_worker_stopped_past_its_lease_has_fenced_itself_when_it_continues(
-    redis_server: RedisServer, api: Api
+    redis_server: RedisTarget, api: Api
 ) -> None:
     frozen = Worker(redis_server.url, "frozen", lease=0.5, api=api)
     survivor = connect(api, redis_server.url, worker_id="survivor", lease=0.5)
@@ -204,7 +216,7 @@ class _NotRedis:
     "describe",
     ["unreachable", "not redis"],
 )
-def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisServer, describe: str) -> None:
+def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisTarget, describe: str) -> None:
     not_redis = _NotRedis()
     urls = {
         "unreachable": f"redis://127.0.0.1:{free_port()}/0",
@@ -222,8 +234,9 @@ def test_bad_servers_get_a_clear_error_within_the_timeout(redis_server: RedisSer
 
 
 def test_a_password_the_server_refuses_is_a_value_error_that_never_shows_it(
-    redis_server: RedisServer,
+    redis_server: RedisTarget,
 ) -> None:
+    redis_server = only_on_one_server(redis_server, "it connects to one node by its port")
     # This server wants none: the password is as wrong as one it would refuse, and retrying cannot help.
     started = time.monotonic()
     with pytest.raises(ValueError, match="authenticate") as refused:
@@ -238,7 +251,7 @@ def test_a_malformed_url_is_a_value_error() -> None:
         RedisRegistry("not a url", timeout=0.5)
 
 
-def test_a_forked_child_refuses_its_parent_s_registry_and_makes_its_own(redis_server: RedisServer) -> None:
+def test_a_forked_child_refuses_its_parent_s_registry_and_makes_its_own(redis_server: RedisTarget) -> None:
     parent = RedisRegistry(redis_server.url)
     parent.session("s").start_subagent_task("parent's").complete()
     read, write = os.pipe()
@@ -263,7 +276,8 @@ def test_a_forked_child_refuses_its_parent_s_registry_and_makes_its_own(redis_se
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisServer, api: Api) -> None:
+def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisTarget, api: Api) -> None:
+    redis_server = only_on_one_server(redis_server, "a proxy cannot front a cluster's every node")
     proxy = Proxy(redis_server.port)
     try:
         runner = connect(api, proxy.url, worker_id="runner", reconcile_interval=0.2, timeout=1)
@@ -279,8 +293,9 @@ def test_connections_reset_by_the_network_lose_no_cancel(redis_server: RedisServ
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(
-    redis_server: RedisServer, api: Api
+    redis_server: RedisTarget, api: Api
 ) -> None:
+    redis_server = only_on_one_server(redis_server, "a proxy cannot front a cluster's every node")
     proxy = Proxy(redis_server.port)
     try:
         runner = connect(api, proxy.url, worker_id="cut-off", lease=0.6, reconcile_interval=0.2, timeout=0.3)
@@ -305,7 +320,8 @@ def test_a_worker_cut_off_past_its_lease_is_failed_and_fences_itself(
         proxy.close()
 
 
-def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisServer) -> None:
+def test_a_key_prefix_holding_other_data_is_refused(redis_server: RedisTarget) -> None:
+    redis_server = only_on_one_server(redis_server, "it writes a key to one node by hand")
     assert redis_server.admin("SET", "shared:v2:{registry}:workers", "other-data") == b"+OK"
     with pytest.raises(ValueError, match="used by other data"):
         RedisRegistry(redis_server.url, key_prefix="shared:", timeout=1)
@@ -330,7 +346,7 @@ def test_settings_too_short_to_act_on_are_refused_before_connecting(
         RedisRegistry("redis://127.0.0.1:1/0", **{option: value})  # type: ignore[arg-type]
 
 
-def test_the_shortest_settings_allowed_work(redis_server: RedisServer) -> None:
+def test_the_shortest_settings_allowed_work(redis_server: RedisTarget) -> None:
     # A 3 ms lease may lapse on a loaded machine (the task is then cancelled or failed): either way it ends.
     registry = RedisRegistry(redis_server.url, lease=0.003, reconcile_interval=0.001, timeout=1)
     session = registry.session("shortest")
@@ -341,7 +357,8 @@ def test_the_shortest_settings_allowed_work(redis_server: RedisServer) -> None:
     assert RedisRegistry(redis_server.url, session_ttl=0).worker_id
 
 
-def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_server: RedisServer) -> None:
+def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_server: RedisTarget) -> None:
+    redis_server = only_on_one_server(redis_server, "it connects to one node by its port")
     reply = redis_server.admin(
         "ACL", "SETUSER", "noscript", "on", ">secret", "~*", "&*", "+@all", "-@scripting"
     )
@@ -361,10 +378,12 @@ def test_a_user_without_scripting_gets_a_clear_error_within_the_timeout(redis_se
     ],
 )
 def test_a_server_that_cannot_write_for_now_is_unavailable_and_the_call_works_once_it_can(
-    redis_server: RedisServer, state: str, enter: tuple[str, ...], leave: tuple[str, ...]
+    redis_server: RedisTarget, state: str, enter: tuple[str, ...], leave: tuple[str, ...]
 ) -> None:
     """Short of memory, or a replica (as a primary is for a moment during a failover): a retry may succeed, so
     these stay ``RegistryUnavailableError``, which retry loops retry."""
+    if enter[0] == "REPLICAOF":
+        redis_server = only_on_one_server(redis_server, "a cluster node cannot be made a replica by hand")
     session = RedisRegistry(redis_server.url, timeout=1).session("s")
     assert redis_server.admin(*(part.format(port=free_port()) for part in enter)) == b"+OK"
     try:
@@ -377,8 +396,9 @@ def test_a_server_that_cannot_write_for_now_is_unavailable_and_the_call_works_on
 
 
 def test_an_error_reply_the_store_does_not_know_is_a_protocol_error_never_retryable(
-    redis_server: RedisServer,
+    redis_server: RedisTarget,
 ) -> None:
+    redis_server = only_on_one_server(redis_server, "it overwrites a key on one node by hand")
     session = RedisRegistry(redis_server.url, timeout=1).session("s")
     session.start_subagent_task("job").complete()
     (task_key,) = redis_server.cli("KEYS", "*t:job")
@@ -388,8 +408,9 @@ def test_an_error_reply_the_store_does_not_know_is_a_protocol_error_never_retrya
     assert not isinstance(refused.value, ConnectionError), "nothing tells callers to retry"
 
 
-def test_a_cancel_no_replica_confirms_took_effect_and_says_so(redis_server: RedisServer) -> None:
+def test_a_cancel_no_replica_confirms_took_effect_and_says_so(redis_server: RedisTarget) -> None:
     """``wait_for_replicas`` on a server with no replica: the cancel is made, but cannot be confirmed."""
+    redis_server = only_on_one_server(redis_server, "a cluster has replicas, which confirm the cancel")
     registry = RedisRegistry(redis_server.url, timeout=0.4, wait_for_replicas=1)
     session = registry.session("s")
     handle = session.start_subagent_task("job")

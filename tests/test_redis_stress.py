@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_support import RedisServer, Worker
+from redis_support import RedisTarget, Worker, start_target
 
 from subagent_tracker import WORKER_LOST_ERROR, RedisRegistry, RedisTaskHandle, SubagentStatus
 
@@ -26,10 +26,11 @@ SECONDS = 4.0
 
 
 @pytest.fixture
-def redis_server() -> Iterator[RedisServer]:
-    server = RedisServer()
-    yield server
-    server.stop()
+def redis_server(tmp_path: Path) -> Iterator[RedisTarget]:
+    """One server; a cluster under ``scripts/cluster_reruns.sh`` (``SUBAGENT_TRACKER_TEST_REDIS=cluster``)."""
+    target = start_target(tmp_path)
+    yield target
+    target.stop()
 
 
 #: The scenarios the run is repeated in: plain; with ids that would have reached into a neighbour session
@@ -45,7 +46,7 @@ def _session_id(scenario: str) -> str:
     return "s}:t:x" if scenario == "hostile ids" else "stress"
 
 
-def _run(server: RedisServer, scenario: str) -> list[dict[str, Any]]:
+def _run(server: RedisTarget, scenario: str) -> list[dict[str, Any]]:
     session_id = _session_id(scenario)
     prefix = HOSTILE_PREFIX if scenario == "hostile ids" else ""
     roles = [("worker", "w0"), ("worker", "w1"), ("worker", "w2"), ("canceller", "c0"), ("canceller", "c1")]
@@ -77,7 +78,7 @@ def _run(server: RedisServer, scenario: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_many_workers_and_cancellers_on_one_session_keep_every_rule(
-    redis_server: RedisServer, scenario: str
+    redis_server: RedisTarget, scenario: str
 ) -> None:
     session_id = _session_id(scenario)
     # Made first, so its bound holds whoever opens it next: every run stays retained for the checks. (The

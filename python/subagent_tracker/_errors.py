@@ -53,15 +53,16 @@ class SessionClosedError(SubagentTrackerError):
 
 class RegistryUnavailableError(SubagentTrackerError, ConnectionError):
     """Redis could not be reached, did not answer within the registry's timeout, or answered that it cannot
-    serve now (``OOM``, ``READONLY``, ``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``, ``MOVED``,
-    ``ASK``, ``BUSY``, as a cluster says during a failover): a retry may succeed. Runners keep running and
+    serve now (``OOM``, ``READONLY``, ``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``,
+    ``NOREPLICAS``, ``MOVED``, ``ASK``, ``UNBLOCKED``, ``MISCONF``, ``BUSY``, as a cluster says during a
+    failover): a retry may succeed. Runners keep running and
     their tokens keep working; the registry reconciles with Redis once it is back."""
 
 
 class ReplicationTimeoutError(SubagentTrackerError):
     """With ``wait_for_replicas``: the cancel took effect on the session's primary, but fewer replicas than
-    asked confirmed it within the timeout, so a failover now could lose it. Calling again returns false (the
-    task is cancelled already); read the task once the servers are healthy to know whether the cancel
+    asked confirmed it within the timeout, so a failover now could lose it. Cancelling the task again returns
+    false (it is cancelled already); read the task once the servers are healthy to know whether the cancel
     survived."""
 
 

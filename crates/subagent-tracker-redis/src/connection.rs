@@ -15,7 +15,6 @@ use redis::aio::{
 };
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, Msg, Pipeline, RedisFuture, RedisResult, Value};
 
 /// The client side of the store: one server, or a cluster.
@@ -35,7 +34,12 @@ pub(crate) enum Client {
 pub(crate) enum Connection {
     Managed(ConnectionManager),
     Multiplexed(MultiplexedConnection),
-    Cluster(ClusterConnection),
+    /// A cluster connection retries on its own across a failover; `bound` keeps each call within the registry's
+    /// timeout all the same.
+    Cluster {
+        connection: ClusterConnection,
+        bound: Duration,
+    },
 }
 
 /// The messages of a subscription, for as long as it lasts.
@@ -55,19 +59,25 @@ impl Client {
         }
     }
 
-    /// Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`).
-    pub(crate) async fn is_cluster_node(url: &str, timeout: Duration) -> RedisResult<bool> {
+    /// Whether the server at `url` is a node of a Redis Cluster (`INFO cluster`); `None` when the user may not
+    /// run `INFO`. The probe is a plain connection, so a set-up mistake (a password, a certificate) shows here
+    /// with its cause, which a cluster client would hide behind "failed to create initial connections".
+    pub(crate) async fn probe(url: &str, timeout: Duration) -> RedisResult<Option<bool>> {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout));
         let mut connection = redis::Client::open(url)?
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
-        let info: String = redis::cmd("INFO")
+        let info: RedisResult<String> = redis::cmd("INFO")
             .arg("cluster")
             .query_async(&mut connection)
-            .await?;
-        Ok(info.contains("cluster_enabled:1"))
+            .await;
+        match info {
+            Ok(info) => Ok(Some(info.contains("cluster_enabled:1"))),
+            Err(error) if error.code() == Some("NOPERM") => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     /// A connection for calls, which reconnects by itself: `timeout` bounds connecting and each answer.
@@ -82,9 +92,10 @@ impl Client {
                     client.get_connection_manager_with_config(config).await?,
                 ))
             }
-            Client::Cluster { client, .. } => {
-                Ok(Connection::Cluster(client.get_async_connection().await?))
-            }
+            Client::Cluster { client, .. } => Ok(Connection::Cluster {
+                connection: client.get_async_connection().await?,
+                bound: timeout,
+            }),
         }
     }
 
@@ -110,9 +121,10 @@ impl Client {
                 let config = redis::cluster::ClusterConfig::new()
                     .set_connection_timeout(timeout)
                     .set_response_timeout(block + timeout);
-                Ok(Connection::Cluster(
-                    client.get_async_connection_with_config(config).await?,
-                ))
+                Ok(Connection::Cluster {
+                    connection: client.get_async_connection_with_config(config).await?,
+                    bound: block + timeout,
+                })
             }
         }
     }
@@ -148,6 +160,13 @@ impl Client {
     }
 }
 
+fn timed_out() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "Redis did not answer within the registry's timeout",
+    ))
+}
+
 fn cluster_builder(url: &str, timeout: Duration) -> ClusterClientBuilder {
     ClusterClientBuilder::new(vec![url.to_owned()])
         .connection_timeout(timeout)
@@ -158,27 +177,7 @@ fn cluster_builder(url: &str, timeout: Duration) -> ClusterClientBuilder {
 impl Connection {
     /// Whether calls that span slots must go one by one.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(_))
-    }
-
-    /// Sends `command` to the primary that serves `key`'s slot (on a single server, to the server).
-    pub(crate) async fn send_to_primary_of(
-        &mut self,
-        key: &str,
-        command: &Cmd,
-    ) -> RedisResult<Value> {
-        match self {
-            Connection::Cluster(connection) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                connection
-                    .route_command(
-                        command.clone(),
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                    )
-                    .await
-            }
-            connection => command.query_async(connection).await,
-        }
+        matches!(self, Connection::Cluster { .. })
     }
 }
 
@@ -187,7 +186,14 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.req_packed_command(command),
             Connection::Multiplexed(connection) => connection.req_packed_command(command),
-            Connection::Cluster(connection) => connection.req_packed_command(command),
+            Connection::Cluster { connection, bound } => {
+                let bound = *bound;
+                Box::pin(async move {
+                    tokio::time::timeout(bound, connection.req_packed_command(command))
+                        .await
+                        .map_err(|_| timed_out())?
+                })
+            }
         }
     }
 
@@ -204,8 +210,16 @@ impl ConnectionLike for Connection {
             Connection::Multiplexed(connection) => {
                 connection.req_packed_commands(pipeline, offset, count)
             }
-            Connection::Cluster(connection) => {
-                connection.req_packed_commands(pipeline, offset, count)
+            Connection::Cluster { connection, bound } => {
+                let bound = *bound;
+                Box::pin(async move {
+                    tokio::time::timeout(
+                        bound,
+                        connection.req_packed_commands(pipeline, offset, count),
+                    )
+                    .await
+                    .map_err(|_| timed_out())?
+                })
             }
         }
     }
@@ -214,7 +228,7 @@ impl ConnectionLike for Connection {
         match self {
             Connection::Managed(connection) => connection.get_db(),
             Connection::Multiplexed(connection) => connection.get_db(),
-            Connection::Cluster(connection) => connection.get_db(),
+            Connection::Cluster { connection, .. } => connection.get_db(),
         }
     }
 }

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use subagent_tracker::TrackerError;
 
 /// Why a call on a Redis session failed. A call that returns an error has changed nothing in Redis, except
-/// [`Unavailable`](Self::Unavailable), after which the outcome is unknown until the next reconcile.
+/// [`Unavailable`](Self::Unavailable), after which the outcome is unknown until the next reconcile, and
+/// [`NotReplicated`](Self::NotReplicated), whose cancel took effect.
 ///
 /// Each error the client or the server gives falls in one class (see `From<redis::RedisError>`):
 ///
 /// | what happened | variant | retry? |
 /// |---|---|---|
-/// | connection refused, lost or timed out; `OOM`, `READONLY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `MOVED`, `ASK`, `BUSY` | [`Unavailable`](Self::Unavailable) | yes |
+/// | connection refused, lost or timed out; `OOM`, `READONLY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `NOREPLICAS`, `MOVED`, `ASK`, `UNBLOCKED`, `MISCONF`, `BUSY` | [`Unavailable`](Self::Unavailable) | yes |
 /// | a password wanted or refused (`NOAUTH`, `WRONGPASS`), a command the user may not run (`NOPERM`), a server without functions (before Redis 7) | [`InvalidOption`](Self::InvalidOption) | no: fix the set-up |
 /// | a rule of the contract (a function's refusal: `DUPLICATE`, `CLOSED`, ...) | [`Tracker`](Self::Tracker) | no |
 /// | a cancel fewer replicas confirmed than `wait_for_replicas` asks | [`NotReplicated`](Self::NotReplicated) | no: it took effect |
@@ -42,8 +43,8 @@ pub enum RedisTrackerError {
     Protocol(Arc<str>),
     /// With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas): the cancel took effect
     /// on the session's primary, but fewer replicas than asked confirmed it in time, so a failover now could lose
-    /// it. Calling again returns false (the task is cancelled already); read the task once the servers are
-    /// healthy to know whether the cancel survived.
+    /// it. A cancel of the task called again returns false (it is cancelled already); read the task once the
+    /// servers are healthy to know whether the cancel survived.
     #[error(
         "the cancel took effect on the session's primary, but {acknowledged} of the {wanted} replicas asked for \
          confirmed it in time: a failover now could lose it"
@@ -66,8 +67,9 @@ pub enum RedisTrackerError {
 }
 
 /// Server error codes of a state that passes: short of memory, loading, a replica or a primary cut off from its
-/// replicas, a slot moving or the cluster reconfiguring (a cluster client that hears `MOVED` or `ASK` after a
-/// failover has a stale map of the slots, which it refreshes), or a script running too long.
+/// replicas (or from enough of them to write), a slot moving or the cluster reconfiguring (a cluster client that
+/// hears `MOVED` or `ASK` after a failover has a stale map of the slots, which it refreshes), a blocked read
+/// released by a failover, a snapshot failing to write, or a script running too long.
 const RETRYABLE_CODES: &[&str] = &[
     "OOM",
     "READONLY",
@@ -75,8 +77,11 @@ const RETRYABLE_CODES: &[&str] = &[
     "TRYAGAIN",
     "CLUSTERDOWN",
     "MASTERDOWN",
+    "NOREPLICAS",
     "MOVED",
     "ASK",
+    "UNBLOCKED",
+    "MISCONF",
     "BUSY",
 ];
 
@@ -104,6 +109,12 @@ impl From<redis::RedisError> for RedisTrackerError {
 
 /// What to fix when the server refuses a call for its set-up rather than for the call.
 fn set_up_problem(error: &redis::RedisError) -> Option<String> {
+    if error.kind() == redis::ErrorKind::AuthenticationFailed {
+        return Some(format!(
+            "the Redis server refused to authenticate ({error}): give the password in the URL, as \
+             redis://:password@host:port/db or redis://user:password@host:port/db"
+        ));
+    }
     let detail = error.detail().unwrap_or_default();
     match error.code()? {
         "NOAUTH" | "WRONGPASS" => Some(format!(

@@ -101,6 +101,9 @@ pub(crate) struct Worker {
     pub(crate) connection: Connection,
     /// A connection for reaping and sweeping, whose long pipelines must not hold up the calls of runners.
     housekeeping: Connection,
+    /// With `wait_for_replicas`, the connection cancels go through with their `WAIT`, which holds it while the
+    /// replicas catch up: only other such cancels wait behind it.
+    pub(crate) replication: Option<Connection>,
     pub(crate) options: RedisOptions,
     /// The in-memory mirrors of the sessions this worker runs tasks in.
     pub(crate) mirrors: Mirrors,
@@ -209,16 +212,12 @@ impl RedisRegistry {
         options.check()?;
         let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
         validate_task_id("worker_id", &id)?;
-        let cluster = match options.cluster {
-            Some(cluster) => cluster,
-            None => tokio::time::timeout(
-                options.timeout,
-                Client::is_cluster_node(url, options.timeout),
-            )
+        let probed = tokio::time::timeout(options.timeout, Client::probe(url, options.timeout))
             .await
             .map_err(|_| timeout_error())?
-            .map_err(|error| configuration_error(url, &error))?,
-        };
+            .map_err(|error| configuration_error(url, &error))?;
+        // A user who may not run INFO says which it is, or is taken to use one server.
+        let cluster = options.cluster.or(probed).unwrap_or(false);
         let client = Client::open(url, cluster, options.timeout)
             .map_err(|error| configuration_error(url, &error))?;
         let connect = || async {
@@ -239,6 +238,11 @@ impl RedisRegistry {
         check_prefix_is_ours(&mut connection, &keys).await?;
         // Sixteen hex digits: no two processes of one worker id meet the same nonce in practice.
         let housekeeping = connect().await?;
+        let replication = if options.wait_for_replicas > 0 {
+            Some(connect().await?)
+        } else {
+            None
+        };
         let process: Arc<str> = Arc::from(format!("{id}/{}", &generate_id()[..16]));
         let worker = Arc::new(Worker {
             client: client.clone(),
@@ -247,6 +251,7 @@ impl RedisRegistry {
             process,
             connection,
             housekeeping,
+            replication,
             options,
             mirrors: Mirrors::default(),
             runs: Mutex::new(Runs::default()),

@@ -494,6 +494,7 @@ impl RedisSession {
     ///
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
+    /// [`RedisTrackerError::NotReplicated`] with `wait_for_replicas`, when fewer replicas confirm the cancel.
     pub async fn cancel(
         &self,
         task_id: &str,
@@ -511,43 +512,47 @@ impl RedisSession {
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let moved: i64 = self
-            .transition("cancel", &[&self.incarnation, task_id, reason, cause])
+            .cancelling(
+                "cancel",
+                &[&self.incarnation, task_id, reason, cause],
+                |moved| *moved == 1,
+            )
             .await?;
-        if moved == 1 {
-            self.replicated().await?;
-        }
         Ok(moved == 1)
     }
 
-    /// With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas), waits until that many
-    /// replicas have every write this worker made so far (`WAIT` on the session's primary, over the connection
-    /// the writes went through), for three quarters of the timeout, so that the answer arrives within it.
-    async fn replicated(&self) -> Result<(), RedisTrackerError> {
+    /// A cancel's function. With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas),
+    /// it goes through the registry's replication connection followed by `WAIT` (for three quarters of the
+    /// timeout, so that the answer arrives within it), and a cancel fewer replicas confirm is
+    /// [`RedisTrackerError::NotReplicated`] once it has moved something (`moved` says whether it did).
+    async fn cancelling<T: redis::FromRedisValue>(
+        &self,
+        name: &str,
+        args: &[&str],
+        moved: impl Fn(&T) -> bool,
+    ) -> Result<T, RedisTrackerError> {
         let wanted = self.worker.options.wait_for_replicas;
-        if wanted == 0 {
-            return Ok(());
-        }
+        let Some(connection) = &self.worker.replication else {
+            return self.transition(name, args).await;
+        };
         let wait = self.worker.options.timeout * 3 / 4;
-        let mut command = redis::cmd("WAIT");
-        command
-            .arg(wanted)
-            .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
-        let answer = self
-            .worker
-            .connection
-            .clone()
-            .send_to_primary_of(&self.key, &command)
-            .await?;
-        let acknowledged: usize = redis::from_redis_value(answer)
-            .map_err(|_| RedisTrackerError::Protocol(Arc::from("WAIT")))?;
-        if acknowledged >= wanted {
-            Ok(())
-        } else {
-            Err(RedisTrackerError::NotReplicated {
+        let (answer, acknowledged): (T, usize) = store::call_and_wait(
+            &mut connection.clone(),
+            name,
+            &[&self.key],
+            args,
+            wanted,
+            wait,
+        )
+        .await
+        .map_err(|error| self.refusal(error, "", None))?;
+        if acknowledged < wanted && moved(&answer) {
+            return Err(RedisTrackerError::NotReplicated {
                 wanted,
                 acknowledged,
-            })
+            });
         }
+        Ok(answer)
     }
 
     /// Records the end of a task without its handle (by id, from any process). The first transition wins.
@@ -613,6 +618,7 @@ impl RedisSession {
     ///
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
+    /// [`RedisTrackerError::NotReplicated`] with `wait_for_replicas`, when fewer replicas confirm the cancel.
     pub async fn cancel_all(&self, reason: Option<&str>) -> Result<usize, RedisTrackerError> {
         self.cancel_everything(reason, false).await
     }
@@ -622,6 +628,7 @@ impl RedisSession {
     ///
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
+    /// [`RedisTrackerError::NotReplicated`] with `wait_for_replicas`, when fewer replicas confirm the cancel.
     pub async fn close(&self, reason: Option<&str>) -> Result<usize, RedisTrackerError> {
         self.cancel_everything(reason, true).await
     }
@@ -633,13 +640,13 @@ impl RedisSession {
     ) -> Result<usize, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let closing = if close { "1" } else { "0" };
-        let moved: usize = self
-            .transition("cancel_all", &[&self.incarnation, reason, closing])
-            .await?;
-        if moved > 0 || close {
-            self.replicated().await?;
-        }
-        Ok(moved)
+        // A close changes the session even when nothing was pending: it must be confirmed as a cancel is.
+        self.cancelling(
+            "cancel_all",
+            &[&self.incarnation, reason, closing],
+            |moved| *moved > 0 || close,
+        )
+        .await
     }
 
     /// A snapshot of the retained task `task_id`, or `None`. One round trip.

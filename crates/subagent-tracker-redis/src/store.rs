@@ -167,7 +167,19 @@ pub(crate) async fn call_each<T: FromRedisValue>(
             let mut connection = connection.clone();
             async move { call(&mut connection, name, keys, args).await }
         });
-        return Ok(futures_util::future::join_all(each).await);
+        let outcomes = futures_util::future::join_all(each).await;
+        // As a pipeline that could not be sent: the round failed, not one call.
+        if let Some(index) = outcomes
+            .iter()
+            .position(|outcome| matches!(outcome, Err(RedisTrackerError::Unavailable { .. })))
+        {
+            return Err(outcomes
+                .into_iter()
+                .nth(index)
+                .and_then(Result::err)
+                .unwrap_or_else(|| RedisTrackerError::Protocol(Arc::from("call_each"))));
+        }
+        return Ok(outcomes);
     }
     let mut pipeline = redis::pipe();
     pipeline.ignore_errors();
@@ -186,6 +198,32 @@ pub(crate) async fn call_each<T: FromRedisValue>(
         .into_iter()
         .map(|outcome| outcome.map_err(RedisTrackerError::from))
         .collect())
+}
+
+/// Calls the function `name`, then `WAIT replicas` for up to `wait`, in one pipeline: the wait counts this very
+/// connection's writes, and no reconnect can come between the two (a connection that breaks fails both). Gives
+/// the function's answer and how many replicas acknowledged it.
+pub(crate) async fn call_and_wait<T: FromRedisValue>(
+    connection: &mut Connection,
+    name: &str,
+    keys: &[&str],
+    args: &[&str],
+    replicas: usize,
+    wait: Duration,
+) -> Result<(T, usize), RedisTrackerError> {
+    let mut pipeline = redis::pipe();
+    pipeline.add_command(function_call(name, keys, args));
+    pipeline
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1));
+    match pipeline.query_async(connection).await {
+        Err(error) if is_missing_function(&error) => {
+            load(connection).await?;
+            Ok(pipeline.query_async(connection).await?)
+        }
+        outcome => Ok(outcome?),
+    }
 }
 
 fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {

@@ -54,6 +54,7 @@ impl RedisServer {
         command
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--protected-mode", "yes"]);
+        let scratch = scratch_directory(port);
         match &aof_directory {
             Some(directory) => {
                 command
@@ -61,7 +62,8 @@ impl RedisServer {
                     .arg(directory);
             }
             None => {
-                command.args(["--appendonly", "no"]);
+                std::fs::create_dir_all(&scratch).expect("a temporary directory");
+                command.args(["--appendonly", "no", "--dir"]).arg(&scratch);
             }
         }
         let process = command
@@ -320,6 +322,15 @@ fn answers_ping(port: u16) -> bool {
     matches!(connection.read(&mut reply), Ok(read) if read > 0 && !reply[..read].starts_with(b"-LOADING"))
 }
 
+/// The directory of a server without persistence: one of its own, since a replica writes the snapshot it syncs
+/// from there, and any server loads a snapshot it finds there when it starts.
+fn scratch_directory(port: u16) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "subagent-tracker-redis-{}-{port}",
+        std::process::id()
+    ))
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -331,6 +342,9 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.process.kill();
         let _ = self.process.wait();
+        if self.aof_directory.is_none() {
+            let _ = std::fs::remove_dir_all(scratch_directory(self.port));
+        }
     }
 }
 
