@@ -18,13 +18,14 @@ use crate::arguments::{
     ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
     TimeoutArgument, WorkerIdArgument,
 };
-use crate::errors::{redis_error, runner_exit};
+use crate::errors::redis_error;
 use crate::ready::Ready;
 use crate::redis_calls::{
     redis_batch, task_start, Delivery, HandleCalls, RegistryCalls, SessionCalls,
 };
 use crate::redis_handle::handle_repr;
 use crate::redis_registry::{connect_options, session_hash, spawn};
+use crate::runner_exit::runner_exit;
 use crate::runtime::MadeIn;
 use crate::token::{CancellationToken, Tokens};
 

@@ -66,26 +66,3 @@ pub(crate) fn is_cancellation(py: Python<'_>, error: &Bound<'_, PyAny>) -> PyRes
     Ok(error.is_instance(asyncio_cancelled)?
         || error.is_instance(error_class(py, "TaskCancelledError")?.as_any())?)
 }
-
-/// How a runner's `with` block ended, from the exception it left with: a normal exit completes the task, a
-/// cancellation (`TaskCancelledError` or `asyncio.CancelledError`) stops it with the cancel's reason, if any,
-/// and any other exception fails it with its text.
-pub(crate) enum RunnerExit {
-    Completed,
-    Stopped(Option<String>),
-    Failed(String),
-}
-
-pub(crate) fn runner_exit(py: Python<'_>, exception: &Bound<'_, PyAny>) -> PyResult<RunnerExit> {
-    if exception.is_none() {
-        return Ok(RunnerExit::Completed);
-    }
-    if is_cancellation(py, exception)? {
-        let reason = exception
-            .getattr("reason")
-            .ok()
-            .and_then(|reason| reason.extract::<String>().ok());
-        return Ok(RunnerExit::Stopped(reason));
-    }
-    Ok(RunnerExit::Failed(crate::arguments::error_text(exception)?))
-}

@@ -6,9 +6,9 @@ use pyo3::PyTraverseError;
 
 use crate::arguments;
 use crate::asyncio_waker::with_wake_batch;
-use crate::errors::{runner_exit, RunnerExit};
 use crate::python_types::{python_repr, PyValue};
 use crate::ready::Ready;
+use crate::runner_exit::{runner_exit, RunnerExit};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
 

@@ -24,6 +24,7 @@ mod redis_events;
 mod redis_handle;
 mod redis_registry;
 mod registry;
+mod runner_exit;
 mod runtime;
 mod session;
 mod snapshot;

@@ -18,11 +18,12 @@ use subagent_tracker_redis::{
 };
 
 use crate::arguments::{self, from_json_text, json_text, Id, JsonMetadata, TaskIdArgument};
-use crate::errors::{redis_error, RunnerExit};
+use crate::errors::redis_error;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
 use crate::python_types::PyValue;
 use crate::redis_events::RedisEventReader;
+use crate::runner_exit::RunnerExit;
 use crate::runtime::{block_on, MadeIn};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;

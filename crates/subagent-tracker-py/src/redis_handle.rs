@@ -3,10 +3,10 @@
 
 use pyo3::prelude::*;
 
-use crate::errors::runner_exit;
 use crate::python_types::python_repr;
 use crate::ready::Ready;
 use crate::redis_calls::HandleCalls;
+use crate::runner_exit::runner_exit;
 use crate::token::CancellationToken;
 
 /// Held by the code that runs a task kept in Redis. Its token fires in this process when the task is cancelled
