@@ -657,13 +657,7 @@ impl RedisSession {
         &self,
         task_id: &str,
     ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
-        validate_task_id("task_id", task_id)?;
-        let fields: Vec<String> = self
-            .transition("get", &[&self.incarnation, task_id])
-            .await?;
-        TaskFields::from_flat(fields)
-            .map(|fields| fields.snapshot(&self.session_id))
-            .transpose()
+        self.read(task_id, None).await
     }
 
     /// A snapshot of run `run` of task `task_id`, or `None` once that run is not retained: evicted, or
@@ -676,12 +670,21 @@ impl RedisSession {
         task_id: &str,
         run: &str,
     ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
+        self.read(task_id, Some(run)).await
+    }
+
+    /// The retained task `task_id` (only if its current run is `run`, when given).
+    async fn read(
+        &self,
+        task_id: &str,
+        run: Option<&str>,
+    ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
         let fields: Vec<String> = self
             .transition("get", &[&self.incarnation, task_id])
             .await?;
         TaskFields::from_flat(fields)
-            .filter(|fields| fields.is_run(run))
+            .filter(|fields| run.is_none_or(|run| fields.is_run(run)))
             .map(|fields| fields.snapshot(&self.session_id))
             .transpose()
     }
