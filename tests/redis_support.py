@@ -477,15 +477,18 @@ class Proxy:
                 self.blackholed.set()
                 threading.Timer(0.2, self._cut).start()
                 continue
+            marker = self.cut_marker
+            cutting = marker is not None and marker in data
+            if cutting:
+                # The request reaches the server; its reply is swallowed, then the connections drop.
+                # Swallowing starts before the request is sent, or a quick reply could pass first.
+                self.cut_marker = None
+                self.blackholed.set()
             try:
                 sink.sendall(data)
             except OSError:
                 return
-            marker = self.cut_marker
-            if marker is not None and marker in data:
-                # The request reached the server; its reply is swallowed, then the connections drop.
-                self.cut_marker = None
-                self.blackholed.set()
+            if cutting:
                 threading.Timer(0.2, self._cut).start()
 
     def cut_after(self, marker: bytes) -> None:

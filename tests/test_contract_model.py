@@ -1073,18 +1073,18 @@ class ContractMachine(RuleBasedStateMachine):
             assert kept.token.reason == kept.model_token.any_reason, repr(kept)
 
 
-# About 19 s on an idle 2-core machine; the rarest situations (two links open to order, a start cancelled
+# About 16 s on an idle 2-core machine; the rarest situations (two links open to order, a start cancelled
 # three ways, an end by id of a running task) come up in about one example in two hundred.
 IN_MEMORY = settings(
-    max_examples=1000,
+    max_examples=800,
     stateful_step_count=50,
     deadline=None,
     database=None,
     print_blob=True,
 )
-# Every step is a few round trips to Redis, and every comparison a few dozen: about 10 s each on one server
+# Every step is a few round trips to Redis, and every comparison a few dozen: about 7 s each on one server
 # and on a cluster. (1,500 examples on one server, run once by hand, found nothing more.)
-ON_REDIS = settings(IN_MEMORY, max_examples=60)
+ON_REDIS = settings(IN_MEMORY, max_examples=40)
 
 
 def _on(store: Store) -> type[ContractMachine]:

@@ -1,11 +1,9 @@
 //! `wait_for_replicas`: a cancel returns once that many replicas have it; on a server without them it takes
-//! effect and says it could not be confirmed. The cluster's own test (`cluster.rs`) has a cancel confirmed.
-
-mod common;
+//! effect and says it could not be confirmed. The cluster test (`cluster.rs`) has a cancel confirmed.
 
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use crate::common::RedisServer;
 use subagent_tracker::{TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError};
 

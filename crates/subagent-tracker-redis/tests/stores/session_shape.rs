@@ -2,9 +2,7 @@
 //! never a network call), whether it is closed (a round trip), the settings it refuses, and a handle's
 //! snapshot of its own run alone.
 
-mod common;
-
-use common::RedisServer;
+use crate::common::RedisServer;
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisTrackerError, EVENT_BUFFER_REFUSED};
 

@@ -5,12 +5,10 @@
 //! differ (a runner's token fires a notification later, contract §20), the scenarios wait for it with
 //! `eventually`; nothing else differs.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, RedisCluster, RedisServer};
+use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{
     CancelCause, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
     SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError,

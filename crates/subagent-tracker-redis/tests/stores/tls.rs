@@ -1,11 +1,9 @@
 //! `rediss://`: the store over TLS, against `redis-server --tls-port` with a certificate the test's own
 //! authority signed. The client trusts the system's authorities and whatever `SSL_CERT_FILE` names.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{eventually, CertificateAuthority};
+use crate::common::{eventually, CertificateAuthority};
 use subagent_tracker::{TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError};
 

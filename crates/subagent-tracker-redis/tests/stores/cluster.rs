@@ -2,11 +2,9 @@
 //! through one node, sessions spread across the primaries by slot, cancels cross workers, and a cancel with
 //! `wait_for_replicas` returns once a replica has it. Failover is tested in `tests/test_redis_cluster.py`.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{eventually, RedisCluster};
+use crate::common::{eventually, RedisCluster};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisOptions, RedisRegistry};
 
