@@ -1073,10 +1073,10 @@ class ContractMachine(RuleBasedStateMachine):
             assert kept.token.reason == kept.model_token.any_reason, repr(kept)
 
 
-# About 16 s on an idle 2-core machine; the rarest situations (two links open to order, a start cancelled
+# About 12 s on an idle 2-core machine; the rarest situations (two links open to order, a start cancelled
 # three ways, an end by id of a running task) come up in about one example in two hundred.
 IN_MEMORY = settings(
-    max_examples=800,
+    max_examples=600,
     stateful_step_count=50,
     deadline=None,
     database=None,

@@ -22,7 +22,7 @@ from redis_support import RedisTarget, Worker, start_target
 from subagent_tracker import WORKER_LOST_ERROR, RedisRegistry, RedisTaskHandle, SubagentStatus
 
 PROCESS = Path(__file__).with_name("redis_stress_process.py")
-SECONDS = 4.0
+SECONDS = 3.0
 
 
 @pytest.fixture
