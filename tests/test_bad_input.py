@@ -17,6 +17,7 @@ from subagent_tracker import (
     TaskCancelledError,
     UnknownTaskError,
 )
+from subagent_tracker.integrations._support import BlockingSession
 
 NOT_STRINGS: list[Any] = [1, 1.5, b"bytes", ["a"], {"a": 1}, object(), True]
 
@@ -68,6 +69,18 @@ def test_metadata_must_be_a_mapping(session: Session) -> None:
     with pytest.raises(TypeError, match="metadata must be a mapping"):
         session.start_subagent_task("a", metadata=[("k", 1)])  # type: ignore[arg-type]
     assert session.subagent_task("a") is None
+
+
+@pytest.mark.parametrize("reserving", [False, True])
+def test_every_store_checks_a_start_s_arguments_in_one_order(
+    tracked_session: BlockingSession, reserving: bool
+) -> None:
+    """A start with a bad metadata and a bad agent raises the metadata's error, whichever store it goes to:
+    the in-memory and Redis sessions read a start's arguments through one extractor."""
+    start = tracked_session.reserve_subagent_task if reserving else tracked_session.start_subagent_task
+    with pytest.raises(TypeError, match=r"^metadata must be a mapping"):
+        start("a", agent=5, metadata=[("k", 1)])  # type: ignore[arg-type]
+    assert tracked_session.subagent_task("a") is None
 
 
 def test_reasons_must_be_strings(session: Session) -> None:

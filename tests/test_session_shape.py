@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 from redis_support import RedisServer
 
+import subagent_tracker
 from subagent_tracker import (
     AsyncRedisRegistry,
     AwaitableSession,
@@ -152,3 +153,13 @@ def test_a_redis_handle_reads_its_own_run_never_the_one_that_replaced_it(
     while second.snapshot() is not None:
         assert time.monotonic() < deadline, "the evicted run's handle still has a snapshot"
         time.sleep(0.01)
+
+
+def test_every_public_class_and_function_has_a_docstring() -> None:
+    """``help()`` on anything the package exports says what it is (a native class keeps its doc comment)."""
+    undocumented = [
+        name
+        for name in subagent_tracker.__all__
+        if callable(item := getattr(subagent_tracker, name)) and not (item.__doc__ or "").strip()
+    ]
+    assert undocumented == []

@@ -18,16 +18,32 @@ use crate::arguments::{
     ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
     TimeoutArgument, WorkerIdArgument,
 };
+use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
 use crate::ready::Ready;
-use crate::redis_calls::{
-    redis_batch, task_start, Delivery, HandleCalls, RegistryCalls, SessionCalls,
-};
+use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
 use crate::redis_handle::handle_repr;
-use crate::redis_registry::{connect_options, session_hash, spawn};
+use crate::redis_registry::{connect_options, session_hash, spawn, BLOCKING};
 use crate::runner_exit::runner_exit;
 use crate::runtime::MadeIn;
+use crate::start_arguments::StartArguments;
 use crate::token::{CancellationToken, Tokens};
+
+/// The asyncio family: calls return asyncio futures, and sessions and handles are `AsyncRedisSession` and
+/// `AsyncRedisTaskHandle`.
+const ASYNCIO: Delivery = Delivery {
+    waiting: Waiting::Asyncio,
+    session_class: asyncio_session,
+    handle_class: asyncio_handle,
+};
+
+fn asyncio_session(py: Python<'_>, calls: SessionCalls) -> PyResult<Py<PyAny>> {
+    Py::new(py, AsyncRedisSession::new(calls)).map(Py::into_any)
+}
+
+fn asyncio_handle(py: Python<'_>, calls: HandleCalls) -> PyResult<Py<PyAny>> {
+    Py::new(py, AsyncRedisTaskHandle::new(calls)).map(Py::into_any)
+}
 
 /// Sessions kept in Redis, for asyncio programs: `registry = await AsyncRedisRegistry.connect(url, ...)`, with
 /// the options of `RedisRegistry`. This process is one worker among those connected, and may also hold a
@@ -104,7 +120,7 @@ impl AsyncRedisRegistry {
             wait_for_replicas,
         )?;
         let made_in = MadeIn::here();
-        Delivery::Asyncio.deliver(
+        ASYNCIO.deliver(
             py,
             made_in,
             async move { CoreRegistry::connect(&url, options).await },
@@ -113,7 +129,7 @@ impl AsyncRedisRegistry {
                 let calls = RegistryCalls {
                     registry,
                     made_in,
-                    delivery: Delivery::Asyncio,
+                    delivery: ASYNCIO,
                 };
                 Ok(Py::new(py, AsyncRedisRegistry { calls })?.into_any())
             },
@@ -188,17 +204,19 @@ impl AsyncRedisSession {
         detached: bool,
         linked: Option<Tokens>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let start = task_start(
+        let (start, _) = StartArguments {
             task_id,
             parent_id,
-            agent,
-            description,
-            metadata,
+            agent: agent.cloned(),
+            description: description.cloned(),
+            metadata: metadata.cloned(),
             timeout,
             deadline,
             detached,
             linked,
-        )?;
+            claim_timeout: None,
+        }
+        .into_start()?;
         self.calls.start(py, start)
     }
 
@@ -222,19 +240,20 @@ impl AsyncRedisSession {
         linked: Option<Tokens>,
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let start = task_start(
+        let (start, claim_timeout) = StartArguments {
             task_id,
             parent_id,
-            agent,
-            description,
-            metadata,
+            agent: agent.cloned(),
+            description: description.cloned(),
+            metadata: metadata.cloned(),
             timeout,
             deadline,
             detached,
             linked,
-        )?;
-        self.calls
-            .reserve(py, start, claim_timeout.map(|timeout| timeout.0))
+            claim_timeout,
+        }
+        .into_start()?;
+        self.calls.reserve(py, start, claim_timeout)
     }
 
     /// Starts every task of `tasks` (mappings of `start_subagent_task`'s keyword arguments), or none, in one
@@ -244,7 +263,7 @@ impl AsyncRedisSession {
         py: Python<'py>,
         tasks: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let starts = redis_batch(tasks, false)?
+        let starts = batch_starts::<String>(tasks, false)?
             .into_iter()
             .map(|(start, _)| start)
             .collect();
@@ -261,7 +280,7 @@ impl AsyncRedisSession {
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let default = claim_timeout.map(|seconds| seconds.0);
-        let reservations = redis_batch(tasks, true)?
+        let reservations = batch_starts::<String>(tasks, true)?
             .into_iter()
             .map(|(start, own)| (start, own.or(default)))
             .collect();
@@ -391,7 +410,7 @@ impl AsyncRedisSession {
     /// The same session with calls that block: for the few steps a framework makes synchronous (entering a
     /// streamed run that its API returns at once). Shares this session's connection.
     fn _blocking(&self) -> crate::redis_registry::RedisSession {
-        crate::redis_registry::RedisSession::new(self.calls.with_delivery(Delivery::Blocking))
+        crate::redis_registry::RedisSession::new(self.calls.with_delivery(BLOCKING))
     }
 
     /// Two `AsyncRedisSession` objects are equal when they are the same incarnation of a session seen through the

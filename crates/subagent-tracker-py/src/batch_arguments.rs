@@ -1,14 +1,13 @@
 //! The tasks of a batch (`start_subagent_tasks`, `reserve_subagent_tasks`): an iterable of mappings, each of the
 //! keyword arguments that `start_subagent_task` (or `reserve_subagent_task`) takes.
 
+use std::time::Duration;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping, PyString};
+use subagent_tracker::TaskStart;
 
-use crate::arguments::{
-    ClaimTimeoutArgument, EpochDeadline, Id, ParentIdArgument, Seconds, TaskIdArgument,
-    TimeoutArgument,
-};
-use crate::token::Tokens;
+use crate::start_arguments::{StartArguments, StoredMetadata};
 
 /// The keys a task of a started batch may have.
 const START_KEYS: [&str; 9] = [
@@ -23,27 +22,28 @@ const START_KEYS: [&str; 9] = [
     "linked",
 ];
 
-/// One task of a batch, its arguments extracted as `start_subagent_task` extracts its own.
-pub(crate) struct BatchTask<'py> {
-    pub(crate) task_id: Option<Id<TaskIdArgument>>,
-    pub(crate) parent_id: Option<Id<ParentIdArgument>>,
-    pub(crate) agent: Option<Bound<'py, PyAny>>,
-    pub(crate) description: Option<Bound<'py, PyAny>>,
-    pub(crate) metadata: Option<Bound<'py, PyAny>>,
-    pub(crate) timeout: Option<Seconds<TimeoutArgument>>,
-    pub(crate) deadline: Option<EpochDeadline>,
-    pub(crate) detached: bool,
-    pub(crate) linked: Option<Tokens>,
-    /// For a reservation: its own claim timeout, else the call's.
-    pub(crate) claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+/// Every task of the batch `tasks`, described for the core, each with its own claim timeout if it has one
+/// (`reserving` allows them). An error names the task at fault by its index.
+pub(crate) fn batch_starts<V: StoredMetadata>(
+    tasks: &Bound<'_, PyAny>,
+    reserving: bool,
+) -> PyResult<Vec<(TaskStart<V>, Option<Duration>)>> {
+    batch_tasks(tasks, reserving)?
+        .into_iter()
+        .enumerate()
+        .map(|(index, task)| {
+            task.into_start()
+                .map_err(|error| in_task(tasks.py(), error, index, ""))
+        })
+        .collect()
 }
 
 /// The tasks of `tasks`, in order; `reserving` also allows each a `claim_timeout`. Raises `TypeError` or
 /// `ValueError` naming the task (by its index) and the key at fault.
-pub(crate) fn batch_tasks<'py>(
+fn batch_tasks<'py>(
     tasks: &Bound<'py, PyAny>,
     reserving: bool,
-) -> PyResult<Vec<BatchTask<'py>>> {
+) -> PyResult<Vec<StartArguments<'py>>> {
     let expected = || {
         let call = if reserving {
             "reserve_subagent_task"
@@ -83,7 +83,7 @@ pub(crate) fn batch_tasks<'py>(
     Ok(batch)
 }
 
-fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<BatchTask<'py>> {
+fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartArguments<'py>> {
     let mapping = item.cast::<PyMapping>().map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "is a {}, not a mapping",
@@ -115,7 +115,7 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<BatchT
             Err(error) => Err(error),
         }
     };
-    Ok(BatchTask {
+    Ok(StartArguments {
         task_id: value("task_id")?.map(|value| value.extract()).transpose()?,
         parent_id: value("parent_id")?
             .map(|value| value.extract())
@@ -150,7 +150,7 @@ fn checked_string<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'
 
 /// A `TypeError` or `ValueError` about a task of the batch, its message saying which task (by its index), with
 /// the original as its cause; any other error as it was.
-pub(crate) fn in_task(py: Python<'_>, error: PyErr, index: usize, expected: &str) -> PyErr {
+fn in_task(py: Python<'_>, error: PyErr, index: usize, expected: &str) -> PyErr {
     let is_type_error = error.is_instance_of::<pyo3::exceptions::PyTypeError>(py);
     if !is_type_error && !error.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
         return error;

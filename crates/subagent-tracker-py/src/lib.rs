@@ -28,6 +28,7 @@ mod runner_exit;
 mod runtime;
 mod session;
 mod snapshot;
+mod start_arguments;
 mod task_watch;
 mod token;
 

@@ -17,7 +17,7 @@ use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
 };
 
-use crate::arguments::{self, from_json_text, json_text, Id, JsonMetadata, TaskIdArgument};
+use crate::arguments::{self, from_json_text, json_text, Id, TaskIdArgument};
 use crate::errors::redis_error;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
@@ -28,9 +28,19 @@ use crate::runtime::{block_on, MadeIn};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
 
-/// How a call to Redis hands its outcome to Python.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Delivery {
+/// How a family of Redis classes hands the outcome of a call to Python, and which of its classes wrap the
+/// sessions and runners' handles that calls make. Each family declares its own (`BLOCKING` in
+/// `redis_registry`, `ASYNCIO` in `async_redis`), so the calls here never name a class.
+#[derive(Clone, Copy)]
+pub(crate) struct Delivery {
+    pub(crate) waiting: Waiting,
+    pub(crate) session_class: fn(Python<'_>, SessionCalls) -> PyResult<Py<PyAny>>,
+    pub(crate) handle_class: fn(Python<'_>, HandleCalls) -> PyResult<Py<PyAny>>,
+}
+
+/// Who waits for a call to Redis.
+#[derive(Clone, Copy)]
+pub(crate) enum Waiting {
     /// The calling thread waits, with the interpreter released: for threads and scripts.
     Blocking,
     /// The call returns an asyncio future of the running loop at once; the event loop never waits on Redis.
@@ -51,14 +61,12 @@ impl Delivery {
         F: Future<Output = T> + Send + 'static,
         T: Send + 'static,
     {
-        match self {
-            Delivery::Blocking => {
+        match self.waiting {
+            Waiting::Blocking => {
                 let outcome = block_on(py, made_in, future)?;
                 Ok(convert(py, outcome)?.into_bound(py))
             }
-            Delivery::Asyncio => {
-                asyncio_future(py, made_in, WhenAbandoned::Finish, future, convert)
-            }
+            Waiting::Asyncio => asyncio_future(py, made_in, WhenAbandoned::Finish, future, convert),
         }
     }
 }
@@ -144,14 +152,7 @@ pub(crate) struct SessionCalls {
 impl SessionCalls {
     /// The session as the Python class of its delivery.
     fn into_object(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        match self.delivery {
-            Delivery::Blocking => {
-                Py::new(py, crate::redis_registry::RedisSession::new(self)).map(Py::into_any)
-            }
-            Delivery::Asyncio => {
-                Py::new(py, crate::async_redis::AsyncRedisSession::new(self)).map(Py::into_any)
-            }
-        }
+        (self.delivery.session_class)(py, self)
     }
 
     pub(crate) fn session_id(&self) -> &str {
@@ -171,14 +172,7 @@ impl SessionCalls {
             self.made_in,
             self.delivery,
         )?;
-        match self.delivery {
-            Delivery::Blocking => {
-                Py::new(py, crate::redis_handle::RedisTaskHandle::new(calls)).map(Py::into_any)
-            }
-            Delivery::Asyncio => {
-                Py::new(py, crate::async_redis::AsyncRedisTaskHandle::new(calls)).map(Py::into_any)
-            }
-        }
+        (self.delivery.handle_class)(py, calls)
     }
 
     fn twin(&self) -> SessionCalls {
@@ -603,67 +597,6 @@ impl HandleCalls {
             Some(self.run.clone()),
         )
     }
-}
-
-/// The tasks of a batch to start or reserve, with their metadata as JSON, each with its own claim timeout if
-/// it has one.
-pub(crate) fn redis_batch(
-    tasks: &Bound<'_, PyAny>,
-    reserving: bool,
-) -> PyResult<Vec<(TaskStart<String>, Option<Duration>)>> {
-    crate::batch_arguments::batch_tasks(tasks, reserving)?
-        .into_iter()
-        .enumerate()
-        .map(|(index, task)| {
-            let start = task_start(
-                task.task_id,
-                task.parent_id,
-                task.agent.as_ref(),
-                task.description.as_ref(),
-                task.metadata.as_ref(),
-                task.timeout,
-                task.deadline,
-                task.detached,
-                task.linked,
-            )
-            .map_err(|error| crate::batch_arguments::in_task(tasks.py(), error, index, ""))?;
-            Ok((start, task.claim_timeout.map(|seconds| seconds.0)))
-        })
-        .collect()
-}
-
-/// The description of a task to start or reserve, with its metadata as JSON.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn task_start(
-    task_id: Option<Id<TaskIdArgument>>,
-    parent_id: Option<Id<arguments::ParentIdArgument>>,
-    agent: Option<&Bound<'_, PyAny>>,
-    description: Option<&Bound<'_, PyAny>>,
-    metadata: Option<&Bound<'_, PyAny>>,
-    timeout: Option<arguments::Seconds<arguments::TimeoutArgument>>,
-    deadline: Option<arguments::EpochDeadline>,
-    detached: bool,
-    linked: Option<crate::token::Tokens>,
-) -> PyResult<TaskStart<String>> {
-    let metadata = metadata
-        .filter(|metadata| !metadata.is_none())
-        .map(|metadata| {
-            metadata
-                .extract::<JsonMetadata>()
-                .map(|metadata| metadata.0)
-        })
-        .transpose()?;
-    crate::session::task_start(
-        task_id,
-        parent_id,
-        agent,
-        description,
-        metadata,
-        timeout,
-        deadline,
-        detached,
-        linked,
-    )
 }
 
 /// A snapshot of the store's task, with its metadata (read-only, as in memory) and result decoded from JSON.

@@ -14,11 +14,30 @@ use crate::arguments::{
     ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
     TimeoutArgument, WorkerIdArgument,
 };
+use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
 use crate::package_imports::spawn_function;
-use crate::redis_calls::{redis_batch, task_start, Delivery, RegistryCalls, SessionCalls};
+use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
+use crate::redis_handle::RedisTaskHandle;
 use crate::runtime::{block_on, MadeIn};
+use crate::start_arguments::StartArguments;
 use crate::token::Tokens;
+
+/// The blocking family: the calling thread waits, and sessions and handles are `RedisSession` and
+/// `RedisTaskHandle`.
+pub(crate) const BLOCKING: Delivery = Delivery {
+    waiting: Waiting::Blocking,
+    session_class: blocking_session,
+    handle_class: blocking_handle,
+};
+
+fn blocking_session(py: Python<'_>, calls: SessionCalls) -> PyResult<Py<PyAny>> {
+    Py::new(py, RedisSession::new(calls)).map(Py::into_any)
+}
+
+fn blocking_handle(py: Python<'_>, calls: HandleCalls) -> PyResult<Py<PyAny>> {
+    Py::new(py, RedisTaskHandle::new(calls)).map(Py::into_any)
+}
 
 /// Sessions kept in Redis; this process is one worker among those connected. Raises `ValueError` for what
 /// retrying cannot fix (a lease shorter than 3 ms, a reconcile interval or timeout shorter than 1 ms, a URL that
@@ -124,7 +143,7 @@ impl RedisRegistry {
             calls: RegistryCalls {
                 registry,
                 made_in,
-                delivery: Delivery::Blocking,
+                delivery: BLOCKING,
             },
         })
     }
@@ -197,17 +216,19 @@ impl RedisSession {
         detached: bool,
         linked: Option<Tokens>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let start = task_start(
+        let (start, _) = StartArguments {
             task_id,
             parent_id,
-            agent,
-            description,
-            metadata,
+            agent: agent.cloned(),
+            description: description.cloned(),
+            metadata: metadata.cloned(),
             timeout,
             deadline,
             detached,
             linked,
-        )?;
+            claim_timeout: None,
+        }
+        .into_start()?;
         self.calls.start(py, start)
     }
 
@@ -231,19 +252,20 @@ impl RedisSession {
         linked: Option<Tokens>,
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let start = task_start(
+        let (start, claim_timeout) = StartArguments {
             task_id,
             parent_id,
-            agent,
-            description,
-            metadata,
+            agent: agent.cloned(),
+            description: description.cloned(),
+            metadata: metadata.cloned(),
             timeout,
             deadline,
             detached,
             linked,
-        )?;
-        self.calls
-            .reserve(py, start, claim_timeout.map(|timeout| timeout.0))
+            claim_timeout,
+        }
+        .into_start()?;
+        self.calls.reserve(py, start, claim_timeout)
     }
 
     /// Starts every task of `tasks` (mappings of `start_subagent_task`'s keyword arguments), or none, in one
@@ -253,7 +275,7 @@ impl RedisSession {
         py: Python<'py>,
         tasks: &Bound<'_, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let starts = redis_batch(tasks, false)?
+        let starts = batch_starts::<String>(tasks, false)?
             .into_iter()
             .map(|(start, _)| start)
             .collect();
@@ -270,7 +292,7 @@ impl RedisSession {
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let default = claim_timeout.map(|seconds| seconds.0);
-        let reservations = redis_batch(tasks, true)?
+        let reservations = batch_starts::<String>(tasks, true)?
             .into_iter()
             .map(|(start, own)| (start, own.or(default)))
             .collect();

@@ -4,19 +4,20 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::PyTraverseError;
-use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart};
+use subagent_tracker::InMemorySubagentTaskTracker;
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EpochDeadline, Id, Metadata, ParentIdArgument, Seconds,
-    SessionIdArgument, TaskIdArgument, TimeoutArgument,
+    self, ClaimTimeoutArgument, EpochDeadline, Id, ParentIdArgument, Seconds, SessionIdArgument,
+    TaskIdArgument, TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
-use crate::batch_arguments::{batch_tasks, in_task};
+use crate::batch_arguments::batch_starts;
 use crate::errors::tracker_error;
 use crate::events::EventSubscription;
 use crate::handle::SubagentTaskHandle;
 use crate::python_types::{python_repr, PyValue};
 use crate::snapshot::SubagentTask;
+use crate::start_arguments::StartArguments;
 use crate::task_watch::TaskWatch;
 use crate::token::Tokens;
 
@@ -34,80 +35,6 @@ pub(crate) struct Session {
 #[pyclass(frozen, module = "subagent_tracker._native", name = "_SessionState")]
 pub(crate) struct SessionState {
     pub(crate) tracker: InMemorySubagentTaskTracker<PyValue>,
-}
-
-/// The tasks of a batch as the core describes them, each with its own claim timeout if it has one.
-fn memory_batch(
-    tasks: &Bound<'_, PyAny>,
-    reserving: bool,
-) -> PyResult<Vec<(TaskStart<PyValue>, Option<std::time::Duration>)>> {
-    batch_tasks(tasks, reserving)?
-        .into_iter()
-        .enumerate()
-        .map(|(index, task)| {
-            let metadata = task
-                .metadata
-                .map(|metadata| metadata.extract::<Metadata>())
-                .transpose()
-                .map_err(|error| in_task(tasks.py(), error, index, ""))?;
-            let start = task_start(
-                task.task_id,
-                task.parent_id,
-                task.agent.as_ref(),
-                task.description.as_ref(),
-                metadata.map(|metadata| PyValue::new(metadata.0)),
-                task.timeout,
-                task.deadline,
-                task.detached,
-                task.linked,
-            )?;
-            Ok((start, task.claim_timeout.map(|seconds| seconds.0)))
-        })
-        .collect()
-}
-
-/// The core's description of a task from the keyword arguments shared by `start_subagent_task` and
-/// `reserve_subagent_task`, with the metadata as the caller's store keeps it.
-// One parameter per Python keyword argument.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn task_start<V>(
-    task_id: Option<Id<TaskIdArgument>>,
-    parent_id: Option<Id<ParentIdArgument>>,
-    agent: Option<&Bound<'_, PyAny>>,
-    description: Option<&Bound<'_, PyAny>>,
-    metadata: Option<V>,
-    timeout: Option<Seconds<TimeoutArgument>>,
-    deadline: Option<EpochDeadline>,
-    detached: bool,
-    linked: Option<Tokens>,
-) -> PyResult<TaskStart<V>> {
-    let mut start = TaskStart::new();
-    if let Some(task_id) = task_id {
-        start = start.task_id(task_id.0);
-    }
-    if let Some(parent_id) = parent_id {
-        start = start.parent_id(&*parent_id.0);
-    }
-    if let Some(agent) = arguments::optional_string(agent, "agent")? {
-        start = start.agent(agent);
-    }
-    if let Some(description) = arguments::optional_string(description, "description")? {
-        start = start.description(description);
-    }
-    if let Some(metadata) = metadata {
-        start = start.metadata(metadata);
-    }
-    if let Some(timeout) = timeout {
-        start = start.timeout(timeout.0);
-    }
-    if let Some(deadline) = deadline {
-        start = start.deadline_at(deadline.0);
-    }
-    start = start.detached(detached);
-    for token in linked.map(|tokens| tokens.0).unwrap_or_default() {
-        start = start.linked(token);
-    }
-    Ok(start)
 }
 
 fn snapshots(
@@ -177,24 +104,26 @@ impl Session {
         parent_id: Option<Id<ParentIdArgument>>,
         agent: Option<&Bound<'_, PyAny>>,
         description: Option<&Bound<'_, PyAny>>,
-        metadata: Option<Metadata>,
+        metadata: Option<&Bound<'_, PyAny>>,
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
         linked: Option<Tokens>,
     ) -> PyResult<SubagentTaskHandle> {
         let py = slf.py();
-        let start = task_start(
+        let (start, _) = StartArguments {
             task_id,
             parent_id,
-            agent,
-            description,
-            metadata.map(|metadata| PyValue::new(metadata.0)),
+            agent: agent.cloned(),
+            description: description.cloned(),
+            metadata: metadata.cloned(),
             timeout,
             deadline,
             detached,
             linked,
-        )?;
+            claim_timeout: None,
+        }
+        .into_start()?;
         let tracker = &slf.get().tracker;
         let handle = with_wake_batch(py, || tracker.start(start))?
             .map_err(|error| tracker_error(py, error))?;
@@ -211,7 +140,7 @@ impl Session {
         tasks: &Bound<'_, PyAny>,
     ) -> PyResult<Vec<SubagentTaskHandle>> {
         let py = slf.py();
-        let starts = memory_batch(tasks, false)?
+        let starts = batch_starts::<PyValue>(tasks, false)?
             .into_iter()
             .map(|(start, _)| start)
             .collect();
@@ -234,7 +163,7 @@ impl Session {
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<Vec<String>> {
         let default = claim_timeout.map(|seconds| seconds.0);
-        let reservations = memory_batch(tasks, true)?
+        let reservations = batch_starts::<PyValue>(tasks, true)?
             .into_iter()
             .map(|(start, own)| (start, own.or(default)))
             .collect();
@@ -256,25 +185,26 @@ impl Session {
         parent_id: Option<Id<ParentIdArgument>>,
         agent: Option<&Bound<'_, PyAny>>,
         description: Option<&Bound<'_, PyAny>>,
-        metadata: Option<Metadata>,
+        metadata: Option<&Bound<'_, PyAny>>,
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
         linked: Option<Tokens>,
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<String> {
-        let start = task_start(
+        let (start, claim_timeout) = StartArguments {
             task_id,
             parent_id,
-            agent,
-            description,
-            metadata.map(|metadata| PyValue::new(metadata.0)),
+            agent: agent.cloned(),
+            description: description.cloned(),
+            metadata: metadata.cloned(),
             timeout,
             deadline,
             detached,
             linked,
-        )?;
-        let claim_timeout = claim_timeout.map(|seconds| seconds.0);
+            claim_timeout,
+        }
+        .into_start()?;
         let reserved = with_wake_batch(py, || self.tracker.reserve(start, claim_timeout))?
             .map_err(|error| tracker_error(py, error))?;
         Ok(reserved.to_string())

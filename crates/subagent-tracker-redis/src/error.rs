@@ -137,6 +137,97 @@ fn set_up_problem(error: &redis::RedisError) -> Option<String> {
     }
 }
 
+/// The error for a URL or server that cannot work as configured, naming the URL; otherwise the error's own class
+/// (see [`RedisTrackerError`]).
+pub(crate) fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerError {
+    // The URL as the user wrote it, but never its password.
+    let shown = redis::parse_redis_url(url).map_or_else(
+        || {
+            if url.contains('@') {
+                "the URL".to_owned()
+            } else {
+                format!("{url:?}")
+            }
+        },
+        |mut parsed| {
+            if parsed.password().is_some() {
+                let _ = parsed.set_password(Some("***"));
+            }
+            format!("{parsed}")
+        },
+    );
+    let problem = if error.kind() == redis::ErrorKind::InvalidClientConfig {
+        format!(
+            "{shown} is not a Redis URL ({error}): expected redis://[[user]:password@]host[:port][/db], \
+             rediss://... or unix:///path/to/socket"
+        )
+    } else if error.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(error.code(), Some("NOAUTH" | "WRONGPASS"))
+        || error.detail().is_some_and(|detail| {
+            detail.contains("invalid password") || detail.contains("invalid username-password")
+        })
+    {
+        format!(
+            "the Redis server at {shown} refused to authenticate ({error}): give the password in the URL, \
+             as redis://:password@host:port/db or redis://user:password@host:port/db"
+        )
+    } else if is_untrusted_certificate(error) {
+        format!(
+            "the Redis server at {shown} presented a TLS certificate that did not verify ({error}): trust the \
+             authority that signed it (set SSL_CERT_FILE to a bundle that holds it), and name the server as \
+             its certificate does"
+        )
+    } else if error.kind() == redis::ErrorKind::Parse {
+        format!(
+            "the server at {shown} does not speak Redis's protocol ({error}): check the host and the port"
+        )
+    } else if error
+        .detail()
+        .is_some_and(|detail| detail.contains("DB index is out of range"))
+    {
+        format!(
+            "the Redis server at {shown} has no such database ({error}): choose a database it has"
+        )
+    } else {
+        return RedisTrackerError::from(error.clone());
+    };
+    RedisTrackerError::InvalidOption(problem.into())
+}
+
+/// Whether the TLS handshake failed on the server's certificate.
+fn is_untrusted_certificate(error: &redis::RedisError) -> bool {
+    matches!(
+        tls_error(error),
+        Some(rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented)
+    )
+}
+
+/// The rustls error behind `cause`: redis-rs keeps it in a shared I/O error.
+fn tls_error<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+    if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
+        return Some(tls);
+    }
+    if let Some(shared) = cause.downcast_ref::<Arc<dyn std::error::Error + Send + Sync>>() {
+        return tls_error(&**shared);
+    }
+    if let Some(inner) = cause
+        .downcast_ref::<std::io::Error>()
+        .and_then(std::io::Error::get_ref)
+    {
+        return tls_error(inner);
+    }
+    cause.source().and_then(tls_error)
+}
+
+pub(crate) fn timeout_error() -> RedisTrackerError {
+    RedisTrackerError::Unavailable {
+        source: redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "Redis did not answer within the registry's timeout",
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

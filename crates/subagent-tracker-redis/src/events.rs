@@ -184,7 +184,7 @@ impl RedisEventSubscription {
 async fn connect(client: &Client, timeout: Duration) -> Result<Connection, RedisTrackerError> {
     tokio::time::timeout(timeout, client.connect_blocking_reads(timeout, READ_BLOCK))
         .await
-        .map_err(|_| crate::registry::timeout_error())?
+        .map_err(|_| crate::error::timeout_error())?
         .map_err(RedisTrackerError::from)
 }
 

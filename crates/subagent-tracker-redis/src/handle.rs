@@ -4,8 +4,8 @@ use subagent_tracker::{
     CancelCallback, SubagentTaskHandle, SubagentTaskToken, DEFAULT_CANCEL_REASON,
 };
 
-use crate::registry::RunKey;
 use crate::session::Outcome;
+use crate::worker::RunKey;
 use crate::{RedisSession, RedisTrackerError};
 
 /// Held by the code that runs a task: its token fires in this process when the task is cancelled in Redis, by

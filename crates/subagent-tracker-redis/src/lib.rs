@@ -15,11 +15,14 @@ mod error;
 mod events;
 mod handle;
 mod library;
+mod maps;
 mod mirrors;
 mod options;
 mod registry;
 mod session;
+mod session_state;
 mod store;
+mod worker;
 
 pub use error::RedisTrackerError;
 pub use events::RedisEventSubscription;
@@ -28,7 +31,7 @@ pub use options::{
     RedisOptions, DEFAULT_KEY_PREFIX, DEFAULT_LEASE, DEFAULT_RECONCILE_INTERVAL,
     DEFAULT_SESSION_TTL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_LEASE,
 };
-pub use registry::{
-    RedisRegistry, EVENT_BUFFER_REFUSED, LEASE_LOST_REASON, ORPHANED_RUN_ERROR, WORKER_LOST_ERROR,
-};
+pub use registry::{RedisRegistry, EVENT_BUFFER_REFUSED};
 pub use session::RedisSession;
+pub use worker::lease::{LEASE_LOST_REASON, WORKER_LOST_ERROR};
+pub use worker::listener::ORPHANED_RUN_ERROR;

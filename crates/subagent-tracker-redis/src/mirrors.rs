@@ -65,7 +65,7 @@ impl Drop for Mirror {
             .is_some_and(|entry| entry.strong_count() == 0)
         {
             table.remove(&self.session_id);
-            crate::registry::shrink_if_mostly_empty(&mut *table);
+            crate::maps::shrink_if_mostly_empty(&mut *table);
         }
     }
 }

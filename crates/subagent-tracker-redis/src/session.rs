@@ -4,14 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    epoch_seconds, generate_id, validate_task_id, CancelCallback, ClaimProblem, SubagentEventKind,
-    SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskStart, TrackerError,
-    DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    generate_id, validate_task_id, CancelCallback, ClaimProblem, SubagentEventKind, SubagentStatus,
+    SubagentTaskSnapshot, SubagentTaskToken, TaskStart, TrackerError, DEADLINE_REASON,
+    DEFAULT_CANCEL_REASON,
 };
 
 use crate::mirrors::Mirror;
-use crate::registry::{session_state, RunKey, SessionCall, SessionState, Worker};
-use crate::store::{self, TaskFields};
+use crate::session_state::{session_state, SessionState};
+use crate::store::{self, epoch_millis, TaskFields};
+use crate::worker::{RunKey, SessionCall, Worker};
 use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
 
 /// The reason a local mirror run ends with when Redis says its run is over and a new one takes its id.
@@ -877,19 +878,5 @@ impl RedisSession {
             _ => return error,
         };
         refusal.into()
-    }
-}
-
-/// `time` in milliseconds since the epoch, rounded up.
-pub(crate) fn epoch_millis(time: std::time::SystemTime) -> u64 {
-    // Rounded up, so that a deadline never fires before its instant.
-    let millis = (epoch_seconds(time) * 1000.0).ceil();
-    if millis.is_finite() && millis > 0.0 {
-        // Finite, positive and far below 2^53 for any instant a caller can give (at most `MAX_SECONDS` away).
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let millis = millis as u64;
-        millis
-    } else {
-        0
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redis::FromRedisValue;
-use subagent_tracker::{CancelCause, SubagentStatus, SubagentTaskSnapshot};
+use subagent_tracker::{epoch_seconds, CancelCause, SubagentStatus, SubagentTaskSnapshot};
 
 use crate::connection::Connection;
 use crate::library::{CODE, LIBRARY};
@@ -394,5 +394,19 @@ impl TaskFields {
             )
         });
         Ok(snapshot)
+    }
+}
+
+/// `time` in milliseconds since the epoch, rounded up.
+pub(crate) fn epoch_millis(time: SystemTime) -> u64 {
+    // Rounded up, so that a deadline never fires before its instant.
+    let millis = (epoch_seconds(time) * 1000.0).ceil();
+    if millis.is_finite() && millis > 0.0 {
+        // Finite, positive and far below 2^53 for any instant a caller can give (at most `MAX_SECONDS` away).
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let millis = millis as u64;
+        millis
+    } else {
+        0
     }
 }

@@ -23,61 +23,87 @@
 //! The contract this crate keeps is written out in the repository's `docs/contract.md` (sections 1 to 10),
 //! extended for agent loops (cancel causes, deadlines, callbacks, linked tokens, detached children)
 //! in `docs/agent-loops.md`; each type documents the rules it is responsible for.
+//!
+//! # Layers
+//!
+//! - Values every layer shares: [`SubagentStatus`], [`CancelCause`], [`SubagentTaskSnapshot`], events, errors,
+//!   ids and times, and `sync` (the primitives the model checks swap for loom's).
+//! - The token layer (`token`): a cancellation signal, what its firing owes, and the [`SubagentTaskToken`]
+//!   that observes it. It knows nothing of sessions.
+//! - The tracker layer (`tracker`): one session's tasks, their tree, retention and timers, built on signals.
+//! - The registry (`registry`): sessions by id, above the trackers it lists.
+//!
+//! # Lock hierarchy
+//!
+//! Every lock in the crate, numbered in the one order in which they may nest: a thread that holds a lock
+//! takes only locks of a higher level. No lock is held while user code runs (a waker, a callback, the
+//! destructor of a user's value): a transition collects what it owes in a delivery (`token::delivery`),
+//! delivered once no lock is held, and never from `Drop`.
+//!
+//! 1. The deadline timer's `firing` lock (`tracker::deadline_timer`): held while due deadlines make their
+//!    transitions, and by the fork hooks, so that no fork happens in between.
+//! 2. A task's record lock (`tracker::entry`). Two record locks nest only child before parent: admission and
+//!    adoption read the parent while holding the child.
+//! 3. A session's list of event subscribers (`tracker::event_bus`).
+//! 4. One subscriber's buffer of events, taken under the list, one buffer at a time.
+//! 5. Leaves, taken under any of the above or under none, and under which nothing else is taken:
+//!    - a task's signal lock (`token::signal`); when the signal fires, the tokio-util token bridged to it is
+//!      cancelled by the delivery, never under the lock, since cancelling it wakes its waiters;
+//!    - a session's own locks (`tracker::engine`): a shard of its id map, a stripe of its pending index
+//!      (`tracker::pending_index`), its retention window (`tracker::retention`);
+//!    - the deadline timer's map of scheduled deadlines;
+//!    - a registry's map of sessions (`registry`): a session leaves it with none of its own locks held, and
+//!      sessions that leave are dropped after the map's lock is released;
+//!    - the hand-over of a delivery to the thread that delivers a deadline's wake-ups (`token::delivery`).
+//!
+//! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, but not the id
+//! map's shard locks (dashmap's own), so under a shard lock the core does nothing but the map operation, reads
+//! of the run there, and the store of a late escalation's flag on a finished record.
 
 #![forbid(unsafe_code)]
 
-mod cancel_callback;
 mod cancel_cause;
-mod cancel_signal;
-mod deadline_timer;
-mod delivery;
 mod error;
 mod event;
-mod event_bus;
-mod handle;
-mod pending_index;
 mod registry;
-mod retained_run;
-mod retention;
 mod snapshot;
 mod status;
 mod sync;
-mod task_entry;
 mod task_id;
-mod task_start;
-mod task_watch;
 mod time;
 mod token;
 mod tracker;
 
-pub use cancel_callback::CancelCallback;
 pub use cancel_cause::CancelCause;
-pub use cancel_signal::OnCancel;
-pub use deadline_timer::{fork, pending_deadlines};
 pub use error::{ClaimProblem, IdProblem, TrackerError};
 pub use event::{SubagentEvent, SubagentEventKind};
-pub use event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
-pub use handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
 pub use registry::InMemoryRegistry;
-pub use retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use snapshot::SubagentTaskSnapshot;
 pub use status::SubagentStatus;
-pub use task_entry::{kept_progress_message, MAX_PROGRESS_MESSAGE_BYTES};
 pub use task_id::{generate_id, validate_task_id, MAX_TASK_ID_BYTES};
-pub use task_start::{TaskStart, TaskStartParts};
-pub use task_watch::TaskWatch;
 pub use time::{
     duration_from_seconds, epoch_seconds, system_time_from_epoch_seconds, SecondsProblem,
     MAX_SECONDS,
 };
+pub use token::callback::CancelCallback;
+pub use token::delivery::OnCancel;
 pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish};
 pub use tokio_util::sync::CancellationToken;
+pub use tracker::config::TrackerConfig;
+pub use tracker::deadline_timer::{fork, pending_deadlines};
+pub use tracker::entry::{kept_progress_message, MAX_PROGRESS_MESSAGE_BYTES};
+pub use tracker::event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
+pub use tracker::handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
+pub use tracker::reasons::{
+    claim_timeout_error, BATCH_REFUSED_REASON, CLAIM_TIMEOUT_ERROR, DEADLINE_REASON,
+    DEFAULT_CANCEL_REASON,
+};
+pub use tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
+pub use tracker::start::{TaskStart, TaskStartParts};
+pub use tracker::watch::TaskWatch;
+pub use tracker::InMemorySubagentTaskTracker;
+
 /// The README's Rust blocks, run as doctests so that they keep running as written.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
-
-pub use tracker::{
-    claim_timeout_error, InMemorySubagentTaskTracker, TrackerConfig, BATCH_REFUSED_REASON,
-    CLAIM_TIMEOUT_ERROR, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
-};

@@ -1,9 +1,6 @@
 //! Sessions looked up by id, for the code that must stop a run without holding its session.
 //!
-//! # Lock order
-//!
-//! The registry's lock is a leaf: no tracker lock is taken under it, and a tracker calls into the registry
-//! (to leave it) with none of its own locks held. Sessions that leave are dropped after the lock is released.
+//! The registry's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +9,7 @@ use foldhash::fast::RandomState;
 
 use crate::sync::Mutex;
 use crate::task_id::validate_task_id;
-use crate::tracker::TrackerShared;
+use crate::tracker::engine::SessionList;
 use crate::{InMemorySubagentTaskTracker, TrackerConfig, TrackerError};
 
 /// The live sessions of one process, by id: the embedded default registry.
@@ -25,7 +22,7 @@ pub struct InMemoryRegistry<V = String> {
     shared: Arc<RegistryShared<V>>,
 }
 
-pub(crate) struct RegistryShared<V> {
+struct RegistryShared<V> {
     sessions: Mutex<HashMap<Arc<str>, InMemorySubagentTaskTracker<V>, RandomState>>,
 }
 
@@ -68,7 +65,8 @@ impl<V: Clone + Send + Sync + 'static> InMemoryRegistry<V> {
         // Made outside the lock (it generates ids and allocates); a racing creator's copy is dropped unused.
         // It knows its registry before anyone can reach it, so a close always finds the registry to leave.
         let created = InMemorySubagentTaskTracker::with_config(session_id, config);
-        let _ = created.shared().registry.set(Arc::downgrade(&self.shared));
+        let listing: Arc<dyn SessionList> = self.shared.clone();
+        let _ = created.shared().registry.set(Arc::downgrade(&listing));
         let session = self
             .shared
             .sessions
@@ -113,15 +111,12 @@ impl<V: Clone + Send + Sync + 'static> Default for InMemoryRegistry<V> {
     }
 }
 
-impl<V> RegistryShared<V> {
-    /// Removes `session` from the registry, if the id still names that session.
-    pub(crate) fn leave(&self, session_id: &str, session: &TrackerShared<V>) {
+impl<V: Send + Sync> SessionList for RegistryShared<V> {
+    fn leave(&self, session_id: &str, session_key: usize) {
         let left = {
             let mut sessions = self.sessions.lock();
             match sessions.get(session_id) {
-                Some(listed) if std::ptr::eq(Arc::as_ptr(listed.shared()), session) => {
-                    sessions.remove(session_id)
-                }
+                Some(listed) if listed.shared().key() == session_key => sessions.remove(session_id),
                 _ => None,
             }
         };

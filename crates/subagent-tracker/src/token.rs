@@ -1,4 +1,20 @@
-//! The canceller-to-runner signal, as runners and combinators hold it.
+//! The token layer: the canceller-to-runner signal, as runners and combinators hold it.
+//!
+//! It knows nothing of sessions or task trees. The layer's parts, from the bottom up:
+//! - [`cancel_record`]: why a signal fired;
+//! - [`delivery`]: what a transition owes (wake-ups, callbacks, dependents to fire, links to drop), collected
+//!   under the locks and delivered once none is held;
+//! - [`signal`]: one signal's status word and everything waiting for it (a leaf lock, level 5 in the
+//!   crate's hierarchy);
+//! - [`callback`]: the registration of a cancel callback, which can take it back;
+//! - this file: [`SubagentTaskToken`], the handle on a signal, and its futures.
+//!
+//! The tracker layer above drives signals through their transitions; tokens only observe them.
+
+pub(crate) mod callback;
+pub(crate) mod cancel_record;
+pub(crate) mod delivery;
+pub(crate) mod signal;
 
 use std::any::Any;
 use std::fmt;
@@ -10,8 +26,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cancel_signal::{CancelSignal, Dependent, OnCancel, Registration, SourceLink};
-use crate::delivery::{run_contained, Delivery};
+use crate::token::delivery::{run_contained, Delivery, Dependent, OnCancel, SourceLink};
+use crate::token::signal::{CancelSignal, Registration};
 use crate::{CancelCallback, SubagentStatus};
 
 /// Fires exactly when its task becomes `Cancelled`: directly, by cascade, by its session, by its deadline or

@@ -1,101 +1,53 @@
-//! The in-memory tracker of one session's subagent tasks.
+//! The tracker layer: one session's tasks in memory, built on the token layer (`crate::token`).
 //!
-//! # Lock order
+//! The layer's parts, from the bottom up:
+//! - [`config`], [`reasons`], [`start`]: a session's settings, the reasons it writes, the description of a
+//!   task to start;
+//! - [`pending_index`], [`retention`]: where a session keeps its pending tasks and its finished ones;
+//! - [`finished_run`]: the compact record a finished run collapses into;
+//! - [`deadline_timer`]: the process's one timer thread for deadlines and claim timeouts;
+//! - [`event_bus`]: the session's lifecycle events;
+//! - [`entry`]: one task's record, its place in the tree, and the transitions that keep the status rules (lock
+//!   level 2 in the crate's hierarchy);
+//! - [`run`]: a run as the session holds it, live or collapsed, and [`watch`], which waits for one;
+//! - [`engine`]: the session's shared state and the transitions that span tasks (cancel cascades, ends,
+//!   adoption), with [`opening`] (how tasks enter), [`expiry`] (what its timers do) and [`linked_task`]
+//!   (tasks cancelled by a token they are linked to);
+//! - [`handle`]: the runner's handle on its task;
+//! - this file: [`InMemorySubagentTaskTracker`], the handle on a session, and its settings.
 //!
-//! A task's record lock (see `task_entry`) may be held while one of the session's own locks is taken: a shard
-//! of the id map, a stripe of the pending index, or the retention window. Those three are leaves: none is
-//! held while any other lock is taken. (The loom models see the stripes and the window, but not the id map's
-//! shard locks, so under a shard lock the core does nothing but the map operation, reads of the run there, and
-//! the store of a late escalation's flag on a finished record.)
+//! A session in a registry knows it only as an [`engine::SessionList`] to leave, so the registry sits above this layer.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, OnceLock, Weak};
-use std::time::{Duration, Instant, SystemTime};
+pub(crate) mod config;
+pub(crate) mod deadline_timer;
+pub(crate) mod engine;
+pub(crate) mod entry;
+pub(crate) mod event_bus;
+mod expiry;
+mod finished_run;
+pub(crate) mod handle;
+mod linked_task;
+mod opening;
+mod pending_index;
+pub(crate) mod reasons;
+pub(crate) mod retention;
+mod run;
+pub(crate) mod start;
+pub(crate) mod watch;
 
-use crossbeam_utils::CachePadded;
-use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
-// Seeded per process, so ids chosen by users cannot be crafted to collide; several times faster than SipHash
-// on the short keys used here (measured in BENCHMARKS.md).
-use foldhash::fast::RandomState;
+use std::sync::Arc;
+use std::time::Duration;
 
-use crate::cancel_signal::{CancelRecord, Dependent, Registration, SourceLink};
-use crate::deadline_timer::{self, Expire};
-use crate::delivery::Delivery;
-use crate::event_bus::{EventBus, EventSubscription, DEFAULT_EVENT_BUFFER};
-use crate::pending_index::PendingIndex;
-use crate::registry::RegistryShared;
-use crate::retained_run::{FinishedRun, Run};
-use crate::retention::{FinishedTasks, DEFAULT_MAX_FINISHED_TASKS};
-use crate::sync::AtomicU64;
-use crate::task_entry::{
-    Admission, CancelOutcome, CancelRequest, ClaimRefusal, EndEffects, OpenRefusal, RunnerEnd,
-    TaskEntry,
-};
-use crate::task_id::{generate_id, validate_task_id};
-use crate::time::Deadline;
-use crate::{
-    CancelCause, ClaimProblem, SubagentStatus, SubagentTaskHandle, SubagentTaskSnapshot,
-    SubagentTaskToken, TaskStart, TrackerError,
-};
-
-/// The cancel reason used when a caller gives none.
-pub const DEFAULT_CANCEL_REASON: &str = "cancelled";
-
-/// The cancel reason of a task whose deadline passed.
-pub const DEADLINE_REASON: &str = "deadline exceeded";
-
-/// The cancel reason of the tasks a batch had opened when another thread's change to the session (a start of
-/// one of its ids, the end of a parent it names, a close) refused the rest of it.
-pub const BATCH_REFUSED_REASON: &str = "the batch this task was started in was refused";
-
-/// The start of the error of a reservation that no runner claimed within its claim timeout.
-pub const CLAIM_TIMEOUT_ERROR: &str = "no runner claimed the task within its claim timeout";
-
-/// The error of a reservation that no runner claimed within `claim_timeout`.
-#[must_use]
-pub fn claim_timeout_error(claim_timeout: Duration) -> String {
-    format!(
-        "{CLAIM_TIMEOUT_ERROR} of {} seconds",
-        claim_timeout.as_secs_f64()
-    )
-}
-
-/// Settings of a tracker, fixed at construction.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub struct TrackerConfig {
-    /// How many finished tasks are kept for queries; the oldest finished is evicted first. Unfinished tasks are
-    /// never evicted.
-    pub max_finished_tasks: usize,
-    /// How many events each subscriber may hold before it starts missing the oldest.
-    pub event_buffer: usize,
-}
-
-impl Default for TrackerConfig {
-    fn default() -> Self {
-        TrackerConfig {
-            max_finished_tasks: DEFAULT_MAX_FINISHED_TASKS,
-            event_buffer: DEFAULT_EVENT_BUFFER,
-        }
-    }
-}
-
-impl TrackerConfig {
-    /// The default settings with `max_finished_tasks` retained.
-    #[must_use]
-    pub fn with_max_finished_tasks(mut self, max_finished_tasks: usize) -> Self {
-        self.max_finished_tasks = max_finished_tasks;
-        self
-    }
-
-    /// These settings with `event_buffer` events per subscriber (at least one).
-    #[must_use]
-    pub fn with_event_buffer(mut self, event_buffer: usize) -> Self {
-        self.event_buffer = event_buffer.max(1);
-        self
-    }
-}
+use crate::task_id::generate_id;
+use crate::token::delivery::Delivery;
+use crate::tracker::config::TrackerConfig;
+use crate::tracker::engine::TrackerShared;
+use crate::tracker::entry::RunnerEnd;
+use crate::tracker::event_bus::EventSubscription;
+use crate::tracker::opening::Opening;
+use crate::tracker::reasons::cancel_reason;
+use crate::tracker::run::Run;
+use crate::{CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, TaskStart, TrackerError};
 
 /// Tracks the subagent tasks of one session in memory: their cancellation, their status and their lifecycle.
 ///
@@ -130,48 +82,6 @@ impl<V> Clone for InMemorySubagentTaskTracker<V> {
     }
 }
 
-/// A retained run in the id table. The start sequence sits beside the pointer so that eviction, which visits
-/// runs that finished long ago, can tell a stale record without touching the run's (cold) memory.
-struct RetainedRun<V> {
-    sequence: u64,
-    run: Run<V>,
-}
-
-pub(crate) struct TrackerShared<V> {
-    session_id: Arc<str>,
-    config: TrackerConfig,
-    tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
-    /// The pending (queued or running, not cancelled) tasks.
-    pending: PendingIndex<V>,
-    // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
-    // reference counts on theirs): a write by one thread then never evicts the read-mostly fields above from
-    // the other threads' caches.
-    finished: CachePadded<FinishedTasks<V>>,
-    next_sequence: CachePadded<AtomicU64>,
-    /// Set once, by `close`, to the reason given.
-    closed: OnceLock<Arc<str>>,
-    bus: Arc<EventBus>,
-    /// The registry that lists this session, which it leaves once closed with every task finished.
-    pub(crate) registry: OnceLock<Weak<RegistryShared<V>>>,
-}
-
-/// How a task of a batch will begin, foreseen before the batch opens anything.
-struct BeginsAs {
-    cancelled: bool,
-    /// A reservation that begins cancelled: it finishes as it opens.
-    finishes: bool,
-    deadline: Option<Deadline>,
-}
-
-/// How a task enters the session.
-#[derive(Clone, Copy)]
-enum Opening {
-    /// With its runner, which holds the handle.
-    Start,
-    /// Queued for a runner to claim, failing if none has within `claim_timeout`.
-    Reserve { claim_timeout: Option<Duration> },
-}
-
 impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A tracker for a session with a generated id and the default settings.
     #[must_use]
@@ -188,17 +98,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             None => Arc::from(generate_id()),
         };
         InMemorySubagentTaskTracker {
-            shared: Arc::new(TrackerShared {
-                session_id,
-                finished: CachePadded::new(FinishedTasks::new(config.max_finished_tasks)),
-                config,
-                tasks: DashMap::with_hasher(RandomState::default()),
-                pending: PendingIndex::new(),
-                next_sequence: CachePadded::new(AtomicU64::new(0)),
-                closed: OnceLock::new(),
-                bus: Arc::new(EventBus::new()),
-                registry: OnceLock::new(),
-            }),
+            shared: Arc::new(TrackerShared::new(session_id, config)),
         }
     }
 
@@ -240,7 +140,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// [`TrackerError::DuplicateInBatch`] for an id named twice: each refuses the whole batch before anything
     /// changes. Only a change made meanwhile by another thread (a start of one of its ids, the end of a parent
     /// it names, a close) can refuse it part way; the tasks it had opened are then cancelled with
-    /// [`BATCH_REFUSED_REASON`] and finished, and the error is returned.
+    /// [`BATCH_REFUSED_REASON`](crate::BATCH_REFUSED_REASON) and finished, and the error is returned.
     pub fn start_batch(
         &self,
         starts: Vec<TaskStart<V>>,
@@ -281,7 +181,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// by cancels and deadlines as a running task is. A cancel finishes it at once.
     ///
     /// A reservation not claimed within `claim_timeout` fails with an error starting with
-    /// [`CLAIM_TIMEOUT_ERROR`].
+    /// [`CLAIM_TIMEOUT_ERROR`](crate::CLAIM_TIMEOUT_ERROR).
     ///
     /// # Errors
     /// As [`start`](Self::start).
@@ -333,7 +233,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     ///
     /// Returns true exactly when this call moved the task from `Queued` or `Running` to `Cancelled`: false for
     /// an unknown id, a finished task, or a task already cancelled. A queued task is finished at once. Of many concurrent cancels of one task, exactly one
-    /// returns true. `reason` defaults to [`DEFAULT_CANCEL_REASON`].
+    /// returns true. `reason` defaults to [`DEFAULT_CANCEL_REASON`](crate::DEFAULT_CANCEL_REASON).
     pub fn cancel(&self, task_id: &str, reason: Option<&str>) -> bool {
         match self.shared.live_entry(task_id) {
             Some(entry) => self.shared.cancel_entry(&entry, reason),
@@ -494,7 +394,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A number that tells this session apart from every other live one (for hashing by identity).
     #[must_use]
     pub fn session_key(&self) -> usize {
-        Arc::as_ptr(&self.shared).addr()
+        self.shared.key()
     }
 
     /// Calls `visit` with the metadata and result of every retained task (for a binding that must show its
@@ -510,788 +410,5 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
 impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V> {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-impl<V: Clone> TrackerShared<V> {
-    pub(crate) fn session_id(&self) -> &Arc<str> {
-        &self.session_id
-    }
-
-    fn lookup(&self, task_id: &str) -> Option<Run<V>> {
-        // The map guard is dropped before the run is used: no task lock is ever taken under a map lock.
-        self.tasks.get(task_id).map(|item| item.value().run.clone())
-    }
-
-    /// The entry of `task_id` while it can still change: `None` for an unknown id or a collapsed run (which
-    /// has finished, so no cancel or end reaches it).
-    fn live_entry(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
-        self.lookup(task_id).and_then(Run::live)
-    }
-
-    /// Every retained run, in start order, copied out of the map so that no map lock is held after.
-    fn retained_runs(&self) -> Vec<Run<V>> {
-        let mut runs: Vec<Run<V>> = self
-            .tasks
-            .iter()
-            .map(|item| item.value().run.clone())
-            .collect();
-        runs.sort_unstable_by_key(Run::sequence);
-        runs
-    }
-
-    fn not_claimable(
-        &self,
-        task_id: &Arc<str>,
-        refusal: ClaimRefusal,
-        status: SubagentStatus,
-    ) -> TrackerError {
-        TrackerError::NotClaimable {
-            task_id: task_id.clone(),
-            session_id: self.session_id.clone(),
-            problem: match refusal {
-                ClaimRefusal::AlreadyClaimed => ClaimProblem::AlreadyClaimed,
-                ClaimRefusal::Ended => ClaimProblem::Ended(status),
-            },
-        }
-    }
-
-    /// Records that `entry`'s runner was stopped by force, on the entry and, once it has finished, on the
-    /// record it may have collapsed into.
-    pub(crate) fn record_escalation(&self, entry: &TaskEntry<V>) {
-        entry.record_escalation(|| {
-            if let Some(item) = self.tasks.get(&entry.task_id) {
-                if let Run::Finished(run) = &item.value().run {
-                    if run.sequence == entry.sequence {
-                        run.record_escalation();
-                    }
-                }
-            }
-        });
-    }
-
-    /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock when `open` takes
-    /// it (not for a parentless start that nobody listens to). A finished run it replaces goes to `replaced`,
-    /// for the caller to drop once no lock is held: an eviction may have let go of every other reference.
-    fn make_visible(
-        &self,
-        entry: &Arc<TaskEntry<V>>,
-        starts_cancelled: bool,
-        replaced: &mut Vec<Run<V>>,
-    ) -> Result<(), OpenRefusal> {
-        loop {
-            match self.tasks.entry(entry.task_id.clone()) {
-                Entry::Occupied(occupied) if !occupied.get().run.is_finished() => {
-                    return Err(OpenRefusal::DuplicateTask)
-                }
-                // A finished run of this id stops counting against the retention bound before it is replaced,
-                // so that a restart never evicts another task and a closed session never counts the new run
-                // as finished; out of the map's lock, which nests no other. Then the entry is looked at again:
-                // the run may have collapsed into its record meanwhile, and the record is forgotten in turn.
-                Entry::Occupied(occupied)
-                    if replaced
-                        .last()
-                        .is_none_or(|forgotten| !forgotten.is(&occupied.get().run)) =>
-                {
-                    let previous = occupied.get().run.clone();
-                    drop(occupied);
-                    self.finished.forget(&previous);
-                    #[cfg(all(test, not(subagent_tracker_loom)))]
-                    tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
-                    replaced.push(previous);
-                }
-                slot => {
-                    slot.insert(RetainedRun {
-                        sequence: entry.sequence,
-                        run: Run::Live(entry.clone()),
-                    });
-                    break;
-                }
-            }
-        }
-        #[cfg(all(test, not(subagent_tracker_loom)))]
-        tests::pause(&tests::PAUSE_BETWEEN_MAP_AND_INDEX, 2);
-        if !starts_cancelled {
-            // Out of the map's lock, so another thread may already have found the task by id and ended or
-            // cancelled it, its removal from the index finding nothing. The stripe's lock orders the two:
-            // whichever comes second sees the other's work, so a task that stopped being pending meanwhile is
-            // taken out again here.
-            self.pending.insert(entry);
-            if !entry.status().is_pending() {
-                self.pending.remove(entry);
-            }
-        }
-        Ok(())
-    }
-
-    /// Cancels each pending root with its pending descendants, all at one instant; returns how many tasks
-    /// moved (for a single root: zero exactly when that root was not pending). Queued tasks it reaches are
-    /// finished too, once the whole cascade has been cancelled.
-    ///
-    /// A root records `cause` and names `origin` (itself when `None`); its descendants record `Parent` and
-    /// name the root's origin. A session-wide cancel reaches every task in its own right, so each records
-    /// `Session` and names itself. What it wakes goes to `delivery`.
-    fn cancel_trees(
-        &self,
-        roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
-        reason: &Arc<str>,
-        cause: CancelCause,
-        origin: Option<&Arc<str>>,
-        delivery: &mut Delivery,
-    ) -> usize {
-        let request = CancelRequest {
-            reason: reason.clone(),
-            at: SystemTime::now(),
-        };
-        let mut stack = Vec::new();
-        let mut children = Vec::new();
-        let mut finished_unclaimed = Vec::new();
-        let mut moved = 0;
-        for root in roots {
-            let root_origin = origin.unwrap_or(&root.task_id).clone();
-            let root_sequence = root.sequence;
-            stack.push(root);
-            while let Some(entry) = stack.pop() {
-                let (entry_origin, entry_cause) = match cause {
-                    CancelCause::Session => (&entry.task_id, CancelCause::Session),
-                    _ if entry.sequence == root_sequence => (&root_origin, cause),
-                    _ => (&root_origin, CancelCause::Parent),
-                };
-                let outcome = entry.cancel(
-                    &request,
-                    entry_origin,
-                    entry_cause,
-                    &self.bus,
-                    delivery,
-                    &mut children,
-                );
-                if let CancelOutcome::NotPending = outcome {
-                    continue;
-                }
-                moved += 1;
-                self.pending.remove(&entry);
-                stack.append(&mut children);
-                if let CancelOutcome::CancelledUnclaimed(effects) = outcome {
-                    finished_unclaimed.push((entry, effects));
-                }
-            }
-        }
-        // After the cascade, so that the children these leave behind are all cancelled and none is adopted; in
-        // start order, so that which of them retention evicts first does not depend on the walk.
-        finished_unclaimed.sort_unstable_by_key(|(entry, _)| entry.sequence);
-        for (entry, effects) in finished_unclaimed {
-            self.settle(&entry, effects, delivery);
-        }
-        moved
-    }
-
-    fn cancel_running(&self, reason: &Arc<str>) -> usize {
-        let running = self.pending.entries();
-        let mut delivery = Delivery::default();
-        let moved = self.cancel_trees(running, reason, CancelCause::Session, None, &mut delivery);
-        delivery.deliver();
-        moved
-    }
-
-    pub(crate) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
-        let mut delivery = Delivery::default();
-        let moved = self.cancel_trees(
-            [entry.clone()],
-            &cancel_reason(reason),
-            CancelCause::Requested,
-            None,
-            &mut delivery,
-        );
-        delivery.deliver();
-        moved > 0
-    }
-
-    /// Records the runner's end of `entry` and does the session's bookkeeping (see `settle`); the wake-ups go
-    /// to `deliver`. Returns `None` if it had already finished, otherwise whether this end was the transition.
-    pub(crate) fn end(
-        &self,
-        entry: &Arc<TaskEntry<V>>,
-        end: RunnerEnd<V>,
-        deliver: impl FnOnce(Delivery),
-    ) -> Option<bool> {
-        let mut delivery = Delivery::default();
-        let ended = self.end_into(entry, end, &mut delivery);
-        deliver(delivery);
-        ended
-    }
-
-    fn end_into(
-        &self,
-        entry: &Arc<TaskEntry<V>>,
-        end: RunnerEnd<V>,
-        delivery: &mut Delivery,
-    ) -> Option<bool> {
-        let effects = entry.end(end, &self.bus, delivery)?;
-        let transitioned = effects.transitioned;
-        self.settle(entry, effects, delivery);
-        Some(transitioned)
-    }
-
-    /// The session's bookkeeping for a task that has just finished: the pending index, the tree (its pending
-    /// children go to its nearest unfinished ancestor), retention, its timers, and the registry.
-    fn settle(&self, entry: &Arc<TaskEntry<V>>, effects: EndEffects<V>, delivery: &mut Delivery) {
-        if effects.transitioned {
-            self.pending.remove(entry);
-        }
-        if let Some(parent) = &effects.parent {
-            parent.forget_child(entry.sequence);
-        }
-        // A cancelled child needs no adopter: no cancel can reach it again.
-        let orphans: Vec<_> = effects
-            .orphans
-            .into_iter()
-            .filter(|orphan| orphan.status().is_pending())
-            .collect();
-        if !orphans.is_empty() {
-            self.adopt(effects.parent, orphans, delivery);
-        }
-        #[cfg(all(test, not(subagent_tracker_loom)))]
-        tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
-        // A session that keeps no finished run (a store's local mirror) evicts it at once: nothing to collapse.
-        let collapsed = if self.config.max_finished_tasks == 0 {
-            None
-        } else {
-            entry.collapse(|run| self.install_finished(entry, run))
-        };
-        let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
-        let released = self.finished.record(&run);
-        if let Some(evicted) = &released.evicted {
-            self.tasks.remove_if(evicted.task_id(), |_, retained| {
-                retained.sequence == evicted.sequence()
-            });
-        }
-        // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
-        for key in [effects.deadline_key, effects.claim_timeout_key]
-            .into_iter()
-            .flatten()
-        {
-            deadline_timer::unschedule(key);
-        }
-        self.leave_registry_if_drained();
-        // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
-        drop(released);
-    }
-
-    /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.
-    /// Runs under `entry`'s record lock (see `TaskEntry::collapse`).
-    fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
-        let Some(mut item) = self.tasks.get_mut(&entry.task_id) else {
-            return false;
-        };
-        let current = item.value_mut();
-        if !matches!(&current.run, Run::Live(live) if Arc::ptr_eq(live, entry)) {
-            return false;
-        }
-        // The entry's own reference is the caller's too, so this is never the last one (no drop under the lock).
-        current.run = Run::Finished(run.clone());
-        true
-    }
-
-    /// A closed session in a registry leaves it once none of its tasks is unfinished.
-    fn leave_registry_if_drained(&self) {
-        if self.closed.get().is_none() {
-            return;
-        }
-        let Some(registry) = self.registry.get().and_then(Weak::upgrade) else {
-            return;
-        };
-        // Every retained run is either counted by the retention window or unfinished; a run being recorded or
-        // evicted right now is counted on the unfinished side, so the last end to finish its bookkeeping is
-        // the one that sees zero.
-        if self.tasks.len() <= self.finished.retained() {
-            registry.leave(&self.session_id, self);
-        }
-    }
-
-    /// Hands the pending children of a task that finished to its nearest unfinished ancestor, so that the
-    /// ancestor's cancel still reaches them; a cancelled ancestor cancels them instead.
-    fn adopt(
-        &self,
-        mut adopter: Option<Arc<TaskEntry<V>>>,
-        orphans: Vec<Arc<TaskEntry<V>>>,
-        delivery: &mut Delivery,
-    ) {
-        while let Some(candidate) = adopter {
-            match candidate.admit(&orphans) {
-                Admission::Admitted => {
-                    for orphan in &orphans {
-                        if !orphan.set_parent(&candidate) {
-                            candidate.forget_child(orphan.sequence);
-                        }
-                    }
-                    return;
-                }
-                Admission::Cancelled(cancel) => {
-                    self.cancel_trees(
-                        orphans,
-                        &cancel.reason,
-                        CancelCause::Parent,
-                        Some(&cancel.origin),
-                        delivery,
-                    );
-                    return;
-                }
-                Admission::Finished(next) => adopter = next,
-            }
-        }
-        // No ancestor is left: the orphans are roots now.
-        for orphan in &orphans {
-            orphan.clear_parent();
-        }
-    }
-
-    pub(crate) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
-        let mut delivery = Delivery::default();
-        let recorded = entry.record_progress(message, &self.bus, &mut delivery);
-        delivery.deliver();
-        recorded
-    }
-}
-
-impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
-    /// Opens every task of a batch, or none: everything the batch and the session's state refuse is found
-    /// before the first task opens. The checks run in the order the Redis store runs them: every task's ids
-    /// and the batch's repeats first, then the session, then each task in turn.
-    fn open_batch(
-        self: &Arc<Self>,
-        mut batch: Vec<(TaskStart<V>, Opening)>,
-    ) -> Result<Vec<Arc<TaskEntry<V>>>, TrackerError> {
-        let mut named = std::collections::HashSet::with_capacity_and_hasher(
-            batch.len(),
-            RandomState::default(),
-        );
-        for (start, _) in &mut batch {
-            let task_id = start
-                .task_id
-                .get_or_insert_with(|| Arc::from(generate_id()));
-            validate_task_id("task_id", task_id)?;
-            if let Some(parent_id) = &start.parent_id {
-                validate_task_id("parent_id", parent_id)?;
-            }
-        }
-        for (start, _) in &batch {
-            let task_id = start.task_id.clone().unwrap_or_default();
-            if !named.insert(task_id.clone()) {
-                return Err(TrackerError::DuplicateInBatch { task_id });
-            }
-        }
-        if self.closed.get().is_some() {
-            return Err(TrackerError::SessionClosed {
-                session_id: self.session_id.clone(),
-            });
-        }
-        // How each task of the batch will begin: a reservation that begins cancelled finishes as it opens, so
-        // it can be no later task's parent.
-        let mut opened_here: std::collections::HashMap<Arc<str>, BeginsAs, RandomState> =
-            std::collections::HashMap::with_capacity_and_hasher(
-                batch.len(),
-                RandomState::default(),
-            );
-        let now = Instant::now();
-        for (start, opening) in &batch {
-            let task_id = start.task_id.clone().unwrap_or_default();
-            if self
-                .lookup(&task_id)
-                .is_some_and(|retained| !retained.is_finished())
-            {
-                return Err(TrackerError::DuplicateTask {
-                    task_id,
-                    session_id: self.session_id.clone(),
-                });
-            }
-            let (inherits_cancel, inherited_deadline) = match &start.parent_id {
-                None => (false, None),
-                Some(parent_id) => {
-                    let parent_finished = || TrackerError::ParentFinished {
-                        parent_id: Arc::from(parent_id.as_str()),
-                        session_id: self.session_id.clone(),
-                    };
-                    if let Some(here) = opened_here.get(parent_id.as_str()) {
-                        if here.finishes {
-                            return Err(parent_finished());
-                        }
-                        (here.cancelled, here.deadline)
-                    } else {
-                        let parent = self.lookup(parent_id).ok_or_else(|| {
-                            TrackerError::unknown_task(parent_id, &self.session_id)
-                        })?;
-                        match parent {
-                            Run::Live(parent) if !parent.is_finished() => {
-                                (parent.is_cancelled(), parent.deadline)
-                            }
-                            _ => return Err(parent_finished()),
-                        }
-                    }
-                }
-            };
-            let (inherits_cancel, inherited_deadline) = if start.detached {
-                (false, None)
-            } else {
-                (inherits_cancel, inherited_deadline)
-            };
-            let deadline = match (start.deadline, inherited_deadline) {
-                (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
-                (own, inherited) => own.or(inherited),
-            };
-            let cancelled = inherits_cancel
-                || deadline.is_some_and(|deadline| deadline.instant <= now)
-                || start.linked.iter().any(SubagentTaskToken::is_cancelled);
-            let finishes = cancelled && matches!(opening, Opening::Reserve { .. });
-            opened_here.insert(
-                task_id,
-                BeginsAs {
-                    cancelled,
-                    finishes,
-                    deadline,
-                },
-            );
-        }
-        let mut opened: Vec<(Arc<TaskEntry<V>>, bool)> = Vec::with_capacity(batch.len());
-        for (start, opening) in batch {
-            let with_runner = matches!(opening, Opening::Start);
-            match self.open(start, opening) {
-                Ok(entry) => opened.push((entry, with_runner)),
-                Err(refusal) => {
-                    // Another thread changed the session after the checks (started one of these ids, ended or
-                    // cancelled a parent, closed it): what the batch opened is cancelled and finished.
-                    for (entry, with_runner) in opened {
-                        self.cancel_entry(&entry, Some(BATCH_REFUSED_REASON));
-                        if with_runner {
-                            // No runner ever got its handle: the task is finished here, as a dropped handle's.
-                            self.end(&entry, RunnerEnd::Stopped, Delivery::deliver);
-                        }
-                    }
-                    return Err(refusal);
-                }
-            }
-        }
-        Ok(opened.into_iter().map(|(entry, _)| entry).collect())
-    }
-
-    /// Makes a new task live in the session (the common part of `start` and `reserve`).
-    fn open(
-        self: &Arc<Self>,
-        start: TaskStart<V>,
-        opening: Opening,
-    ) -> Result<Arc<TaskEntry<V>>, TrackerError> {
-        let task_id: Arc<str> = match start.task_id {
-            Some(task_id) => {
-                validate_task_id("task_id", &task_id)?;
-                task_id
-            }
-            None => Arc::from(generate_id()),
-        };
-        if let Some(parent_id) = &start.parent_id {
-            validate_task_id("parent_id", parent_id)?;
-        }
-        if self.closed.get().is_some() {
-            return Err(TrackerError::SessionClosed {
-                session_id: self.session_id.clone(),
-            });
-        }
-        let parent = match &start.parent_id {
-            Some(parent_id) => match self.lookup(parent_id) {
-                Some(Run::Live(parent)) => Some(parent),
-                Some(Run::Finished(_)) => {
-                    return Err(TrackerError::ParentFinished {
-                        parent_id: Arc::from(parent_id.as_str()),
-                        session_id: self.session_id.clone(),
-                    })
-                }
-                None => return Err(TrackerError::unknown_task(parent_id, &self.session_id)),
-            },
-            None => None,
-        };
-        // A child never outlives its parent's deadline, unless it was started out of the parent's reach.
-        let inherited_deadline = parent
-            .as_ref()
-            .filter(|_| !start.detached)
-            .and_then(|parent| parent.deadline);
-        let deadline = match (start.deadline, inherited_deadline) {
-            (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
-            (own, inherited) => own.or(inherited),
-        };
-        let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-        // Built inside the allocation (`new_cyclic` allocates first), not on the stack and then copied: the
-        // copy of this large struct was a measurable share of a lifecycle.
-        let entry = Arc::new_cyclic(|_| {
-            TaskEntry::new(
-                sequence,
-                task_id.clone(),
-                parent.clone(),
-                start.agent,
-                start.description,
-                start.metadata,
-                deadline,
-                start.detached,
-                matches!(opening, Opening::Reserve { .. }),
-                SystemTime::now(),
-            )
-        });
-        let mut delivery = Delivery::default();
-        let mut replaced = Vec::new();
-        let opened = entry.open(
-            parent.as_ref(),
-            |starts_cancelled| self.make_visible(&entry, starts_cancelled, &mut replaced),
-            &self.bus,
-            &mut delivery,
-        );
-        // With no lock held: it may be the last reference to a run that owns foreign objects.
-        drop(replaced);
-        let finished_unclaimed = match opened {
-            Ok(effects) => effects,
-            Err(refusal) => {
-                delivery.deliver();
-                return Err(match refusal {
-                    OpenRefusal::DuplicateTask => TrackerError::DuplicateTask {
-                        task_id,
-                        session_id: self.session_id.clone(),
-                    },
-                    OpenRefusal::ParentFinished => TrackerError::ParentFinished {
-                        parent_id: Arc::from(start.parent_id.unwrap_or_default()),
-                        session_id: self.session_id.clone(),
-                    },
-                });
-            }
-        };
-        if let Some(effects) = finished_unclaimed {
-            self.settle(&entry, effects, &mut delivery);
-        }
-        if let Opening::Reserve {
-            claim_timeout: Some(claim_timeout),
-        } = opening
-        {
-            self.arm_claim_timeout(&entry, claim_timeout);
-        }
-        if let Some(deadline) = deadline {
-            self.arm_deadline(&entry, deadline, &mut delivery);
-        }
-        if !start.linked.is_empty() {
-            self.link(&entry, start.linked, &mut delivery);
-        }
-        if let Some(reason) = self.closed.get() {
-            // `close` may have swept the running tasks before this one became visible; finish its work here.
-            self.cancel_trees(
-                [entry.clone()],
-                reason,
-                CancelCause::Session,
-                None,
-                &mut delivery,
-            );
-        }
-        delivery.deliver();
-        Ok(entry)
-    }
-
-    /// Cancels `entry` when `deadline` passes, on the shared timer thread; at once if it already has.
-    fn arm_deadline(
-        self: &Arc<Self>,
-        entry: &Arc<TaskEntry<V>>,
-        deadline: Deadline,
-        delivery: &mut Delivery,
-    ) {
-        if deadline.instant <= Instant::now() {
-            self.cancel_trees(
-                [entry.clone()],
-                &Arc::from(DEADLINE_REASON),
-                CancelCause::Deadline,
-                None,
-                delivery,
-            );
-            return;
-        }
-        let expiry = DeadlineExpiry {
-            tracker: Arc::downgrade(self),
-            entry: Arc::downgrade(entry),
-        };
-        let key = deadline_timer::schedule(deadline.instant, Box::new(expiry));
-        if !entry.keep_deadline_key(key) {
-            // It finished in the meantime and will never look for the key.
-            deadline_timer::unschedule(key);
-        }
-    }
-
-    /// Cancels `entry` when any of `sources` fires (at once if one already has), until `entry` finishes.
-    fn link(
-        self: &Arc<Self>,
-        entry: &Arc<TaskEntry<V>>,
-        sources: Vec<SubagentTaskToken>,
-        delivery: &mut Delivery,
-    ) {
-        let action: Arc<dyn Dependent> = Arc::new(LinkedTask {
-            tracker: Arc::downgrade(self),
-            entry: Arc::downgrade(entry),
-        });
-        let mut links = Vec::new();
-        for source in sources {
-            match source.signal().add_dependent(Arc::downgrade(&action)) {
-                Registration::Registered(registration) => links.push(SourceLink {
-                    source: source.signal().clone(),
-                    registration,
-                    _action: Some(action.clone()),
-                }),
-                Registration::Fired(cancel) => {
-                    action.source_fired(&cancel, delivery);
-                    break;
-                }
-                Registration::Finished => {}
-            }
-        }
-        delivery.release_sources(entry.signal.keep_sources(links));
-    }
-}
-
-/// What a source fires for a task linked to it: a cancel of the task's tree, with the source's reason.
-struct LinkedTask<V> {
-    tracker: Weak<TrackerShared<V>>,
-    entry: Weak<TaskEntry<V>>,
-}
-
-impl<V: Clone + Send + Sync + 'static> Dependent for LinkedTask<V> {
-    fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery) {
-        if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
-            tracker.cancel_trees([entry], &source.reason, CancelCause::Linked, None, delivery);
-        }
-    }
-}
-
-impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
-    /// Fails `entry` if it is still queued when `claim_timeout` has passed.
-    fn arm_claim_timeout(self: &Arc<Self>, entry: &Arc<TaskEntry<V>>, claim_timeout: Duration) {
-        let Some(at) = Instant::now().checked_add(claim_timeout) else {
-            return;
-        };
-        let expiry = ClaimExpiry {
-            tracker: Arc::downgrade(self),
-            entry: Arc::downgrade(entry),
-            claim_timeout,
-        };
-        let key = deadline_timer::schedule(at, Box::new(expiry));
-        if !entry.keep_claim_timeout_key(key) {
-            deadline_timer::unschedule(key);
-        }
-    }
-}
-
-/// The timer's way back to a reservation whose claim timeout passed.
-struct ClaimExpiry<V> {
-    tracker: Weak<TrackerShared<V>>,
-    entry: Weak<TaskEntry<V>>,
-    claim_timeout: Duration,
-}
-
-impl<V: Clone + Send + Sync + 'static> Expire for ClaimExpiry<V> {
-    fn expire(&self, delivery: &mut Delivery) {
-        if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
-            let error = claim_timeout_error(self.claim_timeout);
-            tracker.end_into(&entry, RunnerEnd::ClaimExpired(Arc::from(error)), delivery);
-        }
-    }
-}
-
-/// The timer's way back to a task whose deadline passed.
-struct DeadlineExpiry<V> {
-    tracker: Weak<TrackerShared<V>>,
-    entry: Weak<TaskEntry<V>>,
-}
-
-impl<V: Clone + Send + Sync + 'static> Expire for DeadlineExpiry<V> {
-    fn expire(&self, delivery: &mut Delivery) {
-        if let (Some(tracker), Some(entry)) = (self.tracker.upgrade(), self.entry.upgrade()) {
-            tracker.cancel_trees(
-                [entry],
-                &Arc::from(DEADLINE_REASON),
-                CancelCause::Deadline,
-                None,
-                delivery,
-            );
-        }
-    }
-}
-
-fn cancel_reason(reason: Option<&str>) -> Arc<str> {
-    Arc::from(reason.unwrap_or(DEFAULT_CANCEL_REASON))
-}
-
-#[cfg(all(test, not(subagent_tracker_loom)))]
-mod tests {
-    use std::sync::atomic::AtomicBool;
-
-    use super::*;
-
-    /// Widens the window in which a start is in the id map but not yet in the pending index.
-    pub(super) static PAUSE_BETWEEN_MAP_AND_INDEX: AtomicBool = AtomicBool::new(false);
-    /// Widens the window between a run's end and its collapse into a record.
-    pub(super) static PAUSE_BEFORE_COLLAPSE: AtomicBool = AtomicBool::new(false);
-    /// Widens the window between a restart's forgetting the finished run it replaces and its look again.
-    pub(super) static PAUSE_AFTER_FORGETTING: AtomicBool = AtomicBool::new(false);
-
-    pub(super) fn pause(switch: &AtomicBool, milliseconds: u64) {
-        if switch.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(milliseconds));
-        }
-    }
-
-    /// An end by id that finds a task between its entering the id map and its entering the pending index
-    /// must not leave it in the index for good (the start takes it out again).
-    #[test]
-    fn an_end_racing_a_start_leaves_nothing_in_the_pending_index() {
-        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
-        PAUSE_BETWEEN_MAP_AND_INDEX.store(true, Ordering::Relaxed);
-        for round in 0..20 {
-            let task_id = format!("t{round}");
-            std::thread::scope(|scope| {
-                let ender = scope.spawn(|| {
-                    let began = Instant::now();
-                    while !tracker.end(&task_id, Ok(None)) {
-                        if began.elapsed() > Duration::from_secs(5) {
-                            panic!("the start never became visible");
-                        }
-                        std::hint::spin_loop();
-                    }
-                });
-                let handle = tracker.start(TaskStart::new().task_id(task_id.as_str()));
-                ender.join().unwrap();
-                drop(handle);
-            });
-        }
-        PAUSE_BETWEEN_MAP_AND_INDEX.store(false, Ordering::Relaxed);
-        assert!(tracker.shared.pending.entries().is_empty());
-    }
-
-    /// A restart that forgets the finished run it replaces while that run is still an entry, and then finds
-    /// it collapsed into a record, must forget the record too: otherwise the retention window counts a run
-    /// the id map no longer holds.
-    #[test]
-    fn a_restart_between_an_end_and_its_collapse_forgets_the_record() {
-        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
-        PAUSE_BEFORE_COLLAPSE.store(true, Ordering::Relaxed);
-        PAUSE_AFTER_FORGETTING.store(true, Ordering::Relaxed);
-        let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
-        std::thread::scope(|scope| {
-            let restarter = scope.spawn(|| {
-                let began = Instant::now();
-                while !tracker.get("a").is_some_and(|snapshot| snapshot.finished) {
-                    assert!(
-                        began.elapsed() < Duration::from_secs(5),
-                        "the end never came"
-                    );
-                    std::hint::spin_loop();
-                }
-                tracker.start(TaskStart::new().task_id("a")).unwrap()
-            });
-            handle.complete(None);
-            let restarted = restarter.join().unwrap();
-            PAUSE_BEFORE_COLLAPSE.store(false, Ordering::Relaxed);
-            PAUSE_AFTER_FORGETTING.store(false, Ordering::Relaxed);
-            restarted.complete(None);
-        });
-        assert_eq!(tracker.retained_count(), 1);
-        assert_eq!(tracker.shared.finished.retained(), 1);
     }
 }

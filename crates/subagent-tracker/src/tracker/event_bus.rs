@@ -1,4 +1,7 @@
 //! Fan-out of lifecycle events to subscribers, each with a bounded buffer.
+//!
+//! Events are published under the task's record lock, so the bus's locks come next in the crate's lock
+//! hierarchy (see the crate root): level 3, the list of subscribers, and level 4, one subscriber's buffer.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
@@ -9,7 +12,7 @@ use std::time::SystemTime;
 
 use parking_lot::{Mutex, RwLock};
 
-use crate::delivery::Delivery;
+use crate::token::delivery::Delivery;
 use crate::{SubagentEvent, SubagentEventKind, SubagentStatus};
 
 /// The default number of events a subscriber may hold before it starts missing the oldest.

@@ -1,15 +1,22 @@
 //! The bound on finished tasks kept for queries.
+//!
+//! The window's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use crate::retained_run::Run;
-use crate::sync::Mutex;
+use crate::sync::{AtomicU8, Mutex};
 
 /// The default number of finished tasks a session keeps.
 pub const DEFAULT_MAX_FINISHED_TASKS: usize = 10_000;
 
-/// A run's place in the retention window, kept on the run (`Run::retention`).
+/// What the window holds: a run that knows its own place in it.
+pub(crate) trait Retained: Clone {
+    /// Where this run stands in the window: one of [`state`]'s values.
+    fn retention(&self) -> &AtomicU8;
+}
+
+/// A run's place in the retention window, kept on the run ([`Retained::retention`]).
 pub(crate) mod state {
     /// Finished, not yet recorded.
     pub(crate) const PENDING: u8 = 0;
@@ -24,19 +31,19 @@ pub(crate) mod state {
 /// Exactly the runs still retained count against the bound: a run replaced by a new run of its id stops
 /// counting at once (its record stays queued, stale, until eviction passes it or a compaction drops it), so a
 /// restart never evicts another run early, and stale records never outnumber the retained ones for long.
-pub(crate) struct FinishedTasks<V> {
+pub(crate) struct FinishedTasks<R> {
     capacity: usize,
-    queue: Mutex<Window<V>>,
+    queue: Mutex<Window<R>>,
 }
 
-struct Window<V> {
-    order: VecDeque<Run<V>>,
+struct Window<R> {
+    order: VecDeque<R>,
     retained: usize,
     stale: usize,
 }
 
-impl<V> FinishedTasks<V> {
-    pub(crate) fn new(capacity: usize) -> FinishedTasks<V> {
+impl<R: Retained> FinishedTasks<R> {
+    pub(crate) fn new(capacity: usize) -> FinishedTasks<R> {
         FinishedTasks {
             capacity,
             queue: Mutex::new(Window {
@@ -51,7 +58,7 @@ impl<V> FinishedTasks<V> {
     /// does (the run itself when nothing is retained), first, then stale records dropped on the way. The caller
     /// drops them with no lock held: the last reference to a run may own foreign objects. A run already
     /// replaced is not recorded.
-    pub(crate) fn record(&self, run: &Run<V>) -> Released<V> {
+    pub(crate) fn record(&self, run: &R) -> Released<R> {
         let mut released = Released::default();
         let mut window = self.queue.lock();
         if run
@@ -96,7 +103,7 @@ impl<V> FinishedTasks<V> {
     }
 
     /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
-    pub(crate) fn forget(&self, run: &Run<V>) {
+    pub(crate) fn forget(&self, run: &R) {
         let mut window = self.queue.lock();
         if run.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
             window.retained -= 1;
@@ -106,14 +113,14 @@ impl<V> FinishedTasks<V> {
 }
 
 /// What [`FinishedTasks::record`] let go of, for the caller to drop once no lock is held.
-pub(crate) struct Released<V> {
+pub(crate) struct Released<R> {
     /// The run evicted from the window.
-    pub(crate) evicted: Option<Run<V>>,
+    pub(crate) evicted: Option<R>,
     /// Records of runs replaced by a new run of their id, dropped from the window.
-    pub(crate) stale: Vec<Run<V>>,
+    pub(crate) stale: Vec<R>,
 }
 
-impl<V> Default for Released<V> {
+impl<R> Default for Released<R> {
     fn default() -> Self {
         Released {
             evicted: None,

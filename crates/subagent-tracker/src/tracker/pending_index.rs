@@ -5,7 +5,7 @@
 //! one session then write different cache lines, where a map sharded by key would have both threads writing
 //! every shard. Listing visits every stripe and sorts by start sequence.
 //!
-//! Each stripe's lock is a leaf: nothing else is locked while it is held.
+//! Each stripe's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,16 +15,23 @@ use crossbeam_utils::CachePadded;
 use foldhash::fast::RandomState;
 
 use crate::sync::Mutex;
-use crate::task_entry::TaskEntry;
 
-type Stripe<V> = CachePadded<Mutex<HashMap<u64, Arc<TaskEntry<V>>, RandomState>>>;
-
-pub(crate) struct PendingIndex<V> {
-    stripes: Box<[Stripe<V>]>,
+/// What the index holds: a task that knows its stripe and its place in the start order.
+pub(crate) trait Indexed {
+    /// The stripe of the thread that started the task ([`current_stripe`] then).
+    fn stripe(&self) -> u8;
+    /// The task's start sequence, unique in its session.
+    fn sequence(&self) -> u64;
 }
 
-impl<V> PendingIndex<V> {
-    pub(crate) fn new() -> PendingIndex<V> {
+type Stripe<T> = CachePadded<Mutex<HashMap<u64, Arc<T>, RandomState>>>;
+
+pub(crate) struct PendingIndex<T> {
+    stripes: Box<[Stripe<T>]>,
+}
+
+impl<T: Indexed> PendingIndex<T> {
+    pub(crate) fn new() -> PendingIndex<T> {
         PendingIndex {
             stripes: (0..stripe_count())
                 .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
@@ -33,28 +40,28 @@ impl<V> PendingIndex<V> {
     }
 
     /// Indexes a pending task in its stripe.
-    pub(crate) fn insert(&self, entry: &Arc<TaskEntry<V>>) {
-        self.stripes[usize::from(entry.pending_stripe)]
+    pub(crate) fn insert(&self, entry: &Arc<T>) {
+        self.stripes[usize::from(entry.stripe())]
             .lock()
-            .insert(entry.sequence, entry.clone());
+            .insert(entry.sequence(), entry.clone());
     }
 
     /// Drops a task that is no longer pending; nothing happens if it was not indexed.
-    pub(crate) fn remove(&self, entry: &TaskEntry<V>) {
-        let removed = self.stripes[usize::from(entry.pending_stripe)]
+    pub(crate) fn remove(&self, entry: &T) {
+        let removed = self.stripes[usize::from(entry.stripe())]
             .lock()
-            .remove(&entry.sequence);
+            .remove(&entry.sequence());
         // Dropped with the stripe unlocked.
         drop(removed);
     }
 
     /// Every indexed task, in start order. A task that stopped being pending a moment ago may be among them.
-    pub(crate) fn entries(&self) -> Vec<Arc<TaskEntry<V>>> {
+    pub(crate) fn entries(&self) -> Vec<Arc<T>> {
         let mut entries = Vec::new();
         for stripe in &*self.stripes {
             entries.extend(stripe.lock().values().cloned());
         }
-        entries.sort_unstable_by_key(|entry| entry.sequence);
+        entries.sort_unstable_by_key(|entry| entry.sequence());
         entries
     }
 }

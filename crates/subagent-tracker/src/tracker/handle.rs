@@ -3,9 +3,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::delivery::Delivery;
-use crate::task_entry::{RunnerEnd, TaskEntry};
-use crate::tracker::TrackerShared;
+use crate::token::delivery::Delivery;
+use crate::tracker::engine::TrackerShared;
+use crate::tracker::entry::{RunnerEnd, TaskEntry};
 use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken};
 
 /// The error recorded when a handle is dropped while its task is still running.

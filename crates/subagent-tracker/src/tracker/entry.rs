@@ -20,22 +20,23 @@
 //! running one. A cancel finishes it at once (nothing runs to wait for), so its end is recorded with the
 //! cancel, under the same lock. A claim happens under the record lock, so exactly one claim wins.
 //!
-//! # Lock order
-//!
-//! Record locks nest only child before parent (admission and adoption read the parent while holding the
-//! child); a record lock is taken before its own signal's; a signal lock is a leaf.
+//! The record lock is level 2 in the crate's lock hierarchy (see the crate root): record locks nest only
+//! child before parent, and a record lock is taken before its own signal's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::cancel_signal::{CancelRecord, CancelSignal, Ending};
-use crate::deadline_timer::DeadlineKey;
-use crate::delivery::Delivery;
-use crate::event_bus::EventBus;
-use crate::retained_run::{FinishedFields, FinishedRun, RunDetails};
 use crate::sync::{AtomicU8, Mutex};
 use crate::time::Deadline;
+use crate::token::cancel_record::CancelRecord;
+use crate::token::delivery::Delivery;
+use crate::token::signal::{CancelSignal, Ending};
+use crate::tracker::deadline_timer::DeadlineKey;
+use crate::tracker::event_bus::EventBus;
+use crate::tracker::finished_run::{ClaimRefusal, FinishedFields, FinishedRun, RunDetails};
+use crate::tracker::pending_index::{self, Indexed};
+use crate::tracker::retention;
 use crate::{CancelCause, SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot};
 
 /// The longest progress message kept, in UTF-8 bytes; longer ones are cut at a character boundary.
@@ -123,15 +124,6 @@ pub(crate) enum CancelOutcome<V> {
     CancelledUnclaimed(EndEffects<V>),
 }
 
-/// Why [`TaskEntry::claim`] refused a claim.
-#[derive(Clone, Copy)]
-pub(crate) enum ClaimRefusal {
-    /// The task was claimed before, or was started with a runner.
-    AlreadyClaimed,
-    /// The reservation ended unclaimed other than by a cancel (it expired, or its end was recorded by id).
-    Ended,
-}
-
 /// Why [`TaskEntry::open`] refused a start.
 pub(crate) enum OpenRefusal {
     ParentFinished,
@@ -145,6 +137,16 @@ pub(crate) enum Admission<V> {
     Cancelled(CancelRecord),
     /// The parent has finished; for adoption, this is where to ask next.
     Finished(Option<Arc<TaskEntry<V>>>),
+}
+
+impl<V> Indexed for TaskEntry<V> {
+    fn stripe(&self) -> u8 {
+        self.pending_stripe
+    }
+
+    fn sequence(&self) -> u64 {
+        self.sequence
+    }
 }
 
 impl<V> TaskEntry<V> {
@@ -172,13 +174,13 @@ impl<V> TaskEntry<V> {
             deadline,
             detached,
             reserved,
-            pending_stripe: crate::pending_index::current_stripe(),
+            pending_stripe: pending_index::current_stripe(),
             signal: Arc::new(CancelSignal::new(if reserved {
                 SubagentStatus::Queued
             } else {
                 SubagentStatus::Running
             })),
-            retention: AtomicU8::new(crate::retention::state::PENDING),
+            retention: AtomicU8::new(retention::state::PENDING),
             record: Mutex::new(TaskRecord {
                 ended_at: None,
                 escalated: false,
@@ -562,7 +564,7 @@ impl<V> TaskEntry<V> {
 }
 
 impl<V: Clone> TaskEntry<V> {
-    /// Collapses this finished run into its compact record (see `retained_run`) and offers the record to
+    /// Collapses this finished run into its compact record (see `finished_run`) and offers the record to
     /// `install`, which puts it in the session's place of this entry unless the id has been started again
     /// meanwhile. Both happen under the record lock, which orders them with a late escalation. `None` when
     /// the run keeps its entry (a reservation cancelled before its claim: it can still be claimed) or

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use crate::retained_run::Run;
 use crate::token::WaitForFinish;
+use crate::tracker::run::Run;
 use crate::SubagentTaskSnapshot;
 
 /// Follows one run of a task, even after that run is evicted or its id is started again.

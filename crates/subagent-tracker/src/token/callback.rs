@@ -2,7 +2,7 @@
 
 use std::sync::Weak;
 
-use crate::cancel_signal::CancelSignal;
+use crate::token::signal::CancelSignal;
 
 /// A callback registered with [`SubagentTaskToken::on_cancel`](crate::SubagentTaskToken::on_cancel).
 ///

@@ -21,68 +21,24 @@
 //! - Chains of dependents are fired and dropped with explicit work lists, never by recursion, so their depth
 //!   is bounded by memory only.
 //!
-//! # Lock order
-//!
-//! A signal's lock is a leaf: while it is held no other lock is taken and no foreign code runs (the tokio-util
-//! bridge is cancelled by the delivery too, since cancelling it wakes its waiters). The task record's lock is
-//! taken before its signal's.
+//! A signal's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root): while it is held no
+//! other lock is taken and no foreign code runs.
 
 use std::any::Any;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::delivery::Delivery;
 use crate::sync::{AtomicU8, Mutex};
+use crate::token::cancel_record::CancelRecord;
+use crate::token::delivery::{Callback, Delivery, Dependent, Source, SourceLink};
 use crate::{CancelCause, SubagentStatus};
 use std::sync::atomic::Ordering;
 
 /// Set in the status word once the runner has reported its end (or its handle was closed).
 const FINISHED: u8 = 0x80;
-
-/// Something to run once when a token fires: any `FnOnce() + Send`, or a type of the caller's own (which
-/// [`SubagentTaskToken::visit_callbacks`](crate::SubagentTaskToken::visit_callbacks) can find again).
-pub trait OnCancel: Any + Send {
-    /// Runs the callback, consuming it.
-    fn on_cancel(self: Box<Self>);
-}
-
-impl<F: FnOnce() + Send + 'static> OnCancel for F {
-    fn on_cancel(self: Box<Self>) {
-        self();
-    }
-}
-
-/// A cancel callback as the signal stores it.
-pub(crate) type Callback = Box<dyn OnCancel>;
-
-/// Why a signal fired.
-#[derive(Clone, Debug)]
-pub(crate) struct CancelRecord {
-    pub(crate) reason: Arc<str>,
-    /// The task whose cancel reached this signal (itself when cancelled directly).
-    pub(crate) origin: Arc<str>,
-    pub(crate) cause: CancelCause,
-    pub(crate) at: SystemTime,
-}
-
-/// Something a signal fires when it fires: a combined token, or a task linked to the signal's token.
-pub(crate) trait Dependent: Send + Sync {
-    /// The source fired with `source`'s reason and origin. Runs with no lock held, from a [`Delivery`]'s work
-    /// list; whatever it fires in turn goes on the same list.
-    fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery);
-}
-
-/// A registration of a dependent on a source, kept by the dependent so it can remove it.
-pub(crate) struct SourceLink {
-    pub(crate) source: Arc<CancelSignal>,
-    pub(crate) registration: u64,
-    /// What the source fires, when it is not the signal that keeps this link (a linked task's action): held
-    /// here so that the source's weak reference to it stays valid exactly as long as the link.
-    pub(crate) _action: Option<Arc<dyn Dependent>>,
-}
 
 /// What happened when a dependent tried to register on a source.
 pub(crate) enum Registration {
@@ -313,13 +269,6 @@ impl CancelSignal {
         Registration::Registered(id)
     }
 
-    pub(crate) fn remove_dependent(&self, id: u64) {
-        let mut state = self.state.lock();
-        if let Some(position) = state.dependents.iter().position(|(key, _)| *key == id) {
-            state.dependents.swap_remove(position);
-        }
-    }
-
     /// Keeps `links` (this signal's registrations on its sources) until it fires or finishes; hands them back
     /// if it already has, for the caller to release.
     pub(crate) fn keep_sources(&self, links: Vec<SourceLink>) -> Vec<SourceLink> {
@@ -471,6 +420,22 @@ impl Dependent for CancelSignal {
     }
 }
 
+impl Source for CancelSignal {
+    fn remove_dependent(&self, id: u64) {
+        let mut state = self.state.lock();
+        if let Some(position) = state.dependents.iter().position(|(key, _)| *key == id) {
+            state.dependents.swap_remove(position);
+        }
+    }
+
+    fn into_sources(self: Arc<Self>) -> Vec<SourceLink> {
+        // Taken out before the signal drops, so its own `Drop` finds nothing to unwind.
+        Arc::into_inner(self).map_or_else(Vec::new, |signal| {
+            std::mem::take(&mut signal.state.lock().sources)
+        })
+    }
+}
+
 impl Drop for CancelSignal {
     fn drop(&mut self) {
         // Unregister from the sources; a source whose last holder this was is dropped by the same loop, so
@@ -478,14 +443,11 @@ impl Drop for CancelSignal {
         let mut pending = std::mem::take(&mut self.state.lock().sources);
         while let Some(link) = pending.pop() {
             link.source.remove_dependent(link.registration);
-            if let Some(source) = Arc::into_inner(link.source) {
-                pending.append(&mut source.state.lock().sources);
-            }
+            pending.append(&mut link.source.into_sources());
         }
     }
 }
 
-/// Registers `waker` in `list` under `*key`, reusing the key of an earlier poll of the same waiter.
 /// Registers `waker` in `list` under `*key`, reusing the key of an earlier poll of the same waiter. Returns
 /// the waker it replaced, for the caller to drop once the lock is released (a waker may own foreign objects).
 fn register(

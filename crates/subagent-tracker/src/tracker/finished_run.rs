@@ -1,14 +1,10 @@
-//! What a session keeps of a run: the live entry while anything can still change it, then a compact record.
+//! The compact record a finished run collapses into.
 //!
 //! A finished run needs no cancellation signal, no waiter lists and no tree links: nothing can fire, wake
 //! or adopt through it any more. So once its end has been recorded, the session swaps its entry for a
 //! [`FinishedRun`], which keeps the snapshot's fields and nothing else, with every field that a plain run
 //! leaves empty in one box that such a run never allocates. A retained finished task then costs a third of a
-//! live one. Whoever still holds the entry (a handle, a watch, a child's link to its parent) keeps it; it is
-//! freed with the last of them.
-//!
-//! One finished run keeps its entry: a reservation cancelled before anyone claimed it, because its claim
-//! still succeeds, hands over a handle whose token has fired, and records when it was claimed.
+//! live one.
 //!
 //! After the swap, the record changes once at most: a handle may still record an escalation, which the
 //! session copies onto the record (see `TrackerShared::record_escalation`).
@@ -17,91 +13,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::cancel_signal::CancelRecord;
 use crate::sync::AtomicU8;
-use crate::task_entry::{ClaimRefusal, TaskEntry};
+use crate::token::cancel_record::CancelRecord;
+use crate::tracker::retention;
 use crate::{SubagentStatus, SubagentTaskSnapshot};
 
-/// A run in the session's id map and retention window.
-pub(crate) enum Run<V> {
-    /// Pending, or finished with its bookkeeping not yet done, or a reservation cancelled unclaimed.
-    Live(Arc<TaskEntry<V>>),
-    /// Finished, collapsed into its record.
-    Finished(Arc<FinishedRun<V>>),
-}
-
-impl<V> Clone for Run<V> {
-    fn clone(&self) -> Self {
-        match self {
-            Run::Live(entry) => Run::Live(entry.clone()),
-            Run::Finished(run) => Run::Finished(run.clone()),
-        }
-    }
-}
-
-impl<V> Run<V> {
-    pub(crate) fn task_id(&self) -> &Arc<str> {
-        match self {
-            Run::Live(entry) => &entry.task_id,
-            Run::Finished(run) => &run.task_id,
-        }
-    }
-
-    pub(crate) fn sequence(&self) -> u64 {
-        match self {
-            Run::Live(entry) => entry.sequence,
-            Run::Finished(run) => run.sequence,
-        }
-    }
-
-    pub(crate) fn is_finished(&self) -> bool {
-        match self {
-            Run::Live(entry) => entry.is_finished(),
-            Run::Finished(_) => true,
-        }
-    }
-
-    /// Where this run stands in the retention window (`retention::state`).
-    pub(crate) fn retention(&self) -> &AtomicU8 {
-        match self {
-            Run::Live(entry) => &entry.retention,
-            Run::Finished(run) => &run.retention,
-        }
-    }
-
-    /// True when both are the same run in the same form.
-    pub(crate) fn is(&self, other: &Run<V>) -> bool {
-        match (self, other) {
-            (Run::Live(one), Run::Live(other)) => Arc::ptr_eq(one, other),
-            (Run::Finished(one), Run::Finished(other)) => Arc::ptr_eq(one, other),
-            _ => false,
-        }
-    }
-
-    /// The live entry, unless the run has collapsed (and so has finished).
-    pub(crate) fn live(self) -> Option<Arc<TaskEntry<V>>> {
-        match self {
-            Run::Live(entry) => Some(entry),
-            Run::Finished(_) => None,
-        }
-    }
-
-    /// Calls `visit` with the metadata and the result, if any.
-    pub(crate) fn visit_values(&self, visit: impl FnMut(&V)) {
-        match self {
-            Run::Live(entry) => entry.visit_values(visit),
-            Run::Finished(run) => run.visit_values(visit),
-        }
-    }
-}
-
-impl<V: Clone> Run<V> {
-    pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {
-        match self {
-            Run::Live(entry) => entry.snapshot(session_id),
-            Run::Finished(run) => run.snapshot(session_id),
-        }
-    }
+/// Why a claim of a run is refused: by its live entry (`TaskEntry::claim`) or by its finished record.
+#[derive(Clone, Copy)]
+pub(crate) enum ClaimRefusal {
+    /// The task was claimed before, or was started with a runner.
+    AlreadyClaimed,
+    /// The reservation ended unclaimed other than by a cancel (it expired, or its end was recorded by id).
+    Ended,
 }
 
 /// A finished run's snapshot fields, and where it stands in the retention window.
@@ -176,7 +99,7 @@ impl<V> FinishedRun<V> {
             reserved: fields.reserved,
             detached: fields.detached,
             escalated: AtomicU8::new(u8::from(fields.escalated)),
-            retention: AtomicU8::new(crate::retention::state::PENDING),
+            retention: AtomicU8::new(retention::state::PENDING),
             details: (!fields.details.is_empty()).then(|| Box::new(fields.details)),
         }
     }

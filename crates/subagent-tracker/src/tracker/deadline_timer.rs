@@ -15,16 +15,15 @@
 //! are the standard library's, which keep their waiters only in the kernel: a child starts with none, where
 //! a user-space queue would still list the parent's threads and hand a wake-up or the lock to one of them.
 //!
-//! # Lock order
-//!
-//! `firing` before `scheduled`. Neither is held while expiries are delivered to user code.
+//! `firing` is level 1 in the crate's lock hierarchy (see the crate root), `scheduled` a leaf at level 5.
+//! Neither is held while expiries are delivered to user code.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
-use crate::delivery::{run_contained, Delivery};
+use crate::token::delivery::{run_contained, Delivery};
 
 /// What happens when a deadline passes.
 pub(crate) trait Expire: Send + Sync {

@@ -5,13 +5,56 @@
 //! do so under a lock. Delivery is an explicit call, never a `Drop`: a panic unwinding through the tracker
 //! drops what was collected and runs no user code.
 
+use std::any::Any;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::Waker;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::cancel_signal::{Callback, CancelRecord, Dependent, SourceLink};
+use crate::token::cancel_record::CancelRecord;
+
+/// Something to run once when a token fires: any `FnOnce() + Send`, or a type of the caller's own (which
+/// [`SubagentTaskToken::visit_callbacks`](crate::SubagentTaskToken::visit_callbacks) can find again).
+pub trait OnCancel: Any + Send {
+    /// Runs the callback, consuming it.
+    fn on_cancel(self: Box<Self>);
+}
+
+impl<F: FnOnce() + Send + 'static> OnCancel for F {
+    fn on_cancel(self: Box<Self>) {
+        self();
+    }
+}
+
+/// A cancel callback as the signal stores it.
+pub(crate) type Callback = Box<dyn OnCancel>;
+
+/// Something a signal fires when it fires: a combined token, or a task linked to the signal's token.
+pub(crate) trait Dependent: Send + Sync {
+    /// The source fired with `source`'s reason and origin. Runs with no lock held, from a [`Delivery`]'s work
+    /// list; whatever it fires in turn goes on the same list.
+    fn source_fired(&self, source: &CancelRecord, delivery: &mut Delivery);
+}
+
+/// What a dependent registers on: a signal, seen only as far as a delivery needs to unlink from it.
+pub(crate) trait Source: Send + Sync {
+    /// Forgets the dependent registered under `id`.
+    fn remove_dependent(&self, id: u64);
+
+    /// The source's own links, if the caller held its last reference, for the caller to release in the same
+    /// loop (so a chain of sources unwinds without recursion); none if anyone else still holds it.
+    fn into_sources(self: Arc<Self>) -> Vec<SourceLink>;
+}
+
+/// A registration of a dependent on a source, kept by the dependent so it can remove it.
+pub(crate) struct SourceLink {
+    pub(crate) source: Arc<dyn Source>,
+    pub(crate) registration: u64,
+    /// What the source fires, when it is not the signal that keeps this link (a linked task's action): held
+    /// here so that the source's weak reference to it stays valid exactly as long as the link.
+    pub(crate) _action: Option<Arc<dyn Dependent>>,
+}
 
 /// Nothing to deliver costs one null check: the lists are allocated on the first thing owed.
 #[derive(Default)]

@@ -1,0 +1,169 @@
+//! The sessions this process runs tasks in, announced in Redis (in a set that lives as long as the lease) so
+//! the reaper knows whose runs to fail; the registry's index of sessions; and the sweep of sessions nobody
+//! uses any more.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{lock, Runs, Worker, BATCH};
+use crate::connection::Connection;
+use crate::maps::shrink_if_mostly_empty;
+use crate::store::{self, epoch_millis};
+use crate::RedisTrackerError;
+
+impl Worker {
+    /// Records in Redis that this process runs tasks in `sessions`, with its lease (which a reaper may have
+    /// forgotten: then every session with business here is announced again on the next lease tick).
+    pub(super) async fn announce(&self, sessions: &[Arc<str>]) -> Result<(), RedisTrackerError> {
+        let (workers, announced) = (self.keys.workers(), self.keys.announced(&self.process));
+        let lease = self.options.lease.as_millis().to_string();
+        for chunk in sessions.chunks(BATCH) {
+            let mut args: Vec<&str> = vec![&self.process, &lease];
+            args.extend(chunk.iter().map(|session_id| &**session_id));
+            let lease_held: i64 = store::call(
+                &mut self.connection.clone(),
+                "announce",
+                &[&workers, &announced],
+                &args,
+            )
+            .await?;
+            let now = Instant::now();
+            let mut runs = lock(&self.runs);
+            if lease_held == 0 {
+                forget_announcements(&mut runs);
+            }
+            for session_id in chunk {
+                runs.sessions
+                    .entry(session_id.clone())
+                    .or_default()
+                    .announced_at = Some(now);
+            }
+        }
+        Ok(())
+    }
+
+    /// Announces the sessions with business here that Redis may not know of.
+    pub(super) async fn announce_busy_sessions(&self) -> Result<(), RedisTrackerError> {
+        let unannounced: Vec<Arc<str>> = lock(&self.runs)
+            .sessions
+            .iter()
+            .filter(|(_, session)| session.busy() && session.announced_at.is_none())
+            .map(|(session_id, _)| session_id.clone())
+            .collect();
+        self.announce(&unannounced).await
+    }
+
+    /// Lists session `session_id` in the registry's index, as changed now.
+    pub(crate) async fn index_session(&self, session_id: &str) -> Result<(), RedisTrackerError> {
+        let _: i64 = store::call(
+            &mut self.connection.clone(),
+            "index",
+            &[&self.keys.sessions()],
+            &[session_id],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Removes the sessions that nothing changed for a whole `session_ttl` and that have no unfinished task, in
+    /// batches of one round trip each, for at most `budget`.
+    pub(super) async fn sweep_idle_sessions(
+        &self,
+        connection: &mut Connection,
+        budget: Duration,
+    ) -> Result<usize, RedisTrackerError> {
+        let began = Instant::now();
+        let index = self.keys.sessions();
+        let ttl = self.options.session_ttl.as_millis().to_string();
+        let batch = BATCH.to_string();
+        let mut removed = 0;
+        loop {
+            let idle: Vec<String> =
+                store::call(connection, "idle", &[&index], &[&ttl, &batch]).await?;
+            let keys: Vec<String> = idle
+                .iter()
+                .map(|session_id| self.keys.session(session_id))
+                .collect();
+            let calls: Vec<_> = keys.iter().map(|key| (vec![&**key], vec![&*ttl])).collect();
+            let next_looks: Vec<Result<i64, _>> =
+                store::call_each(connection, "sweep", &calls).await?;
+            let mut swept: Vec<&str> = vec![&ttl];
+            let mut kept = redis::pipe();
+            for (session_id, next_look) in idle.iter().zip(next_looks) {
+                match next_look {
+                    Ok(-1) => swept.push(session_id),
+                    // Never moves an entry earlier: `session()` may have listed the id again meanwhile.
+                    Ok(next_look) => {
+                        kept.cmd("ZADD")
+                            .arg(&index)
+                            .arg("XX")
+                            .arg("GT")
+                            .arg(next_look)
+                            .arg(session_id)
+                            .ignore();
+                    }
+                    // A session whose sweep fails (its keys hold other data, say) is looked at again after
+                    // another `session_ttl`, behind the others.
+                    Err(_) => {
+                        kept.cmd("ZADD")
+                            .arg(&index)
+                            .arg("XX")
+                            .arg("GT")
+                            .arg(epoch_millis(std::time::SystemTime::now()))
+                            .arg(session_id)
+                            .ignore();
+                    }
+                }
+            }
+            removed += swept.len() - 1;
+            if swept.len() < idle.len() + 1 {
+                let () = kept.query_async(connection).await?;
+            }
+            if swept.len() > 1 {
+                let _: i64 = store::call(connection, "drop_stale", &[&index], &swept).await?;
+            }
+            if idle.len() < BATCH || began.elapsed() >= budget {
+                return Ok(removed);
+            }
+        }
+    }
+
+    /// Lets go of the sessions this process has no business with any more, and withdraws their announcements.
+    pub(super) async fn forget_idle_sessions(&self) -> Result<(), RedisTrackerError> {
+        // An announcement stays for two call timeouts at least, so that a withdrawal never overtakes a newer
+        // announcement on its way.
+        let grace = self.options.timeout * 2;
+        let withdrawn: Vec<Arc<str>> = {
+            let mut runs = lock(&self.runs);
+            let mut withdrawn = Vec::new();
+            runs.sessions.retain(|session_id, session| {
+                if !session.idle(grace * 2) {
+                    return true;
+                }
+                if session.announced_at.is_some() {
+                    withdrawn.push(session_id.clone());
+                }
+                false
+            });
+            shrink_if_mostly_empty(&mut runs.sessions);
+            withdrawn
+        };
+        let grace_ms = grace.as_millis().to_string();
+        let key = self.keys.announced(&self.process);
+        for chunk in withdrawn.chunks(BATCH) {
+            let mut args: Vec<&str> = vec![&grace_ms];
+            args.extend(chunk.iter().map(|session_id| &**session_id));
+            let _: i64 =
+                store::call(&mut self.connection.clone(), "drop_stale", &[&key], &args).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Takes every announcement of this process for unknown to Redis: a reaper forgot them with its lease. The
+/// sessions with business here are announced again on the next lease tick.
+pub(super) fn forget_announcements(runs: &mut Runs) {
+    for session in runs.sessions.values_mut() {
+        session.announced_at = None;
+    }
+}

@@ -1,0 +1,219 @@
+//! How a cancel made anywhere reaches the tokens of this process's runs: a push on the worker's channel
+//! (prompt), and a reconcile of every run the worker holds, after each (re)subscription and on a timer
+//! (nothing lost). The reconcile also ends the orphans of calls whose reply never came.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use subagent_tracker::CancelCause;
+
+use super::{lock, RunKey, Worker};
+use crate::connection::Client;
+use crate::store;
+use crate::RedisTrackerError;
+
+/// How many notifications for runs this worker does not know (yet) it keeps, for a start whose reply races
+/// the cancel's notification.
+const UNMATCHED_NOTIFICATIONS: usize = 1024;
+
+/// How long the listener waits before it reconnects to a server that dropped it.
+const RECONNECT_DELAY: Duration = Duration::from_millis(100);
+
+/// The error of a task whose start or claim took effect in Redis but whose runner never got its handle (the
+/// reply was lost).
+pub const ORPHANED_RUN_ERROR: &str =
+    "the task's start took effect but its runner never got the handle (the reply was lost)";
+
+impl Worker {
+    /// Compares `runs` with Redis and cancels the mirror of each one cancelled there.
+    pub(crate) async fn reconcile(&self, runs: Vec<RunKey>) -> Result<(), RedisTrackerError> {
+        let mut by_session: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
+        for run in runs {
+            by_session
+                .entry(run.session_id.clone())
+                .or_default()
+                .push(run);
+        }
+        let mut connection = self.connection.clone();
+        for (session_id, runs) in by_session {
+            let args: Vec<&str> = runs
+                .iter()
+                .flat_map(|run| [&*run.task_id, run.run.as_str()])
+                .collect();
+            let key = self.keys.session(&session_id);
+            let statuses: Vec<Vec<String>> =
+                store::call(&mut connection, "status", &[&key], &args).await?;
+            let Some(mirror) = self.mirrors.get(&session_id) else {
+                continue;
+            };
+            for (run, status) in runs.iter().zip(statuses) {
+                if let [status, reason, origin, cause] = status.as_slice() {
+                    if status == "cancelled" && lock(&self.runs).held.contains(run) {
+                        let cause = CancelCause::from_name(cause).unwrap_or(CancelCause::Requested);
+                        mirror
+                            .tracker
+                            .apply_remote_cancel(&run.task_id, reason, cause, origin);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends the runs Redis records as this process's that it neither holds nor has a call under way for: their
+    /// start or claim took effect, but the reply was lost, so no runner will ever end them. Only sessions where
+    /// a call went unanswered are looked at; runs younger than twice the call timeout may still have their
+    /// reply on the way, and are left for a later look.
+    async fn end_orphans(&self) -> Result<(), RedisTrackerError> {
+        let grace = self.options.timeout * 2;
+        let unsettled: Vec<(Arc<str>, Vec<Arc<str>>)> = {
+            let runs = lock(&self.runs);
+            let mut held: HashMap<&Arc<str>, Vec<Arc<str>>> = HashMap::new();
+            for run in &runs.held {
+                held.entry(&run.session_id)
+                    .or_default()
+                    .push(run.task_id.clone());
+            }
+            runs.sessions
+                .iter()
+                .filter(|(_, session)| session.unsettled_since.is_some())
+                .map(|(session_id, session)| {
+                    let mut kept = held.remove(session_id).unwrap_or_default();
+                    kept.extend(session.in_flight.iter().cloned());
+                    (session_id.clone(), kept)
+                })
+                .collect()
+        };
+        let grace_ms = grace.as_millis().to_string();
+        let mut connection = self.connection.clone();
+        for (session_id, kept) in unsettled {
+            let looked_at = Instant::now();
+            let mut args: Vec<&str> = vec![&self.process, &grace_ms, ORPHANED_RUN_ERROR];
+            args.extend(kept.iter().map(|task_id| &**task_id));
+            let [_ended, young]: [i64; 2] = store::call(
+                &mut connection,
+                "orphans",
+                &[&self.keys.session(&session_id)],
+                &args,
+            )
+            .await?;
+            let mut runs = lock(&self.runs);
+            if let Some(session) = runs.sessions.get_mut(&session_id) {
+                // Settled once no unheld run is left and no unanswered call is younger than the grace: a call
+                // that took effect later than that would have been refused by its own timeout.
+                let settled = young == 0
+                    && session
+                        .unsettled_since
+                        .is_some_and(|since| looked_at.duration_since(since) > grace);
+                if settled {
+                    session.unsettled_since = None;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A notification that run `run` was cancelled in Redis, with the cancel's details.
+    fn notified(&self, notification: Notification) {
+        let run = notification.run;
+        {
+            let mut runs = lock(&self.runs);
+            if !runs.held.contains(&run) {
+                if runs.unmatched.len() == UNMATCHED_NOTIFICATIONS {
+                    runs.unmatched.pop_front();
+                }
+                runs.unmatched.push_back(run);
+                return;
+            }
+        }
+        if let Some(mirror) = self.mirrors.get(&run.session_id) {
+            let cause =
+                CancelCause::from_name(&notification.cause).unwrap_or(CancelCause::Requested);
+            mirror.tracker.apply_remote_cancel(
+                &run.task_id,
+                &notification.reason,
+                cause,
+                &notification.origin,
+            );
+        }
+    }
+}
+
+/// A cancel of a run this worker executes, as the functions publish it.
+struct Notification {
+    run: RunKey,
+    reason: String,
+    origin: String,
+    cause: String,
+}
+
+/// Receives the worker's notifications, resubscribing (and reconciling what it may have missed) whenever the
+/// server drops the subscription.
+pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
+    loop {
+        let channel = match worker.upgrade() {
+            Some(worker) => worker.keys.worker_channel(&worker.process),
+            None => return,
+        };
+        if let Ok(mut messages) = client.subscribe(&channel).await {
+            if let Some(worker) = worker.upgrade() {
+                let _ = worker.reconcile(worker.held_runs()).await;
+            }
+            while let Some(message) = messages.next().await {
+                let Some(worker) = worker.upgrade() else {
+                    return;
+                };
+                for notification in parse_notifications(&message) {
+                    worker.notified(notification);
+                }
+            }
+        }
+        tokio::time::sleep(RECONNECT_DELAY).await;
+    }
+}
+
+/// The runs a notification names: six fields each, every field written `<byte length>:<bytes>` (`fields_message`
+/// in `lua/includes/cascade.lua`), the session as its keys encode it. A malformed message yields what came before the fault.
+fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
+    let Ok(payload) = message.get_payload::<Vec<u8>>() else {
+        return Vec::new();
+    };
+    let mut rest = payload.as_slice();
+    let mut field = || -> Option<String> {
+        let colon = rest.iter().position(|byte| *byte == b':')?;
+        let length: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        let value = rest.get(colon + 1..colon + 1 + length)?;
+        rest = &rest[colon + 1 + length..];
+        String::from_utf8(value.to_vec()).ok()
+    };
+    let mut notifications = Vec::new();
+    while let Some(session_id) = field() {
+        let mut next = || -> Option<Notification> {
+            Some(Notification {
+                run: RunKey {
+                    session_id: Arc::from(store::decode_session_id(&session_id)?),
+                    task_id: Arc::from(field()?),
+                    run: field()?,
+                },
+                reason: field()?,
+                origin: field()?,
+                cause: field()?,
+            })
+        };
+        match next() {
+            Some(notification) => notifications.push(notification),
+            None => break,
+        }
+    }
+    notifications
+}
+
+/// One reconcile: the held runs' statuses, orphans, lost timers, and the sessions this worker is done with.
+pub(super) async fn reconcile(worker: Arc<Worker>) {
+    let _ = worker.reconcile(worker.held_runs()).await;
+    let _ = worker.end_orphans().await;
+    let _ = worker.reschedule_timers().await;
+    let _ = worker.forget_idle_sessions().await;
+}

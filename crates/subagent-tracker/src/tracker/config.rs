@@ -1,0 +1,40 @@
+//! The settings of a session, fixed when it is made.
+
+use crate::tracker::event_bus::DEFAULT_EVENT_BUFFER;
+use crate::tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
+
+/// Settings of a tracker, fixed at construction.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct TrackerConfig {
+    /// How many finished tasks are kept for queries; the oldest finished is evicted first. Unfinished tasks are
+    /// never evicted.
+    pub max_finished_tasks: usize,
+    /// How many events each subscriber may hold before it starts missing the oldest.
+    pub event_buffer: usize,
+}
+
+impl Default for TrackerConfig {
+    fn default() -> Self {
+        TrackerConfig {
+            max_finished_tasks: DEFAULT_MAX_FINISHED_TASKS,
+            event_buffer: DEFAULT_EVENT_BUFFER,
+        }
+    }
+}
+
+impl TrackerConfig {
+    /// The default settings with `max_finished_tasks` retained.
+    #[must_use]
+    pub fn with_max_finished_tasks(mut self, max_finished_tasks: usize) -> Self {
+        self.max_finished_tasks = max_finished_tasks;
+        self
+    }
+
+    /// These settings with `event_buffer` events per subscriber (at least one).
+    #[must_use]
+    pub fn with_event_buffer(mut self, event_buffer: usize) -> Self {
+        self.event_buffer = event_buffer.max(1);
+        self
+    }
+}

@@ -1,0 +1,507 @@
+//! A session's shared state, and the transitions that span its tasks: lookups, cancel cascades, ends and
+//! what they settle (retention, adoption, leaving the registry).
+//!
+//! A task's record lock may be held while one of the session's own leaf locks is taken: a shard of the id
+//! map, a stripe of the pending index, or the retention window (levels 2 and 5 in the crate's lock hierarchy,
+//! see the crate root, which also says what the model checks leave out).
+
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::SystemTime;
+
+use crossbeam_utils::CachePadded;
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+// Seeded per process, so ids chosen by users cannot be crafted to collide; several times faster than SipHash
+// on the short keys used here (measured in BENCHMARKS.md).
+use foldhash::fast::RandomState;
+
+use crate::sync::AtomicU64;
+use crate::token::delivery::Delivery;
+use crate::tracker::config::TrackerConfig;
+use crate::tracker::deadline_timer;
+use crate::tracker::entry::{
+    Admission, CancelOutcome, CancelRequest, EndEffects, OpenRefusal, RunnerEnd, TaskEntry,
+};
+use crate::tracker::event_bus::EventBus;
+use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
+use crate::tracker::pending_index::PendingIndex;
+use crate::tracker::reasons::cancel_reason;
+use crate::tracker::retention::FinishedTasks;
+use crate::tracker::run::Run;
+use crate::{CancelCause, ClaimProblem, SubagentStatus, TrackerError};
+
+/// Where a session is listed (a registry, above this layer), seen only as far as the session needs to leave it.
+pub(crate) trait SessionList: Send + Sync {
+    /// Removes the session `session_key` (see [`TrackerShared::key`]) if `session_id` still names it.
+    fn leave(&self, session_id: &str, session_key: usize);
+}
+
+/// A retained run in the id table. The start sequence sits beside the pointer so that eviction, which visits
+/// runs that finished long ago, can tell a stale record without touching the run's (cold) memory.
+pub(super) struct RetainedRun<V> {
+    pub(super) sequence: u64,
+    pub(super) run: Run<V>,
+}
+
+pub(crate) struct TrackerShared<V> {
+    pub(super) session_id: Arc<str>,
+    pub(super) config: TrackerConfig,
+    pub(super) tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
+    /// The pending (queued or running, not cancelled) tasks.
+    pub(super) pending: PendingIndex<TaskEntry<V>>,
+    // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
+    // reference counts on theirs): a write by one thread then never evicts the read-mostly fields above from
+    // the other threads' caches.
+    pub(super) finished: CachePadded<FinishedTasks<Run<V>>>,
+    pub(super) next_sequence: CachePadded<AtomicU64>,
+    /// Set once, by `close`, to the reason given.
+    pub(super) closed: OnceLock<Arc<str>>,
+    pub(super) bus: Arc<EventBus>,
+    /// The registry that lists this session, which it leaves once closed with every task finished.
+    pub(crate) registry: OnceLock<Weak<dyn SessionList>>,
+}
+
+impl<V> TrackerShared<V> {
+    pub(super) fn new(session_id: Arc<str>, config: TrackerConfig) -> TrackerShared<V> {
+        TrackerShared {
+            session_id,
+            finished: CachePadded::new(FinishedTasks::new(config.max_finished_tasks)),
+            config,
+            tasks: DashMap::with_hasher(RandomState::default()),
+            pending: PendingIndex::new(),
+            next_sequence: CachePadded::new(AtomicU64::new(0)),
+            closed: OnceLock::new(),
+            bus: Arc::new(EventBus::new()),
+            registry: OnceLock::new(),
+        }
+    }
+
+    /// Tells this session apart from another of the same id: its address, stable while it lives.
+    pub(crate) fn key(&self) -> usize {
+        std::ptr::from_ref(self).addr()
+    }
+}
+
+impl<V: Clone> TrackerShared<V> {
+    pub(super) fn session_id(&self) -> &Arc<str> {
+        &self.session_id
+    }
+
+    pub(super) fn lookup(&self, task_id: &str) -> Option<Run<V>> {
+        // The map guard is dropped before the run is used: no task lock is ever taken under a map lock.
+        self.tasks.get(task_id).map(|item| item.value().run.clone())
+    }
+
+    /// The entry of `task_id` while it can still change: `None` for an unknown id or a collapsed run (which
+    /// has finished, so no cancel or end reaches it).
+    pub(super) fn live_entry(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
+        self.lookup(task_id).and_then(Run::live)
+    }
+
+    /// Every retained run, in start order, copied out of the map so that no map lock is held after.
+    pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
+        let mut runs: Vec<Run<V>> = self
+            .tasks
+            .iter()
+            .map(|item| item.value().run.clone())
+            .collect();
+        runs.sort_unstable_by_key(Run::sequence);
+        runs
+    }
+
+    pub(super) fn not_claimable(
+        &self,
+        task_id: &Arc<str>,
+        refusal: ClaimRefusal,
+        status: SubagentStatus,
+    ) -> TrackerError {
+        TrackerError::NotClaimable {
+            task_id: task_id.clone(),
+            session_id: self.session_id.clone(),
+            problem: match refusal {
+                ClaimRefusal::AlreadyClaimed => ClaimProblem::AlreadyClaimed,
+                ClaimRefusal::Ended => ClaimProblem::Ended(status),
+            },
+        }
+    }
+
+    /// Records that `entry`'s runner was stopped by force, on the entry and, once it has finished, on the
+    /// record it may have collapsed into.
+    pub(super) fn record_escalation(&self, entry: &TaskEntry<V>) {
+        entry.record_escalation(|| {
+            if let Some(item) = self.tasks.get(&entry.task_id) {
+                if let Run::Finished(run) = &item.value().run {
+                    if run.sequence == entry.sequence {
+                        run.record_escalation();
+                    }
+                }
+            }
+        });
+    }
+
+    /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock when `open` takes
+    /// it (not for a parentless start that nobody listens to). A finished run it replaces goes to `replaced`,
+    /// for the caller to drop once no lock is held: an eviction may have let go of every other reference.
+    pub(super) fn make_visible(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        starts_cancelled: bool,
+        replaced: &mut Vec<Run<V>>,
+    ) -> Result<(), OpenRefusal> {
+        loop {
+            match self.tasks.entry(entry.task_id.clone()) {
+                Entry::Occupied(occupied) if !occupied.get().run.is_finished() => {
+                    return Err(OpenRefusal::DuplicateTask)
+                }
+                // A finished run of this id stops counting against the retention bound before it is replaced,
+                // so that a restart never evicts another task and a closed session never counts the new run
+                // as finished; out of the map's lock, which nests no other. Then the entry is looked at again:
+                // the run may have collapsed into its record meanwhile, and the record is forgotten in turn.
+                Entry::Occupied(occupied)
+                    if replaced
+                        .last()
+                        .is_none_or(|forgotten| !forgotten.is(&occupied.get().run)) =>
+                {
+                    let previous = occupied.get().run.clone();
+                    drop(occupied);
+                    self.finished.forget(&previous);
+                    #[cfg(all(test, not(subagent_tracker_loom)))]
+                    tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
+                    replaced.push(previous);
+                }
+                slot => {
+                    slot.insert(RetainedRun {
+                        sequence: entry.sequence,
+                        run: Run::Live(entry.clone()),
+                    });
+                    break;
+                }
+            }
+        }
+        #[cfg(all(test, not(subagent_tracker_loom)))]
+        tests::pause(&tests::PAUSE_BETWEEN_MAP_AND_INDEX, 2);
+        if !starts_cancelled {
+            // Out of the map's lock, so another thread may already have found the task by id and ended or
+            // cancelled it, its removal from the index finding nothing. The stripe's lock orders the two:
+            // whichever comes second sees the other's work, so a task that stopped being pending meanwhile is
+            // taken out again here.
+            self.pending.insert(entry);
+            if !entry.status().is_pending() {
+                self.pending.remove(entry);
+            }
+        }
+        Ok(())
+    }
+
+    /// Cancels each pending root with its pending descendants, all at one instant; returns how many tasks
+    /// moved (for a single root: zero exactly when that root was not pending). Queued tasks it reaches are
+    /// finished too, once the whole cascade has been cancelled.
+    ///
+    /// A root records `cause` and names `origin` (itself when `None`); its descendants record `Parent` and
+    /// name the root's origin. A session-wide cancel reaches every task in its own right, so each records
+    /// `Session` and names itself. What it wakes goes to `delivery`.
+    pub(super) fn cancel_trees(
+        &self,
+        roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
+        reason: &Arc<str>,
+        cause: CancelCause,
+        origin: Option<&Arc<str>>,
+        delivery: &mut Delivery,
+    ) -> usize {
+        let request = CancelRequest {
+            reason: reason.clone(),
+            at: SystemTime::now(),
+        };
+        let mut stack = Vec::new();
+        let mut children = Vec::new();
+        let mut finished_unclaimed = Vec::new();
+        let mut moved = 0;
+        for root in roots {
+            let root_origin = origin.unwrap_or(&root.task_id).clone();
+            let root_sequence = root.sequence;
+            stack.push(root);
+            while let Some(entry) = stack.pop() {
+                let (entry_origin, entry_cause) = match cause {
+                    CancelCause::Session => (&entry.task_id, CancelCause::Session),
+                    _ if entry.sequence == root_sequence => (&root_origin, cause),
+                    _ => (&root_origin, CancelCause::Parent),
+                };
+                let outcome = entry.cancel(
+                    &request,
+                    entry_origin,
+                    entry_cause,
+                    &self.bus,
+                    delivery,
+                    &mut children,
+                );
+                if let CancelOutcome::NotPending = outcome {
+                    continue;
+                }
+                moved += 1;
+                self.pending.remove(&entry);
+                stack.append(&mut children);
+                if let CancelOutcome::CancelledUnclaimed(effects) = outcome {
+                    finished_unclaimed.push((entry, effects));
+                }
+            }
+        }
+        // After the cascade, so that the children these leave behind are all cancelled and none is adopted; in
+        // start order, so that which of them retention evicts first does not depend on the walk.
+        finished_unclaimed.sort_unstable_by_key(|(entry, _)| entry.sequence);
+        for (entry, effects) in finished_unclaimed {
+            self.settle(&entry, effects, delivery);
+        }
+        moved
+    }
+
+    pub(super) fn cancel_running(&self, reason: &Arc<str>) -> usize {
+        let running = self.pending.entries();
+        let mut delivery = Delivery::default();
+        let moved = self.cancel_trees(running, reason, CancelCause::Session, None, &mut delivery);
+        delivery.deliver();
+        moved
+    }
+
+    pub(super) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
+        let mut delivery = Delivery::default();
+        let moved = self.cancel_trees(
+            [entry.clone()],
+            &cancel_reason(reason),
+            CancelCause::Requested,
+            None,
+            &mut delivery,
+        );
+        delivery.deliver();
+        moved > 0
+    }
+
+    /// Records the runner's end of `entry` and does the session's bookkeeping (see `settle`); the wake-ups go
+    /// to `deliver`. Returns `None` if it had already finished, otherwise whether this end was the transition.
+    pub(super) fn end(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        end: RunnerEnd<V>,
+        deliver: impl FnOnce(Delivery),
+    ) -> Option<bool> {
+        let mut delivery = Delivery::default();
+        let ended = self.end_into(entry, end, &mut delivery);
+        deliver(delivery);
+        ended
+    }
+
+    pub(super) fn end_into(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        end: RunnerEnd<V>,
+        delivery: &mut Delivery,
+    ) -> Option<bool> {
+        let effects = entry.end(end, &self.bus, delivery)?;
+        let transitioned = effects.transitioned;
+        self.settle(entry, effects, delivery);
+        Some(transitioned)
+    }
+
+    /// The session's bookkeeping for a task that has just finished: the pending index, the tree (its pending
+    /// children go to its nearest unfinished ancestor), retention, its timers, and the registry.
+    pub(super) fn settle(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        effects: EndEffects<V>,
+        delivery: &mut Delivery,
+    ) {
+        if effects.transitioned {
+            self.pending.remove(entry);
+        }
+        if let Some(parent) = &effects.parent {
+            parent.forget_child(entry.sequence);
+        }
+        // A cancelled child needs no adopter: no cancel can reach it again.
+        let orphans: Vec<_> = effects
+            .orphans
+            .into_iter()
+            .filter(|orphan| orphan.status().is_pending())
+            .collect();
+        if !orphans.is_empty() {
+            self.adopt(effects.parent, orphans, delivery);
+        }
+        #[cfg(all(test, not(subagent_tracker_loom)))]
+        tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
+        // A session that keeps no finished run (a store's local mirror) evicts it at once: nothing to collapse.
+        let collapsed = if self.config.max_finished_tasks == 0 {
+            None
+        } else {
+            entry.collapse(|run| self.install_finished(entry, run))
+        };
+        let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
+        let released = self.finished.record(&run);
+        if let Some(evicted) = &released.evicted {
+            self.tasks.remove_if(evicted.task_id(), |_, retained| {
+                retained.sequence == evicted.sequence()
+            });
+        }
+        // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
+        for key in [effects.deadline_key, effects.claim_timeout_key]
+            .into_iter()
+            .flatten()
+        {
+            deadline_timer::unschedule(key);
+        }
+        self.leave_registry_if_drained();
+        // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
+        drop(released);
+    }
+
+    /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.
+    /// Runs under `entry`'s record lock (see `TaskEntry::collapse`).
+    fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
+        let Some(mut item) = self.tasks.get_mut(&entry.task_id) else {
+            return false;
+        };
+        let current = item.value_mut();
+        if !matches!(&current.run, Run::Live(live) if Arc::ptr_eq(live, entry)) {
+            return false;
+        }
+        // The entry's own reference is the caller's too, so this is never the last one (no drop under the lock).
+        current.run = Run::Finished(run.clone());
+        true
+    }
+
+    /// A closed session in a registry leaves it once none of its tasks is unfinished.
+    pub(super) fn leave_registry_if_drained(&self) {
+        if self.closed.get().is_none() {
+            return;
+        }
+        let Some(registry) = self.registry.get().and_then(Weak::upgrade) else {
+            return;
+        };
+        // Every retained run is either counted by the retention window or unfinished; a run being recorded or
+        // evicted right now is counted on the unfinished side, so the last end to finish its bookkeeping is
+        // the one that sees zero.
+        if self.tasks.len() <= self.finished.retained() {
+            registry.leave(&self.session_id, self.key());
+        }
+    }
+
+    /// Hands the pending children of a task that finished to its nearest unfinished ancestor, so that the
+    /// ancestor's cancel still reaches them; a cancelled ancestor cancels them instead.
+    fn adopt(
+        &self,
+        mut adopter: Option<Arc<TaskEntry<V>>>,
+        orphans: Vec<Arc<TaskEntry<V>>>,
+        delivery: &mut Delivery,
+    ) {
+        while let Some(candidate) = adopter {
+            match candidate.admit(&orphans) {
+                Admission::Admitted => {
+                    for orphan in &orphans {
+                        if !orphan.set_parent(&candidate) {
+                            candidate.forget_child(orphan.sequence);
+                        }
+                    }
+                    return;
+                }
+                Admission::Cancelled(cancel) => {
+                    self.cancel_trees(
+                        orphans,
+                        &cancel.reason,
+                        CancelCause::Parent,
+                        Some(&cancel.origin),
+                        delivery,
+                    );
+                    return;
+                }
+                Admission::Finished(next) => adopter = next,
+            }
+        }
+        // No ancestor is left: the orphans are roots now.
+        for orphan in &orphans {
+            orphan.clear_parent();
+        }
+    }
+
+    pub(super) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
+        let mut delivery = Delivery::default();
+        let recorded = entry.record_progress(message, &self.bus, &mut delivery);
+        delivery.deliver();
+        recorded
+    }
+}
+
+#[cfg(all(test, not(subagent_tracker_loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    use crate::{InMemorySubagentTaskTracker, TaskStart};
+
+    /// Widens the window in which a start is in the id map but not yet in the pending index.
+    pub(super) static PAUSE_BETWEEN_MAP_AND_INDEX: AtomicBool = AtomicBool::new(false);
+    /// Widens the window between a run's end and its collapse into a record.
+    pub(super) static PAUSE_BEFORE_COLLAPSE: AtomicBool = AtomicBool::new(false);
+    /// Widens the window between a restart's forgetting the finished run it replaces and its look again.
+    pub(super) static PAUSE_AFTER_FORGETTING: AtomicBool = AtomicBool::new(false);
+
+    pub(super) fn pause(switch: &AtomicBool, milliseconds: u64) {
+        if switch.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(milliseconds));
+        }
+    }
+
+    /// An end by id that finds a task between its entering the id map and its entering the pending index
+    /// must not leave it in the index for good (the start takes it out again).
+    #[test]
+    fn an_end_racing_a_start_leaves_nothing_in_the_pending_index() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        PAUSE_BETWEEN_MAP_AND_INDEX.store(true, Ordering::Relaxed);
+        for round in 0..20 {
+            let task_id = format!("t{round}");
+            std::thread::scope(|scope| {
+                let ender = scope.spawn(|| {
+                    let began = Instant::now();
+                    while !tracker.end(&task_id, Ok(None)) {
+                        if began.elapsed() > Duration::from_secs(5) {
+                            panic!("the start never became visible");
+                        }
+                        std::hint::spin_loop();
+                    }
+                });
+                let handle = tracker.start(TaskStart::new().task_id(task_id.as_str()));
+                ender.join().unwrap();
+                drop(handle);
+            });
+        }
+        PAUSE_BETWEEN_MAP_AND_INDEX.store(false, Ordering::Relaxed);
+        assert!(tracker.shared.pending.entries().is_empty());
+    }
+
+    /// A restart that forgets the finished run it replaces while that run is still an entry, and then finds
+    /// it collapsed into a record, must forget the record too: otherwise the retention window counts a run
+    /// the id map no longer holds.
+    #[test]
+    fn a_restart_between_an_end_and_its_collapse_forgets_the_record() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        PAUSE_BEFORE_COLLAPSE.store(true, Ordering::Relaxed);
+        PAUSE_AFTER_FORGETTING.store(true, Ordering::Relaxed);
+        let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+        std::thread::scope(|scope| {
+            let restarter = scope.spawn(|| {
+                let began = Instant::now();
+                while !tracker.get("a").is_some_and(|snapshot| snapshot.finished) {
+                    assert!(
+                        began.elapsed() < Duration::from_secs(5),
+                        "the end never came"
+                    );
+                    std::hint::spin_loop();
+                }
+                tracker.start(TaskStart::new().task_id("a")).unwrap()
+            });
+            handle.complete(None);
+            let restarted = restarter.join().unwrap();
+            PAUSE_BEFORE_COLLAPSE.store(false, Ordering::Relaxed);
+            PAUSE_AFTER_FORGETTING.store(false, Ordering::Relaxed);
+            restarted.complete(None);
+        });
+        assert_eq!(tracker.retained_count(), 1);
+        assert_eq!(tracker.shared.finished.retained(), 1);
+    }
+}
