@@ -76,19 +76,24 @@ def test_sessions_tasks_and_one_task_are_listed_with_their_state(
 def test_results_metadata_and_errors_are_shown_only_when_the_settings_say_so(registry: Registry) -> None:
     session = registry.session("s")
     session.start_subagent_task("secret", metadata={"user": "alice@example.com"}).complete("the answer")
-    session.start_subagent_task("broken").fail("token sk-123 rejected")
-    for details, expected in ((False, set()), (True, {"metadata", "result", "error"})):
+    session.start_subagent_task("broken").fail(
+        "token sk-123 rejected", error_type="AuthError", error_code="key-sk-123"
+    )
+    shown_when_asked = {"metadata", "result", "error", "error_type", "error_code"}
+    for details, expected in ((False, set()), (True, shown_when_asked)):
         served = ServedDashboard(registry, details=details)
         try:
             with served.client() as client:
                 for task in client.get("/api/sessions/s/tasks").json()["tasks"]:
-                    assert expected == {"metadata", "result", "error"} & task.keys()
+                    assert expected == shown_when_asked & task.keys()
                 shown = client.get("/api/sessions/s/tasks/secret").json()
                 if details:
                     assert (shown["metadata"], shown["result"]) == (
                         {"user": "alice@example.com"},
                         "the answer",
                     )
+                    broken = client.get("/api/sessions/s/tasks/broken").json()
+                    assert (broken["error_type"], broken["error_code"]) == ("AuthError", "key-sk-123")
                 else:
                     assert "alice" not in client.get("/api/sessions/s/tasks").text
                     assert "sk-123" not in client.get("/api/sessions/s/tasks").text

@@ -26,6 +26,7 @@ from subagent_tracker._checkpoints import (
     run_tool_calls,
     run_until_cancelled,
 )
+from subagent_tracker._default_registry import default_registry
 from subagent_tracker._errors import (
     DuplicateTaskError,
     RegistryProtocolError,
@@ -130,6 +131,7 @@ __all__ = [
     "ToolOutcome",
     "UnknownTaskError",
     "__version__",
+    "default_registry",
     "run_tool_calls",
     "run_until_cancelled",
 ]

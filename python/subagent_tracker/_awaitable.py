@@ -44,8 +44,14 @@ class AwaitableTaskHandle:
     async def complete(self, result: Any = None) -> bool:
         return self.handle.complete(result)
 
-    async def fail(self, error: str | BaseException) -> bool:
-        return self.handle.fail(error)
+    async def fail(
+        self,
+        error: str | BaseException,
+        *,
+        error_type: str | None = None,
+        error_code: str | int | None = None,
+    ) -> bool:
+        return self.handle.fail(error, error_type=error_type, error_code=error_code)
 
     async def record_escalation(self) -> None:
         self.handle.record_escalation()
@@ -161,9 +167,17 @@ class AwaitableSession:
         return self.session.cancel_subagent_task(task_id, reason)
 
     async def end_subagent_task(
-        self, task_id: str, *, result: Any = None, error: str | BaseException | None = None
+        self,
+        task_id: str,
+        *,
+        result: Any = None,
+        error: str | BaseException | None = None,
+        error_type: str | None = None,
+        error_code: str | int | None = None,
     ) -> bool:
-        return self.session.end_subagent_task(task_id, result=result, error=error)
+        return self.session.end_subagent_task(
+            task_id, result=result, error=error, error_type=error_type, error_code=error_code
+        )
 
     async def cancel(self, reason: str | None = None) -> int:
         return self.session.cancel(reason)

@@ -11,7 +11,7 @@ use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
-use subagent_tracker::TrackerError;
+use subagent_tracker::{TaskFailure, TrackerError};
 
 use crate::errors::tracker_error;
 use crate::package_imports::json_function;
@@ -340,7 +340,7 @@ fn nested_copy<'py>(
 
 /// The text of a failure: a `str`, or an exception rendered as `Type: message`. An exception whose `str()`
 /// raises is still rendered, as Python's traceback module does, so that no exit leaves its task running.
-pub(crate) fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
+fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
     if let Ok(text) = value.cast::<PyString>() {
         return Ok(text.to_str()?.to_owned());
     }
@@ -362,19 +362,65 @@ pub(crate) fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
     )))
 }
 
-/// What `end_subagent_task(task_id, *, result=None, error=None)` records: `Err` with the error's text, or `Ok`
-/// with the result (`None` counts as none) converted by `keep` into what the session stores.
+/// A failure (contract §5): the error's text (see [`error_text`]), the type given or, for an exception, its
+/// class name, and the code given (a `str`, or an `int` kept as its decimal text).
+pub(crate) fn failure(
+    error: &Bound<'_, PyAny>,
+    error_type: Option<&Bound<'_, PyAny>>,
+    error_code: Option<&Bound<'_, PyAny>>,
+) -> PyResult<TaskFailure> {
+    let mut failure = TaskFailure::new(error_text(error)?);
+    let error_type = match optional_string(error_type, "error_type")? {
+        Some(error_type) => Some(error_type),
+        None if error.is_instance_of::<pyo3::exceptions::PyBaseException>() => {
+            Some(type_name(error))
+        }
+        None => None,
+    };
+    if let Some(error_type) = error_type {
+        failure = failure.error_type(error_type);
+    }
+    if let Some(error_code) = error_code.filter(|code| !code.is_none()) {
+        let code = if let Ok(text) = error_code.cast::<PyString>() {
+            text.to_str()?.to_owned()
+        } else if error_code.is_instance_of::<PyInt>() && !error_code.is_instance_of::<PyBool>() {
+            error_code.str()?.to_string()
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "error_code must be a str, an int or None, got {}",
+                type_name(error_code)
+            )));
+        };
+        failure = failure.error_code(code);
+    }
+    Ok(failure)
+}
+
+/// What `end_subagent_task(task_id, *, result=None, error=None, error_type=None, error_code=None)` records:
+/// `Err` with the failure, or `Ok` with the result (`None` counts as none) converted by `keep` into what the
+/// session stores.
 pub(crate) fn end_outcome<V>(
     result: Option<&Bound<'_, PyAny>>,
     error: Option<&Bound<'_, PyAny>>,
+    error_type: Option<&Bound<'_, PyAny>>,
+    error_code: Option<&Bound<'_, PyAny>>,
     keep: impl FnOnce(&Bound<'_, PyAny>) -> PyResult<V>,
-) -> PyResult<Result<Option<V>, String>> {
+) -> PyResult<Result<Option<V>, TaskFailure>> {
     let result = result.filter(|result| !result.is_none());
     match error.filter(|error| !error.is_none()) {
         Some(_) if result.is_some() => Err(PyValueError::new_err(
             "end_subagent_task takes a result or an error, not both",
         )),
-        Some(error) => Ok(Err(error_text(error)?)),
+        Some(error) => Ok(Err(failure(error, error_type, error_code)?)),
+        None if [error_type, error_code]
+            .into_iter()
+            .flatten()
+            .any(|given| !given.is_none()) =>
+        {
+            Err(PyValueError::new_err(
+                "error_type and error_code describe an error: give error too",
+            ))
+        }
         None => Ok(Ok(result.map(keep).transpose()?)),
     }
 }

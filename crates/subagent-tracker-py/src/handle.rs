@@ -45,7 +45,9 @@ impl SubagentTaskHandle {
             RunnerExit::Stopped(reason) => {
                 with_wake_batch(py, || self.handle.stop_cancelled(reason.as_deref())).map(drop)
             }
-            RunnerExit::Failed(text) => with_wake_batch(py, || self.handle.fail(&text)).map(drop),
+            RunnerExit::Failed(failure) => {
+                with_wake_batch(py, || self.handle.fail_with(failure)).map(drop)
+            }
         }
     }
 }
@@ -91,10 +93,18 @@ impl SubagentTaskHandle {
         with_wake_batch(py, || self.handle.complete(result))
     }
 
-    /// Reports failure with a message or an exception; True exactly when this moved the task to failed.
-    fn fail(&self, py: Python<'_>, error: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let text = arguments::error_text(error)?;
-        with_wake_batch(py, || self.handle.fail(&text))
+    /// Reports failure with a message or an exception, and the failure's type and code if given (an exception's
+    /// type defaults to its class name); True exactly when this moved the task to failed.
+    #[pyo3(signature = (error, *, error_type=None, error_code=None))]
+    fn fail(
+        &self,
+        py: Python<'_>,
+        error: &Bound<'_, PyAny>,
+        error_type: Option<&Bound<'_, PyAny>>,
+        error_code: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let failure = arguments::failure(error, error_type, error_code)?;
+        with_wake_batch(py, || self.handle.fail_with(failure))
     }
 
     /// Records that the runner was stopped by force after its grace period (shown as `escalated`).

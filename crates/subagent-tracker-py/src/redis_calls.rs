@@ -12,7 +12,7 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
-use subagent_tracker::{SubagentTaskSnapshot, TaskStart, TrackerConfig};
+use subagent_tracker::{SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
 };
@@ -292,18 +292,17 @@ impl SessionCalls {
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
-        ended: Result<Option<String>, String>,
+        ended: Result<Option<String>, TaskFailure>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
             self.made_in,
             async move {
-                let outcome = match &ended {
-                    Ok(result) => Ok(result.as_deref()),
-                    Err(error) => Err(error.as_str()),
-                };
-                session.end(&task_id.0, outcome).await
+                match &ended {
+                    Ok(result) => session.end(&task_id.0, Ok(result.as_deref())).await,
+                    Err(failure) => session.fail(&task_id.0, failure).await,
+                }
             },
             |py, ended| object(py, ended.map_err(|error| redis_error(py, error))?),
         )
@@ -530,7 +529,7 @@ impl HandleCalls {
                 let mut handle = handle.lock().await;
                 match &ending {
                     RunnerExit::Completed => handle.complete(result.as_deref()).await,
-                    RunnerExit::Failed(error) => handle.fail(error).await,
+                    RunnerExit::Failed(failure) => handle.fail_with(failure).await,
                     RunnerExit::Stopped(reason) => handle.stopped(reason.as_deref()).await,
                 }
             },
@@ -554,9 +553,11 @@ impl HandleCalls {
         &self,
         py: Python<'py>,
         error: &Bound<'_, PyAny>,
+        error_type: Option<&Bound<'_, PyAny>>,
+        error_code: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let text = arguments::error_text(error)?;
-        self.end(py, RunnerExit::Failed(text), None)
+        let failure = arguments::failure(error, error_type, error_code)?;
+        self.end(py, RunnerExit::Failed(failure), None)
     }
 
     pub(crate) fn progress<'py>(

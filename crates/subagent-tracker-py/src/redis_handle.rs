@@ -56,8 +56,17 @@ impl RedisTaskHandle {
         self.calls.complete(py, result)
     }
 
-    fn fail<'py>(&self, py: Python<'py>, error: &Bound<'_, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        self.calls.fail(py, error)
+    /// Reports failure with a message or an exception, and the failure's type and code if given (an exception's
+    /// type defaults to its class name).
+    #[pyo3(signature = (error, *, error_type=None, error_code=None))]
+    fn fail<'py>(
+        &self,
+        py: Python<'py>,
+        error: &Bound<'_, PyAny>,
+        error_type: Option<&Bound<'_, PyAny>>,
+        error_code: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.fail(py, error, error_type, error_code)
     }
 
     /// Records that the runner did not stop within its grace period after a cancel and is being stopped by

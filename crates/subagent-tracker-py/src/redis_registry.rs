@@ -320,16 +320,19 @@ impl RedisSession {
         self.calls.cancel_task(py, task_id, reason)
     }
 
-    /// Records the end of a task without its handle: `error` fails it, otherwise it completes with `result`.
-    #[pyo3(signature = (task_id, *, result=None, error=None))]
+    /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if
+    /// given), otherwise it completes with `result`.
+    #[pyo3(signature = (task_id, *, result=None, error=None, error_type=None, error_code=None))]
     fn end_subagent_task<'py>(
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
         result: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
+        error_type: Option<&Bound<'_, PyAny>>,
+        error_code: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let ended = arguments::end_outcome(result, error, |result| {
+        let ended = arguments::end_outcome(result, error, error_type, error_code, |result| {
             arguments::json_text(result, "result")
         })?;
         self.calls.end_task(py, task_id, ended)

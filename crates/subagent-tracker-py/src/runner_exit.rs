@@ -3,16 +3,18 @@
 
 use pyo3::prelude::*;
 
-use crate::arguments::error_text;
+use subagent_tracker::TaskFailure;
+
+use crate::arguments::failure;
 use crate::errors::is_cancellation;
 
 /// How a runner's `with` block ended, from the exception it left with: a normal exit completes the task, a
 /// cancellation (`TaskCancelledError` or `asyncio.CancelledError`) stops it with the cancel's reason, if any,
-/// and any other exception fails it with its text.
+/// and any other exception fails it with its text and its class name as the failure's type.
 pub(crate) enum RunnerExit {
     Completed,
     Stopped(Option<String>),
-    Failed(String),
+    Failed(TaskFailure),
 }
 
 pub(crate) fn runner_exit(py: Python<'_>, exception: &Bound<'_, PyAny>) -> PyResult<RunnerExit> {
@@ -26,5 +28,5 @@ pub(crate) fn runner_exit(py: Python<'_>, exception: &Bound<'_, PyAny>) -> PyRes
             .and_then(|reason| reason.extract::<String>().ok());
         return Ok(RunnerExit::Stopped(reason));
     }
-    Ok(RunnerExit::Failed(error_text(exception)?))
+    Ok(RunnerExit::Failed(failure(exception, None, None)?))
 }

@@ -238,24 +238,26 @@ impl Session {
         with_wake_batch(py, || self.tracker.cancel(&task_id.0, reason.as_deref()))
     }
 
-    /// Records the end of a task without its handle: `error` fails it, otherwise it completes with `result`.
-    /// True exactly when this call moved the task out of running (the first transition wins).
-    #[pyo3(signature = (task_id, *, result=None, error=None))]
+    /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if
+    /// given), otherwise it completes with `result`. True exactly when this call moved the task out of running
+    /// (the first transition wins).
+    #[pyo3(signature = (task_id, *, result=None, error=None, error_type=None, error_code=None))]
     fn end_subagent_task(
         &self,
         py: Python<'_>,
         task_id: Id<TaskIdArgument>,
         result: Option<&Bound<'_, PyAny>>,
         error: Option<&Bound<'_, PyAny>>,
+        error_type: Option<&Bound<'_, PyAny>>,
+        error_code: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let ended = arguments::end_outcome(result, error, |result| {
+        let ended = arguments::end_outcome(result, error, error_type, error_code, |result| {
             Ok(PyValue::new(result.clone().unbind()))
         })?;
-        let outcome = match ended {
-            Ok(result) => Ok(result),
-            Err(ref error) => Err(error.as_str()),
-        };
-        with_wake_batch(py, || self.tracker.end(&task_id.0, outcome))
+        with_wake_batch(py, || match ended {
+            Ok(result) => self.tracker.end(&task_id.0, Ok(result)),
+            Err(failure) => self.tracker.fail(&task_id.0, failure),
+        })
     }
 
     /// Cancels every pending task; returns how many it moved to cancelled.

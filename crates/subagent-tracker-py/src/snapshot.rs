@@ -150,6 +150,18 @@ impl SubagentTask {
         self.snapshot.error.as_deref()
     }
 
+    /// The failure's type, when the runner gave one (an exception's class name by default).
+    #[getter]
+    fn error_type(&self) -> Option<&str> {
+        self.snapshot.error_type.as_deref()
+    }
+
+    /// The failure's code, when the runner gave one.
+    #[getter]
+    fn error_code(&self) -> Option<&str> {
+        self.snapshot.error_code.as_deref()
+    }
+
     /// The worker whose runner runs the task (Redis sessions); None in memory.
     #[getter]
     fn worker(&self) -> Option<&str> {

@@ -15,7 +15,7 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_claim                    RedisSession::claim
     stv2_cancel                   RedisSession::cancel (and a linked token's cancel)
     stv2_cancel_all               RedisSession::cancel_all, close
-    stv2_end                      RedisTaskHandle::complete, fail, stopped (and Drop); RedisSession::end
+    stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop); RedisSession::end, fail
     stv2_progress                 RedisTaskHandle::progress
     stv2_escalate                 RedisTaskHandle::record_escalation
     stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending

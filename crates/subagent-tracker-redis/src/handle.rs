@@ -1,7 +1,7 @@
 //! The runner's side of a task kept in Redis.
 
 use subagent_tracker::{
-    CancelCallback, SubagentTaskHandle, SubagentTaskToken, DEFAULT_CANCEL_REASON,
+    CancelCallback, SubagentTaskHandle, SubagentTaskToken, TaskFailure, DEFAULT_CANCEL_REASON,
 };
 
 use crate::session::Outcome;
@@ -109,7 +109,16 @@ impl RedisTaskHandle {
     /// # Errors
     /// As [`complete`](Self::complete).
     pub async fn fail(&mut self, error: &str) -> Result<bool, RedisTrackerError> {
-        self.end(&Outcome::Failed(error)).await
+        self.fail_with(&TaskFailure::new(error)).await
+    }
+
+    /// Reports failure with the failure's type and code, if given (contract §5). True exactly when this moved
+    /// the task to `Failed`.
+    ///
+    /// # Errors
+    /// As [`complete`](Self::complete).
+    pub async fn fail_with(&mut self, failure: &TaskFailure) -> Result<bool, RedisTrackerError> {
+        self.end(&Outcome::Failed(failure)).await
     }
 
     /// Reports that the runner stopped on a cancel: the task stays `Cancelled` and becomes finished. A runner

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use subagent_tracker::{
     generate_id, validate_task_id, CancelCallback, ClaimProblem, SubagentEventKind, SubagentStatus,
-    SubagentTaskSnapshot, SubagentTaskToken, TaskStart, TrackerError, DEADLINE_REASON,
+    SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskStart, TrackerError, DEADLINE_REASON,
     DEFAULT_CANCEL_REASON,
 };
 
@@ -60,7 +60,7 @@ struct Opening {
 /// How a runner's end is written in Redis.
 pub(crate) enum Outcome<'a> {
     Completed(Option<&'a str>),
-    Failed(&'a str),
+    Failed(&'a TaskFailure),
     /// The runner stopped on a cancel (one of its own, with this reason, if the store has not seen one).
     Stopped(Option<&'a str>),
     /// The handle was dropped without an end.
@@ -566,11 +566,24 @@ impl RedisSession {
         outcome: Result<Option<&str>, &str>,
     ) -> Result<bool, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        let outcome = match outcome {
-            Ok(result) => Outcome::Completed(result),
-            Err(error) => Outcome::Failed(error),
-        };
-        self.end_run(task_id, "", &outcome).await
+        match outcome {
+            Ok(result) => self.end_run(task_id, "", &Outcome::Completed(result)).await,
+            Err(error) => self.fail(task_id, &TaskFailure::new(error)).await,
+        }
+    }
+
+    /// Records the failure of a task without its handle, with the failure's type and code if given (contract
+    /// §5). The first transition wins.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn fail(
+        &self,
+        task_id: &str,
+        failure: &TaskFailure,
+    ) -> Result<bool, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        self.end_run(task_id, "", &Outcome::Failed(failure)).await
     }
 
     pub(crate) async fn end_run(
@@ -579,14 +592,30 @@ impl RedisSession {
         run: &str,
         outcome: &Outcome<'_>,
     ) -> Result<bool, RedisTrackerError> {
-        let (name, value) = match outcome {
-            Outcome::Completed(result) => ("completed", result.unwrap_or_default()),
-            Outcome::Failed(error) => ("failed", *error),
-            Outcome::Stopped(reason) => ("stopped", reason.unwrap_or_default()),
-            Outcome::Dropped => ("dropped", subagent_tracker::DROPPED_HANDLE_ERROR),
+        let (name, value, error_type, error_code) = match outcome {
+            Outcome::Completed(result) => ("completed", result.unwrap_or_default(), "", ""),
+            Outcome::Failed(failure) => (
+                "failed",
+                &*failure.message,
+                failure.error_type.as_deref().unwrap_or_default(),
+                failure.error_code.as_deref().unwrap_or_default(),
+            ),
+            Outcome::Stopped(reason) => ("stopped", reason.unwrap_or_default(), "", ""),
+            Outcome::Dropped => ("dropped", subagent_tracker::DROPPED_HANDLE_ERROR, "", ""),
         };
         let [transitioned, _finished]: [i64; 2] = self
-            .transition("end", &[&self.incarnation, task_id, run, name, value])
+            .transition(
+                "end",
+                &[
+                    &self.incarnation,
+                    task_id,
+                    run,
+                    name,
+                    value,
+                    error_type,
+                    error_code,
+                ],
+            )
             .await?;
         Ok(transitioned == 1)
     }

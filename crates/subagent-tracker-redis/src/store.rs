@@ -385,6 +385,8 @@ impl TaskFields {
             .unwrap_or_default();
         snapshot.result = self.0.get("result").cloned();
         snapshot.error = self.text("error");
+        snapshot.error_type = self.text("error_type");
+        snapshot.error_code = self.text("error_code");
         // The process's key: the worker id, a slash and the process's nonce; users see the id.
         snapshot.worker = self.0.get("worker").map(|process| {
             Arc::from(

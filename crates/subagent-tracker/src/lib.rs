@@ -65,6 +65,7 @@
 mod cancel_cause;
 mod error;
 mod event;
+mod failure;
 mod registry;
 mod snapshot;
 mod status;
@@ -77,6 +78,7 @@ mod tracker;
 pub use cancel_cause::CancelCause;
 pub use error::{ClaimProblem, IdProblem, TrackerError};
 pub use event::{SubagentEvent, SubagentEventKind};
+pub use failure::TaskFailure;
 pub use registry::InMemoryRegistry;
 pub use snapshot::SubagentTaskSnapshot;
 pub use status::SubagentStatus;

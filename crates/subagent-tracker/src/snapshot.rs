@@ -55,8 +55,12 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub progress_count: u64,
     /// What the runner completed with, kept even when the completion came after a cancel.
     pub result: Option<V>,
-    /// What the runner failed with, kept even when the failure came after a cancel.
+    /// What the runner failed with, kept even when the failure came after a cancel: the failure's message.
     pub error: Option<Arc<str>>,
+    /// The failure's type, when the runner gave one (an exception's class name, say).
+    pub error_type: Option<Arc<str>>,
+    /// The failure's code, when the runner gave one.
+    pub error_code: Option<Arc<str>>,
     /// The worker (process) whose runner runs the task, for a store shared by several; `None` in memory.
     pub worker: Option<Arc<str>>,
 }
@@ -95,6 +99,8 @@ impl<V> SubagentTaskSnapshot<V> {
             progress_count: 0,
             result: None,
             error: None,
+            error_type: None,
+            error_code: None,
             worker: None,
         }
     }
@@ -126,6 +132,8 @@ impl<V> SubagentTaskSnapshot<V> {
             progress_count: self.progress_count,
             result: self.result.map(convert),
             error: self.error,
+            error_type: self.error_type,
+            error_code: self.error_code,
             worker: self.worker,
         }
     }

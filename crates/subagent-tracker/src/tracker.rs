@@ -47,7 +47,9 @@ use crate::tracker::event_bus::EventSubscription;
 use crate::tracker::opening::Opening;
 use crate::tracker::reasons::cancel_reason;
 use crate::tracker::run::Run;
-use crate::{CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, TaskStart, TrackerError};
+use crate::{
+    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerError,
+};
 
 /// Tracks the subagent tasks of one session in memory: their cancellation, their status and their lifecycle.
 ///
@@ -280,9 +282,20 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         };
         let end = match outcome {
             Ok(result) => RunnerEnd::Completed(result),
-            Err(error) => RunnerEnd::Failed(Arc::from(error)),
+            Err(error) => RunnerEnd::Failed(TaskFailure::new(error)),
         };
         self.shared.end(&entry, end, Delivery::deliver) == Some(true)
+    }
+
+    /// Records the failure of a task without its handle, with the failure's type and code if given: as
+    /// [`end`](Self::end) with an error, and the first transition wins.
+    pub fn fail(&self, task_id: &str, failure: TaskFailure) -> bool {
+        let Some(entry) = self.shared.live_entry(task_id) else {
+            return false;
+        };
+        self.shared
+            .end(&entry, RunnerEnd::Failed(failure), Delivery::deliver)
+            == Some(true)
     }
 
     /// Cancels every pending task of the session and returns how many it moved to `Cancelled`.

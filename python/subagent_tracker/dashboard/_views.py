@@ -37,7 +37,7 @@ _ALWAYS = (
 )
 
 #: The fields shown only with ``details=True``: they can hold user data.
-_DETAILS = ("metadata", "result", "error")
+_DETAILS = ("metadata", "result", "error", "error_type", "error_code")
 
 
 class RegistryLike(Protocol):

@@ -1,6 +1,7 @@
--- stv2_end(session_key; inc, task_id, run, outcome, value): the runner's end (outcome completed, failed, or stopped
--- with the reason as value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim
--- (claim_expired: fails only a queued task).
+-- stv2_end(session_key; inc, task_id, run, outcome, value, error_type, error_code): the runner's end (outcome
+-- completed, failed with the message as value and the failure's type and code, or stopped with the reason as
+-- value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim (claim_expired: fails
+-- only a queued task).
 -- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one. An end
 -- by id through an object of an ended incarnation is refused with GONE; a runner's end of such a run is {0, 0}.
 local function st_end(keys, args)
@@ -47,6 +48,12 @@ local function st_end(keys, args)
   elseif outcome == 'failed' then
     written[#written + 1] = 'error'
     written[#written + 1] = value
+    for _, field in ipairs({ { 'error_type', args[6] }, { 'error_code', args[7] } }) do
+      if field[2] and field[2] ~= '' then
+        written[#written + 1] = field[1]
+        written[#written + 1] = field[2]
+      end
+    end
   end
   finish(base, session_key, key, task_id, state[1], now(),
     { status = status, timed = state[4] or state[5], written = written })

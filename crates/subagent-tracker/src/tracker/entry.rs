@@ -37,7 +37,10 @@ use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedFields, FinishedRun, RunDetails};
 use crate::tracker::pending_index::{self, Indexed};
 use crate::tracker::retention;
-use crate::{CancelCause, SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot};
+use crate::{
+    CancelCause, SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot,
+    TaskFailure,
+};
 
 /// The longest progress message kept, in UTF-8 bytes; longer ones are cut at a character boundary.
 pub const MAX_PROGRESS_MESSAGE_BYTES: usize = 4096;
@@ -72,7 +75,7 @@ struct TaskRecord<V> {
     progress: Option<Arc<str>>,
     progress_count: u64,
     result: Option<V>,
-    error: Option<Arc<str>>,
+    failure: Option<Arc<TaskFailure>>,
     /// Running attached children by sequence; a child removes itself when it finishes.
     children: Option<HashMap<u64, Arc<TaskEntry<V>>>>,
     /// The ancestor that holds this task among its children (the nearest unfinished one when adopted). Kept
@@ -95,7 +98,7 @@ pub(crate) struct CancelRequest {
 /// How a runner ended its task.
 pub(crate) enum RunnerEnd<V> {
     Completed(Option<V>),
-    Failed(Arc<str>),
+    Failed(TaskFailure),
     /// The runner stopped because of a cancel (the task is already `Cancelled`).
     Stopped,
     /// Nobody claimed the reservation in time: it fails with this error if it is still `Queued`.
@@ -187,7 +190,7 @@ impl<V> TaskEntry<V> {
                 progress: None,
                 progress_count: 0,
                 result: None,
-                error: None,
+                failure: None,
                 children: None,
                 // A detached child is not among its parent's children, so no cascade or adoption links them.
                 parent: if detached { None } else { parent },
@@ -411,7 +414,10 @@ impl<V> TaskEntry<V> {
         let transitioned = self.signal.finish(ending, delivery)?;
         match end {
             RunnerEnd::Completed(result) => record.result = result,
-            RunnerEnd::Failed(error) | RunnerEnd::ClaimExpired(error) => record.error = Some(error),
+            RunnerEnd::Failed(failure) => record.failure = Some(Arc::new(failure)),
+            RunnerEnd::ClaimExpired(error) => {
+                record.failure = Some(Arc::new(TaskFailure::new(error)));
+            }
             RunnerEnd::Stopped => {}
         }
         let now = SystemTime::now();
@@ -597,7 +603,7 @@ impl<V: Clone> TaskEntry<V> {
                 progress: record.progress.clone(),
                 progress_count: record.progress_count,
                 result: record.result.clone(),
-                error: record.error.clone(),
+                failure: record.failure.clone(),
             },
         }));
         let installed = install(&run);
@@ -635,7 +641,18 @@ impl<V: Clone> TaskEntry<V> {
             progress: record.progress.clone(),
             progress_count: record.progress_count,
             result: record.result.clone(),
-            error: record.error.clone(),
+            error: record
+                .failure
+                .as_ref()
+                .map(|failure| failure.message.clone()),
+            error_type: record
+                .failure
+                .as_ref()
+                .and_then(|failure| failure.error_type.clone()),
+            error_code: record
+                .failure
+                .as_ref()
+                .and_then(|failure| failure.error_code.clone()),
             worker: None,
         }
     }

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use crate::sync::AtomicU8;
 use crate::token::cancel_record::CancelRecord;
 use crate::tracker::retention;
-use crate::{SubagentStatus, SubagentTaskSnapshot};
+use crate::{SubagentStatus, SubagentTaskSnapshot, TaskFailure};
 
 /// Why a claim of a run is refused: by its live entry (`TaskEntry::claim`) or by its finished record.
 #[derive(Clone, Copy)]
@@ -56,7 +56,7 @@ pub(crate) struct RunDetails<V> {
     pub(crate) progress: Option<Arc<str>>,
     pub(crate) progress_count: u64,
     pub(crate) result: Option<V>,
-    pub(crate) error: Option<Arc<str>>,
+    pub(crate) failure: Option<Arc<TaskFailure>>,
 }
 
 impl<V> RunDetails<V> {
@@ -71,7 +71,7 @@ impl<V> RunDetails<V> {
             && self.progress.is_none()
             && self.progress_count == 0
             && self.result.is_none()
-            && self.error.is_none()
+            && self.failure.is_none()
     }
 }
 
@@ -168,7 +168,11 @@ impl<V: Clone> FinishedRun<V> {
             snapshot.progress = details.progress.clone();
             snapshot.progress_count = details.progress_count;
             snapshot.result = details.result.clone();
-            snapshot.error = details.error.clone();
+            if let Some(failure) = &details.failure {
+                snapshot.error = Some(failure.message.clone());
+                snapshot.error_type.clone_from(&failure.error_type);
+                snapshot.error_code.clone_from(&failure.error_code);
+            }
         }
         snapshot
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::token::delivery::Delivery;
 use crate::tracker::engine::TrackerShared;
 use crate::tracker::entry::{RunnerEnd, TaskEntry};
-use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken};
+use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure};
 
 /// The error recorded when a handle is dropped while its task is still running.
 pub const DROPPED_HANDLE_ERROR: &str = "the runner dropped its handle without reporting an end";
@@ -77,11 +77,16 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     /// Reports failure. True exactly when this moved the task from `Running` to `Failed`; after a cancel it
     /// returns false, the status stays `Cancelled`, and `error` is kept on the snapshot.
     pub fn fail(&self, error: &str) -> bool {
-        self.shared.end(
-            &self.entry,
-            RunnerEnd::Failed(Arc::from(error)),
-            Delivery::deliver,
-        ) == Some(true)
+        self.fail_with(TaskFailure::new(error))
+    }
+
+    /// Reports failure with a message and, if given, the failure's type and code (contract §5), which
+    /// snapshots show as `error`, `error_type` and `error_code`. True exactly when this moved the task from
+    /// running to failed; a late failure after a cancel is kept, the status stays `Cancelled`.
+    pub fn fail_with(&self, failure: TaskFailure) -> bool {
+        self.shared
+            .end(&self.entry, RunnerEnd::Failed(failure), Delivery::deliver)
+            == Some(true)
     }
 
     /// Reports that the runner stopped because of a cancel: a still running task is cancelled first (with its
@@ -119,7 +124,7 @@ impl<V: Clone> Drop for SubagentTaskHandle<V> {
             let end = if self.entry.is_cancelled() {
                 RunnerEnd::Stopped
             } else {
-                RunnerEnd::Failed(Arc::from(DROPPED_HANDLE_ERROR))
+                RunnerEnd::Failed(TaskFailure::new(DROPPED_HANDLE_ERROR))
             };
             self.shared
                 .end(&self.entry, end, Delivery::deliver_in_own_thread);

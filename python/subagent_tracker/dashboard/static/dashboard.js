@@ -25,7 +25,7 @@
   const CANCEL_REASON = "cancelled from the dashboard";
   const CHART_SECONDS = 300;
   const STATUSES = ["running", "queued", "completed", "failed", "cancelled"];
-  const DETAIL_KEYS = ["metadata", "result", "error"];
+  const DETAIL_KEYS = ["metadata", "result", "error", "error_type", "error_code"];
 
   // Read by browser tests and the benchmark; see the spec.
   // readyAtMs: performance.now() (ms since the page's navigation began) when the first snapshot was shown.
