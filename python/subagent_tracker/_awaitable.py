@@ -191,6 +191,9 @@ class AwaitableSession:
     async def subagent_tasks(self) -> list[SubagentTask]:
         return self.session.subagent_tasks()
 
+    async def forget_finished(self, older_than: float) -> int:
+        return self.session.forget_finished(older_than)
+
     async def pending_subagent_tasks(self) -> list[SubagentTask]:
         return self.session.pending_subagent_tasks()
 

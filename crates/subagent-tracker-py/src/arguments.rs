@@ -44,6 +44,8 @@ argument_names! {
     ReconcileIntervalArgument = "reconcile_interval",
     LeaseArgument = "lease",
     SessionTtlArgument = "session_ttl",
+    MaxFinishedAgeArgument = "max_finished_age",
+    OlderThanArgument = "older_than",
 }
 
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
@@ -104,8 +106,12 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
 pub(crate) fn tracker_config(
     max_finished_tasks: Option<&Bound<'_, PyAny>>,
     event_buffer: Option<&Bound<'_, PyAny>>,
+    max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
 ) -> PyResult<subagent_tracker::TrackerConfig> {
     let mut config = subagent_tracker::TrackerConfig::default();
+    if let Some(age) = max_finished_age {
+        config = config.with_max_finished_age(age.0);
+    }
     if let Some(value) = max_finished_tasks {
         config = config.with_max_finished_tasks(count(value, "max_finished_tasks")?);
     }

@@ -375,6 +375,20 @@ impl SessionCalls {
         )
     }
 
+    pub(crate) fn forget_finished<'py>(
+        &self,
+        py: Python<'py>,
+        older_than: Duration,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.forget_finished(older_than).await },
+            |py, forgotten| object(py, forgotten.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
     pub(crate) fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let session = self.session.clone();
         self.delivery.deliver(

@@ -10,9 +10,9 @@ use subagent_tracker::TrackerConfig;
 use subagent_tracker_redis::{RedisOptions, RedisRegistry as CoreRegistry};
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, ParentIdArgument,
-    ReconcileIntervalArgument, Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument,
-    TimeoutArgument, WorkerIdArgument,
+    self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, MaxFinishedAgeArgument,
+    OlderThanArgument, ParentIdArgument, ReconcileIntervalArgument, Seconds, SessionIdArgument,
+    SessionTtlArgument, TaskIdArgument, TimeoutArgument, WorkerIdArgument,
 };
 use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
@@ -155,15 +155,17 @@ impl RedisRegistry {
     }
 
     /// The session `session_id`, created if no process has made it.
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None))]
     fn session<'py>(
         &self,
         py: Python<'py>,
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
+        max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let config: TrackerConfig = arguments::tracker_config(max_finished_tasks, event_buffer)?;
+        let config: TrackerConfig =
+            arguments::tracker_config(max_finished_tasks, event_buffer, max_finished_age)?;
         self.calls
             .session(py, session_id.map(|id| id.0.to_string()), config)
     }
@@ -384,6 +386,16 @@ impl RedisSession {
     /// Snapshots of every retained task, in start order.
     fn subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.calls.tasks(py)
+    }
+
+    /// Forgets the finished tasks that ended at least `older_than` seconds ago, as the bound on finished tasks
+    /// evicts them, and returns how many it forgot. Pending tasks are never forgotten.
+    fn forget_finished<'py>(
+        &self,
+        py: Python<'py>,
+        older_than: Seconds<OlderThanArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.forget_finished(py, older_than.0)
     }
 
     /// Snapshots of the pending tasks, in start order.

@@ -6,7 +6,7 @@ use pyo3::types::PyDict;
 use pyo3::PyTraverseError;
 use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
 
-use crate::arguments::{self, Id, SessionIdArgument};
+use crate::arguments::{self, Id, MaxFinishedAgeArgument, Seconds, SessionIdArgument};
 use crate::errors::tracker_error;
 use crate::package_imports::session_class;
 use crate::python_types::PyValue;
@@ -38,15 +38,16 @@ impl Registry {
     }
 
     /// The live session `session_id`, created with these settings if there is none.
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None))]
     fn session(
         &self,
         py: Python<'_>,
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
+        max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
     ) -> PyResult<Py<PyAny>> {
-        let config = arguments::tracker_config(max_finished_tasks, event_buffer)?;
+        let config = arguments::tracker_config(max_finished_tasks, event_buffer, max_finished_age)?;
         let tracker = self
             .registry
             .session(session_id.as_ref().map(|id| &*id.0), config)

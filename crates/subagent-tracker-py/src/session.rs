@@ -7,8 +7,8 @@ use pyo3::PyTraverseError;
 use subagent_tracker::InMemorySubagentTaskTracker;
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EpochDeadline, Id, ParentIdArgument, Seconds, SessionIdArgument,
-    TaskIdArgument, TimeoutArgument,
+    self, ClaimTimeoutArgument, EpochDeadline, Id, MaxFinishedAgeArgument, OlderThanArgument,
+    ParentIdArgument, Seconds, SessionIdArgument, TaskIdArgument, TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
@@ -52,11 +52,12 @@ fn snapshots(
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, _state=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, _state=None))]
     fn new(
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
+        max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
         _state: Option<PyRef<'_, SessionState>>,
     ) -> PyResult<Session> {
         if let Some(state) = _state {
@@ -64,7 +65,7 @@ impl Session {
                 tracker: state.tracker.clone(),
             });
         }
-        let config = arguments::tracker_config(max_finished_tasks, event_buffer)?;
+        let config = arguments::tracker_config(max_finished_tasks, event_buffer, max_finished_age)?;
         Ok(Session {
             tracker: InMemorySubagentTaskTracker::with_config(
                 session_id.as_ref().map(|id| &*id.0),
@@ -285,6 +286,12 @@ impl Session {
     /// Snapshots of every retained task, in start order.
     fn subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         snapshots(py, self.tracker.tasks())
+    }
+
+    /// Forgets the finished tasks that ended at least `older_than` seconds ago, as the bound on finished tasks
+    /// evicts them, and returns how many it forgot. Pending tasks are never forgotten.
+    fn forget_finished(&self, older_than: Seconds<OlderThanArgument>) -> usize {
+        self.tracker.forget_finished(older_than.0)
     }
 
     /// Snapshots of the pending (queued and running) tasks, in start order.

@@ -19,6 +19,7 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_progress                 RedisTaskHandle::progress
     stv2_escalate                 RedisTaskHandle::record_escalation
     stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending
+    stv2_forget_finished          RedisSession::forget_finished
     stv2_session                  RedisRegistry::get_session, sessions; RedisSession::is_closed
     stv2_touch                    RedisRegistry::session
     stv2_status                   the worker's reconcile (Worker::reconcile)

@@ -29,7 +29,7 @@ const INCLUDES: [&str; 11] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 28] = [
+const FUNCTIONS: [&str; 29] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
@@ -41,6 +41,7 @@ const FUNCTIONS: [&str; 28] = [
     include_str!("../lua/functions/expired.lua"),
     include_str!("../lua/functions/fire.lua"),
     include_str!("../lua/functions/forget.lua"),
+    include_str!("../lua/functions/forget_finished.lua"),
     include_str!("../lua/functions/get.lua"),
     include_str!("../lua/functions/idle.lua"),
     include_str!("../lua/functions/index.lua"),

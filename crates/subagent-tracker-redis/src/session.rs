@@ -719,6 +719,17 @@ impl RedisSession {
             .transpose()
     }
 
+    /// Forgets the finished tasks that ended at least `older_than` ago, as the retention bound evicts them, and
+    /// returns how many it forgot (contract §7). Pending tasks are never forgotten.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn forget_finished(&self, older_than: Duration) -> Result<usize, RedisTrackerError> {
+        let older_than_ms = older_than.as_millis().to_string();
+        self.transition("forget_finished", &[&self.incarnation, &older_than_ms])
+            .await
+    }
+
     /// Snapshots of every retained task, in start order.
     ///
     /// # Errors

@@ -36,7 +36,7 @@ pub(crate) mod start;
 pub(crate) mod watch;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::task_id::generate_id;
 use crate::token::delivery::Delivery;
@@ -326,6 +326,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A snapshot of the retained task `task_id`, or `None`. Copies that one task only.
     #[must_use]
     pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
+        self.shared.forget_aged();
         self.shared
             .lookup(task_id)
             .map(|run| run.snapshot(&self.shared.session_id))
@@ -334,6 +335,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// Snapshots of every retained task, in start order.
     #[must_use]
     pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
+        self.shared.forget_aged();
         self.shared
             .retained_runs()
             .iter()
@@ -358,7 +360,17 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// How many tasks are retained (pending, cancelled-but-unfinished and finished).
     #[must_use]
     pub fn retained_count(&self) -> usize {
+        self.shared.forget_aged();
         self.shared.tasks.len()
+    }
+
+    /// Forgets the finished tasks that ended at least `older_than` ago, as if the retention bound had evicted
+    /// them, and returns how many it forgot (contract §7). Pending tasks are never forgotten.
+    pub fn forget_finished(&self, older_than: Duration) -> usize {
+        match SystemTime::now().checked_sub(older_than) {
+            Some(cutoff) => self.shared.forget_ended_before(cutoff),
+            None => 0,
+        }
     }
 
     /// Waits until the task `task_id` has finished and returns its final snapshot.

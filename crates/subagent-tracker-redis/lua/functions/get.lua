@@ -1,7 +1,9 @@
 -- stv2_get(session_key; inc, task_id): the task's fields as a flat list, empty when not retained.
 local function st_get(keys, args)
   if not same_incarnation(args[1]) then return gone() end
-  return snapshot(base_of(keys[1]), args[2])
+  local task = snapshot(base_of(keys[1]), args[2])
+  if is_aged(task) then return {} end
+  return task
 end
 
 register('get', session_function(st_get), true)

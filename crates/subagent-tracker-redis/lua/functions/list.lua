@@ -13,7 +13,9 @@ local function st_list(keys, args)
   end
   each_retained(base, function(task_id, run)
     local task = snapshot(base, task_id)
-    if field_of(task, 'run') == run then table.insert(found, { run = tonumber(run), task = task }) end
+    if field_of(task, 'run') == run and not is_aged(task) then
+      table.insert(found, { run = tonumber(run), task = task })
+    end
   end)
   table.sort(found, function(left, right) return left.run < right.run end)
   local listed = {}

@@ -1,4 +1,5 @@
--- stv2_touch(session_key; max_finished): makes the session exist, with its bound, unless it does. A closed
+-- stv2_touch(session_key; max_finished, max_age_ms): makes the session exist, with its bound and, if max_age_ms is
+-- not "", how long a finished run is kept, unless it does. A closed
 -- session whose tasks are all finished has left: its keys go, and its id names a new incarnation, whose run
 -- numbers start past the old one's. Returns what `stv2_session` does.
 local function st_touch(keys, args)
@@ -13,6 +14,7 @@ local function st_touch(keys, args)
   if not state[1] then
     local inc = digits(math.max(now_ms() * 1000, after + 1))
     redis.call('HSET', session_key, 'inc', inc, 'seq', inc, 'max', args[1], 'retained', 0)
+    if args[2] and args[2] ~= '' then redis.call('HSET', session_key, 'max_age', args[2]) end
   end
   touch(session_key)
   return session_state(session_key)

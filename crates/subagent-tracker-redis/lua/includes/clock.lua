@@ -17,5 +17,8 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- A time as `now` writes it, in whole milliseconds (rounded down, as `now_ms` is).
+local function millis_of(time) return math.floor(tonumber(time) * 1000) end
+
 -- A whole number as its decimal digits: Lua's own conversion writes numbers past 10^14 in exponent form.
 local function digits(number) return string.format('%d', number) end

@@ -26,6 +26,31 @@ local function release_run(base, task_id, run, known)
   redis.call('DEL', children_key(base, run))
 end
 
+-- Forgets the retained finished runs that ended at or before `cutoff_ms`, oldest first, as eviction does; the
+-- finished list is in the order runs finished, so the scan stops at the first that ended later. Returns how many.
+local function forget_ended_before(base, session_key, cutoff_ms)
+  local forgotten = 0
+  while true do
+    local entry = redis.call('LINDEX', base .. 'finished', 0)
+    if not entry then break end
+    local task_id, run = string.match(entry, '^(.*)\t(%d+)$')
+    local key = task_key(base, task_id)
+    local state = fields(key, 'run', 'lp', 'lr', 'parent_of', 'ended_at')
+    if state[1] == run then
+      if millis_of(state[5]) > cutoff_ms then break end
+      release_run(base, task_id, run, state)
+      redis.call('DEL', key)
+      forgotten = forgotten + 1
+    end
+    redis.call('LPOP', base .. 'finished')
+  end
+  if forgotten > 0 then
+    stored_retained = stored_retained - forgotten
+    record_change(session_key, 'retained', digits(stored_retained))
+  end
+  return forgotten
+end
+
 -- Counts a finished run against the bound and evicts the oldest finished runs beyond it.
 local function retain(base, session_key, task_id, run)
   local listed = redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
@@ -47,6 +72,7 @@ local function retain(base, session_key, task_id, run)
   end
   stored_retained = retained
   record_change(session_key, 'retained', digits(retained))
+  if stored_max_age then forget_ended_before(base, session_key, now_ms() - stored_max_age) end
   -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
   if listed > 2 * retained + 64 then
     local kept = {}

@@ -6,6 +6,8 @@ local event_id = nil
 -- neither changes during a call that did not write it.
 local stored_closed = false
 local stored_max = nil
+-- How long, in milliseconds, a finished run is kept after it ended (nil: until the bound evicts it).
+local stored_max_age = nil
 -- The session's last run number and its count of retained runs, read with the incarnation and kept current by the
 -- function's own writes (`record_change`), so that a start or an end changes the session's hash in one call.
 local stored_seq = nil
@@ -14,9 +16,10 @@ local stored_retained = 0
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
   return function(keys, args)
-    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'retained')
+    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'retained', 'max_age')
     stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
     stored_seq, stored_retained = tonumber(session[4]), tonumber(session[5]) or 0
+    stored_max_age = tonumber(session[6])
     event_id = stored_inc and (stored_inc .. '-*') or nil
     return callback(keys, args)
   end

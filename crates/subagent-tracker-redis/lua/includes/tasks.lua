@@ -14,6 +14,14 @@ local function field_of(flat, name)
   return nil
 end
 
+-- True for a finished task (a flat field list) that ended longer ago than the session's `max_age`: the next write
+-- forgets it, and queries treat it as forgotten already (contract §7).
+local function is_aged(flat)
+  if not stored_max_age or field_of(flat, 'fin') ~= '1' then return false end
+  local ended_at = field_of(flat, 'ended_at')
+  return ended_at ~= nil and millis_of(ended_at) <= now_ms() - stored_max_age
+end
+
 -- Calls `visit(task_id, run)` for every retained run: the unfinished ones of the live index, then the finished
 -- ones of the finished list (whose entries of replaced runs are stale: the task's hash holds another run).
 local function each_retained(base, visit)

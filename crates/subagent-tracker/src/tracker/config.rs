@@ -1,5 +1,7 @@
 //! The settings of a session, fixed when it is made.
 
+use std::time::Duration;
+
 use crate::tracker::event_bus::DEFAULT_EVENT_BUFFER;
 use crate::tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
 
@@ -12,6 +14,9 @@ pub struct TrackerConfig {
     pub max_finished_tasks: usize,
     /// How many events each subscriber may hold before it starts missing the oldest.
     pub event_buffer: usize,
+    /// How long a finished task is kept after it ended, beside the bound on their number; `None` keeps it until
+    /// the bound evicts it.
+    pub max_finished_age: Option<Duration>,
 }
 
 impl Default for TrackerConfig {
@@ -19,6 +24,7 @@ impl Default for TrackerConfig {
         TrackerConfig {
             max_finished_tasks: DEFAULT_MAX_FINISHED_TASKS,
             event_buffer: DEFAULT_EVENT_BUFFER,
+            max_finished_age: None,
         }
     }
 }
@@ -35,6 +41,13 @@ impl TrackerConfig {
     #[must_use]
     pub fn with_event_buffer(mut self, event_buffer: usize) -> Self {
         self.event_buffer = event_buffer.max(1);
+        self
+    }
+
+    /// These settings, forgetting each finished task once `max_finished_age` has passed since it ended.
+    #[must_use]
+    pub fn with_max_finished_age(mut self, max_finished_age: Duration) -> Self {
+        self.max_finished_age = Some(max_finished_age);
         self
     }
 }

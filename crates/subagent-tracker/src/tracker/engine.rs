@@ -346,9 +346,39 @@ impl<V: Clone> TrackerShared<V> {
         {
             deadline_timer::unschedule(key);
         }
+        self.forget_aged();
         self.leave_registry_if_drained();
         // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
         drop(released);
+    }
+
+    /// Forgets the finished tasks that ended before `cutoff` (contract §7), as eviction would; returns how many.
+    pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
+        let released = self.finished.forget_ended_before(cutoff);
+        for run in &released.forgotten {
+            self.tasks.remove_if(run.task_id(), |_, retained| {
+                retained.sequence == run.sequence()
+            });
+        }
+        let forgotten = released.forgotten.len();
+        if forgotten > 0 {
+            self.leave_registry_if_drained();
+        }
+        // Dropped with no lock held: the last reference to a run may own foreign objects.
+        drop(released);
+        forgotten
+    }
+
+    /// Forgets the finished tasks older than the session's `max_finished_age`, if it has one: after each end, and
+    /// before each query, so that no query shows one.
+    pub(super) fn forget_aged(&self) {
+        if let Some(cutoff) = self
+            .config
+            .max_finished_age
+            .and_then(|age| SystemTime::now().checked_sub(age))
+        {
+            self.forget_ended_before(cutoff);
+        }
     }
 
     /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.

@@ -212,6 +212,11 @@ impl<V> TaskEntry<V> {
     }
 
     #[inline]
+    /// When the task ended, once it has.
+    pub(crate) fn ended_at(&self) -> Option<SystemTime> {
+        self.record.lock().ended_at
+    }
+
     pub(crate) fn is_finished(&self) -> bool {
         self.signal.is_finished()
     }

@@ -32,7 +32,7 @@ pub(crate) struct FinishedRun<V> {
     pub(crate) sequence: u64,
     pub(crate) task_id: Arc<str>,
     started_at: SystemTime,
-    ended_at: Option<SystemTime>,
+    pub(crate) ended_at: Option<SystemTime>,
     status: SubagentStatus,
     reserved: bool,
     detached: bool,

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 use crate::sync::{AtomicU8, Mutex};
 
@@ -14,6 +15,10 @@ pub const DEFAULT_MAX_FINISHED_TASKS: usize = 10_000;
 pub(crate) trait Retained: Clone {
     /// Where this run stands in the window: one of [`state`]'s values.
     fn retention(&self) -> &AtomicU8;
+    /// When the run ended. Called with no lock of the window held: it may take the run's own lock.
+    fn ended_at(&self) -> Option<SystemTime>;
+    /// True when both are the same run in the same form.
+    fn is(&self, other: &Self) -> bool;
 }
 
 /// A run's place in the retention window, kept on the run ([`Retained::retention`]).
@@ -97,6 +102,47 @@ impl<R: Retained> FinishedTasks<R> {
         released
     }
 
+    /// Forgets the retained runs that ended before `cutoff`, oldest first, and returns them with the stale
+    /// records dropped on the way, for the caller to drop once no lock is held. Runs are in the order they
+    /// finished, so the scan stops at the first that ended later. Each run's end is read with the window
+    /// unlocked (the window's lock is a leaf), and a run is taken out only if it is still at the front.
+    pub(crate) fn forget_ended_before(&self, cutoff: SystemTime) -> Released<R> {
+        let mut released = Released::default();
+        loop {
+            let front = {
+                let mut window = self.queue.lock();
+                loop {
+                    match window.order.front() {
+                        None => return released,
+                        Some(front)
+                            if front.retention().load(Ordering::Acquire) != state::RETAINED =>
+                        {
+                            if let Some(stale) = window.order.pop_front() {
+                                window.stale = window.stale.saturating_sub(1);
+                                released.stale.push(stale);
+                            }
+                        }
+                        Some(front) => break front.clone(),
+                    }
+                }
+            };
+            if front.ended_at().is_none_or(|ended_at| ended_at > cutoff) {
+                return released;
+            }
+            let mut window = self.queue.lock();
+            if !window.order.front().is_some_and(|still| still.is(&front)) {
+                // Evicted or replaced meanwhile: look again.
+                continue;
+            }
+            if front.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+                window.retained -= 1;
+                if let Some(forgotten) = window.order.pop_front() {
+                    released.forgotten.push(forgotten);
+                }
+            }
+        }
+    }
+
     /// How many finished runs count against the bound now.
     pub(crate) fn retained(&self) -> usize {
         self.queue.lock().retained
@@ -118,6 +164,8 @@ pub(crate) struct Released<R> {
     pub(crate) evicted: Option<R>,
     /// Records of runs replaced by a new run of their id, dropped from the window.
     pub(crate) stale: Vec<R>,
+    /// Runs forgotten for their age.
+    pub(crate) forgotten: Vec<R>,
 }
 
 impl<R> Default for Released<R> {
@@ -125,6 +173,7 @@ impl<R> Default for Released<R> {
         Released {
             evicted: None,
             stale: Vec::new(),
+            forgotten: Vec::new(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! still succeeds, hands over a handle whose token has fired, and records when it was claimed.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use crate::sync::AtomicU8;
 use crate::tracker::entry::TaskEntry;
@@ -93,5 +94,16 @@ impl<V> Retained for Run<V> {
             Run::Live(entry) => &entry.retention,
             Run::Finished(run) => &run.retention,
         }
+    }
+
+    fn ended_at(&self) -> Option<SystemTime> {
+        match self {
+            Run::Live(entry) => entry.ended_at(),
+            Run::Finished(run) => run.ended_at,
+        }
+    }
+
+    fn is(&self, other: &Self) -> bool {
+        Run::is(self, other)
     }
 }

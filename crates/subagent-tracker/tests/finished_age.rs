@@ -1,0 +1,133 @@
+//! CONTRACT §7 (age): finished tasks forgotten once old enough, on request (`forget_finished`) or by the
+//! session's `max_finished_age`; pending tasks never.
+
+mod common;
+
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart, TrackerConfig};
+
+fn aged(max_finished_age: Duration) -> InMemorySubagentTaskTracker {
+    InMemorySubagentTaskTracker::with_config(
+        Some("session"),
+        TrackerConfig::default().with_max_finished_age(max_finished_age),
+    )
+}
+
+#[test]
+fn forget_finished_forgets_only_tasks_that_ended_long_enough_ago() {
+    let tracker = common::tracker_retaining(100);
+    tracker
+        .start(TaskStart::new().task_id("old"))
+        .unwrap()
+        .complete(None);
+    thread::sleep(Duration::from_millis(60));
+    tracker
+        .start(TaskStart::new().task_id("young"))
+        .unwrap()
+        .complete(None);
+    let running = tracker.start(TaskStart::new().task_id("running")).unwrap();
+    assert_eq!(tracker.forget_finished(Duration::from_millis(40)), 1);
+    assert!(tracker.get("old").is_none());
+    assert!(tracker.get("young").is_some());
+    assert!(tracker.get("running").is_some());
+    assert_eq!(tracker.retained_count(), 2);
+    // Nothing finished is old enough now; a pending task is never forgotten, however old.
+    assert_eq!(tracker.forget_finished(Duration::from_secs(3600)), 0);
+    assert_eq!(tracker.forget_finished(Duration::ZERO), 1);
+    assert_eq!(
+        tracker
+            .tasks()
+            .iter()
+            .map(|task| &*task.task_id)
+            .collect::<Vec<_>>(),
+        ["running"]
+    );
+    drop(running);
+}
+
+#[test]
+fn a_forgotten_id_may_start_again_and_its_new_run_is_kept() {
+    let tracker = common::tracker_retaining(100);
+    tracker
+        .start(TaskStart::new().task_id("a"))
+        .unwrap()
+        .complete(None);
+    assert_eq!(tracker.forget_finished(Duration::ZERO), 1);
+    let again = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    assert!(tracker.get("a").is_some_and(|task| !task.finished));
+    assert!(again.complete(None));
+    assert_eq!(tracker.retained_count(), 1);
+}
+
+#[test]
+fn max_finished_age_forgets_a_task_once_it_is_old_enough_and_no_query_shows_it_after() {
+    let tracker = aged(Duration::from_millis(80));
+    tracker
+        .start(TaskStart::new().task_id("a"))
+        .unwrap()
+        .complete(None);
+    assert!(tracker.get("a").is_some_and(|task| task.finished));
+    let ended = Instant::now();
+    thread::sleep(Duration::from_millis(120));
+    // No end has happened since: the query itself forgets it.
+    assert!(tracker.tasks().is_empty());
+    assert!(tracker.get("a").is_none());
+    assert_eq!(tracker.retained_count(), 0);
+    assert!(ended.elapsed() >= Duration::from_millis(80));
+}
+
+#[test]
+fn a_closed_session_leaves_its_registry_once_its_last_finished_task_is_forgotten() {
+    let registry = subagent_tracker::InMemoryRegistry::<String>::new();
+    let session = registry
+        .session(Some("s"), TrackerConfig::default())
+        .unwrap();
+    session
+        .start(TaskStart::new().task_id("a"))
+        .unwrap()
+        .complete(None);
+    session.close(None);
+    // Closed with every task finished: it has left already, and forgetting changes nothing for the registry.
+    assert!(registry.get_session("s").is_none());
+    assert_eq!(session.forget_finished(Duration::ZERO), 1);
+}
+
+#[test]
+fn forgetting_races_ends_and_restarts_without_losing_a_pending_task() {
+    let tracker = Arc::new(common::tracker_retaining(10_000));
+    let began = Instant::now();
+    let forgetting = {
+        let tracker = tracker.clone();
+        thread::spawn(move || {
+            let mut forgotten = 0;
+            while began.elapsed() < Duration::from_millis(300) {
+                forgotten += tracker.forget_finished(Duration::ZERO);
+            }
+            forgotten
+        })
+    };
+    let mut ended = 0;
+    let mut round = 0;
+    while began.elapsed() < Duration::from_millis(300) && round < 50_000 {
+        let task_id = format!("t{}", round % 50);
+        let handle = tracker.start(TaskStart::new().task_id(task_id.as_str()));
+        if let Ok(handle) = handle {
+            assert!(
+                tracker.get(&task_id).is_some(),
+                "a pending task was forgotten"
+            );
+            handle.complete(None);
+            ended += 1;
+        }
+        round += 1;
+    }
+    let forgotten = forgetting.join().unwrap();
+    let left = tracker.forget_finished(Duration::ZERO);
+    assert_eq!(tracker.retained_count(), 0);
+    assert!(tracker.tasks().is_empty());
+    // Every ended run was forgotten, or replaced by a restart of its id.
+    assert!(forgotten + left <= ended);
+}
