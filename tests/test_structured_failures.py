@@ -61,6 +61,12 @@ def test_a_plain_failure_has_no_type_or_code(session: BlockingSession) -> None:
     assert task is not None and (task.error, task.error_type, task.error_code) == ("boom", None, None)
 
 
+def test_an_empty_type_or_code_counts_as_none_on_every_store(session: BlockingSession) -> None:
+    session.start_subagent_task("a").fail("boom", error_type="", error_code="")
+    task = session.subagent_task("a")
+    assert task is not None and (task.error, task.error_type, task.error_code) == ("boom", None, None)
+
+
 def test_an_end_by_id_keeps_the_type_and_code_and_the_first_end_wins(session: BlockingSession) -> None:
     handle = session.start_subagent_task("a")
     assert session.end_subagent_task("a", error="refused", error_type="PolicyError", error_code="refused")

@@ -80,10 +80,10 @@ impl RedisRegistry {
         }
         let key = self.worker.keys.session(&session_id);
         let max = config.max_finished_tasks.to_string();
-        // Rounded up to a whole millisecond, so that a task is never forgotten before its age has passed.
+        // In microseconds, the precision of the server's clock and of the times it records.
         let max_age = config
             .max_finished_age
-            .map(|age| age.as_micros().div_ceil(1000).to_string())
+            .map(|age| age.as_micros().to_string())
             .unwrap_or_default();
         let state: Vec<String> = store::call(
             &mut self.worker.connection.clone(),

@@ -687,7 +687,7 @@ impl RedisSession {
         &self,
         task_id: &str,
     ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
-        self.read(task_id, None).await
+        self.read(task_id, None, false).await
     }
 
     /// A snapshot of run `run` of task `task_id`, or `None` once that run is not retained: evicted, or
@@ -700,18 +700,22 @@ impl RedisSession {
         task_id: &str,
         run: &str,
     ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
-        self.read(task_id, Some(run)).await
+        self.read(task_id, Some(run), true).await
     }
 
-    /// The retained task `task_id` (only if its current run is `run`, when given).
+    /// The retained task `task_id` (only if its current run is `run`, when given). A task older than the
+    /// session's `max_finished_age` is shown only to a reader that follows that task (its handle, a wait): no
+    /// query shows one, as in memory, where those readers hold the run itself.
     async fn read(
         &self,
         task_id: &str,
         run: Option<&str>,
+        include_aged: bool,
     ) -> Result<Option<SubagentTaskSnapshot<String>>, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
+        let include_aged = if include_aged { "1" } else { "" };
         let fields: Vec<String> = self
-            .transition("get", &[&self.incarnation, task_id])
+            .transition("get", &[&self.incarnation, task_id, include_aged])
             .await?;
         TaskFields::from_flat(fields)
             .filter(|fields| run.is_none_or(|run| fields.is_run(run)))
@@ -725,8 +729,9 @@ impl RedisSession {
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
     pub async fn forget_finished(&self, older_than: Duration) -> Result<usize, RedisTrackerError> {
-        let older_than_ms = older_than.as_millis().to_string();
-        self.transition("forget_finished", &[&self.incarnation, &older_than_ms])
+        // In microseconds, the precision of the server's clock and of the times it records.
+        let older_than_us = older_than.as_micros().to_string();
+        self.transition("forget_finished", &[&self.incarnation, &older_than_us])
             .await
     }
 
@@ -789,7 +794,7 @@ impl RedisSession {
         // Subscribed before the first look, so an end between the two is not missed.
         let mut events = self.subscribe().await?;
         loop {
-            match self.get(task_id).await? {
+            match self.read(task_id, None, true).await? {
                 None => {
                     return Err(TrackerError::UnknownTask {
                         task_id: Arc::from(task_id),

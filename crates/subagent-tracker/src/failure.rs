@@ -36,17 +36,17 @@ impl TaskFailure {
         }
     }
 
-    /// The same failure, of kind `error_type`.
+    /// The same failure, of kind `error_type`; an empty one counts as none, as every store keeps it.
     #[must_use]
     pub fn error_type(mut self, error_type: impl Into<Arc<str>>) -> Self {
-        self.error_type = Some(error_type.into());
+        self.error_type = Some(error_type.into()).filter(|error_type| !error_type.is_empty());
         self
     }
 
-    /// The same failure, with code `error_code`.
+    /// The same failure, with code `error_code`; an empty one counts as none, as every store keeps it.
     #[must_use]
     pub fn error_code(mut self, error_code: impl Into<Arc<str>>) -> Self {
-        self.error_code = Some(error_code.into());
+        self.error_code = Some(error_code.into()).filter(|error_code| !error_code.is_empty());
         self
     }
 }

@@ -326,20 +326,22 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// A snapshot of the retained task `task_id`, or `None`. Copies that one task only.
     #[must_use]
     pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
-        self.shared.forget_aged();
+        let cutoff = self.shared.forget_aged();
         self.shared
             .lookup(task_id)
             .map(|run| run.snapshot(&self.shared.session_id))
+            .filter(|task| !is_aged(task, cutoff))
     }
 
     /// Snapshots of every retained task, in start order.
     #[must_use]
     pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
-        self.shared.forget_aged();
+        let cutoff = self.shared.forget_aged();
         self.shared
             .retained_runs()
             .iter()
             .map(|run| run.snapshot(&self.shared.session_id))
+            .filter(|task| !is_aged(task, cutoff))
             .collect()
     }
 
@@ -436,4 +438,10 @@ impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// True for a finished task that ended at or before `cutoff`: no query shows it (contract §7).
+fn is_aged<V>(task: &SubagentTaskSnapshot<V>, cutoff: Option<SystemTime>) -> bool {
+    task.finished
+        && cutoff.is_some_and(|cutoff| task.ended_at.is_some_and(|ended_at| ended_at <= cutoff))
 }

@@ -1,5 +1,5 @@
--- stv2_touch(session_key; max_finished, max_age_ms): makes the session exist, with its bound and, if max_age_ms is
--- not "", how long a finished run is kept, unless it does. A closed
+-- stv2_touch(session_key; max_finished, max_age_us): makes the session exist, with its bound and, if max_age_us is
+-- not "", how long (in microseconds) a finished run is kept, unless it does. A closed
 -- session whose tasks are all finished has left: its keys go, and its id names a new incarnation, whose run
 -- numbers start past the old one's. Returns what `stv2_session` does.
 local function st_touch(keys, args)

@@ -26,9 +26,9 @@ local function release_run(base, task_id, run, known)
   redis.call('DEL', children_key(base, run))
 end
 
--- Forgets the retained finished runs that ended at or before `cutoff_ms`, oldest first, as eviction does; the
+-- Forgets the retained finished runs that ended at or before `cutoff_us`, oldest first, as eviction does; the
 -- finished list is in the order runs finished, so the scan stops at the first that ended later. Returns how many.
-local function forget_ended_before(base, session_key, cutoff_ms)
+local function forget_ended_before(base, session_key, cutoff_us)
   local forgotten = 0
   while true do
     local entry = redis.call('LINDEX', base .. 'finished', 0)
@@ -37,7 +37,7 @@ local function forget_ended_before(base, session_key, cutoff_ms)
     local key = task_key(base, task_id)
     local state = fields(key, 'run', 'lp', 'lr', 'parent_of', 'ended_at')
     if state[1] == run then
-      if millis_of(state[5]) > cutoff_ms then break end
+      if micros_of(state[5]) > cutoff_us then break end
       release_run(base, task_id, run, state)
       redis.call('DEL', key)
       forgotten = forgotten + 1
@@ -53,6 +53,9 @@ end
 
 -- Counts a finished run against the bound and evicts the oldest finished runs beyond it.
 local function retain(base, session_key, task_id, run)
+  -- Runs past the session's age go before this one joins them: no run is forgotten by its own end, so whoever
+  -- waits for it can still read its final fields (queries already leave it out once it is old enough).
+  if stored_max_age then forget_ended_before(base, session_key, now_us() - stored_max_age) end
   local listed = redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
   local retained = stored_retained + 1
   local max = stored_max or tonumber(redis.call('HGET', session_key, 'max'))
@@ -72,7 +75,6 @@ local function retain(base, session_key, task_id, run)
   end
   stored_retained = retained
   record_change(session_key, 'retained', digits(retained))
-  if stored_max_age then forget_ended_before(base, session_key, now_ms() - stored_max_age) end
   -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
   if listed > 2 * retained + 64 then
     local kept = {}

@@ -6,7 +6,7 @@ local event_id = nil
 -- neither changes during a call that did not write it.
 local stored_closed = false
 local stored_max = nil
--- How long, in milliseconds, a finished run is kept after it ended (nil: until the bound evicts it).
+-- How long, in microseconds, a finished run is kept after it ended (nil: until the bound evicts it).
 local stored_max_age = nil
 -- The session's last run number and its count of retained runs, read with the incarnation and kept current by the
 -- function's own writes (`record_change`), so that a start or an end changes the session's hash in one call.

@@ -14,12 +14,12 @@ local function field_of(flat, name)
   return nil
 end
 
--- True for a finished task (a flat field list) that ended longer ago than the session's `max_age`: the next write
--- forgets it, and queries treat it as forgotten already (contract §7).
+-- True for a finished task (a flat field list) that ended at least the session's `max_age` ago: the next end in the
+-- session, or a `forget_finished`, forgets it, and queries treat it as forgotten already (contract §7).
 local function is_aged(flat)
   if not stored_max_age or field_of(flat, 'fin') ~= '1' then return false end
   local ended_at = field_of(flat, 'ended_at')
-  return ended_at ~= nil and millis_of(ended_at) <= now_ms() - stored_max_age
+  return ended_at ~= nil and micros_of(ended_at) <= now_us() - stored_max_age
 end
 
 -- Calls `visit(task_id, run)` for every retained run: the unfinished ones of the live index, then the finished

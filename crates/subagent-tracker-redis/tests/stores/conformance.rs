@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{
     CancelCause, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
-    SubagentTaskSnapshot, TaskStart, TrackerConfig, TrackerError,
+    SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerConfig, TrackerError,
 };
 use subagent_tracker_redis::{RedisRegistry, RedisSession, RedisTaskHandle, RedisTrackerError};
 
@@ -137,6 +137,20 @@ impl Store {
         }
     }
 
+    async fn fail(&self, task_id: &str, failure: &TaskFailure) -> bool {
+        match self {
+            Store::Memory(tracker) => tracker.fail(task_id, failure.clone()),
+            Store::Redis { session, .. } => session.fail(task_id, failure).await.unwrap(),
+        }
+    }
+
+    async fn forget_finished(&self, older_than: Duration) -> usize {
+        match self {
+            Store::Memory(tracker) => tracker.forget_finished(older_than),
+            Store::Redis { session, .. } => session.forget_finished(older_than).await.unwrap(),
+        }
+    }
+
     async fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<String>> {
         match self {
             Store::Memory(tracker) => tracker.get(task_id),
@@ -178,6 +192,13 @@ impl Runner {
             Runner::Redis(handle) => handle.fail(error).await.unwrap(),
         }
     }
+
+    async fn fail_with(&mut self, failure: &TaskFailure) -> bool {
+        match self {
+            Runner::Memory(handle) => handle.fail_with(failure.clone()),
+            Runner::Redis(handle) => handle.fail_with(failure).await.unwrap(),
+        }
+    }
 }
 
 /// Each scenario once per store: in memory and on one server, a test each; on a cluster, one test that runs
@@ -217,6 +238,8 @@ on_every_store! {
     a_queued_task_is_cancelled_claimed_and_ended_by_the_rules(1000);
     a_late_end_never_downgrades_a_cancel(1000);
     deadlines_cancel_a_tree_and_a_past_one_cancels_at_start(1000);
+    a_failure_keeps_its_type_and_code_by_handle_and_by_id(1000);
+    finished_tasks_are_forgotten_by_age_and_pending_ones_never(1000);
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
@@ -467,4 +490,74 @@ async fn deadlines_cancel_a_tree_and_a_past_one_cancels_at_start(store: Store) {
     );
     let task = store.get("past").await.unwrap();
     assert_eq!(task.cancel_cause, Some(CancelCause::Deadline));
+}
+
+async fn a_failure_keeps_its_type_and_code_by_handle_and_by_id(store: Store) {
+    let rate_limited = TaskFailure::new("too many requests")
+        .error_type("RateLimitError")
+        .error_code("429");
+    let mut runner = store
+        .start(TaskStart::new().task_id("by-handle"))
+        .await
+        .unwrap();
+    assert!(runner.fail_with(&rate_limited).await);
+    let _by_id = store
+        .start(TaskStart::new().task_id("by-id"))
+        .await
+        .unwrap();
+    assert!(store.fail("by-id", &rate_limited).await);
+    assert!(
+        !store
+            .fail("by-id", &TaskFailure::new("later").error_code("other"))
+            .await
+    );
+    let mut plain = store
+        .start(TaskStart::new().task_id("plain"))
+        .await
+        .unwrap();
+    assert!(plain.fail("boom").await);
+    for task_id in ["by-handle", "by-id"] {
+        let task = store.get(task_id).await.unwrap();
+        assert_eq!(task.status, SubagentStatus::Failed, "{task_id}");
+        assert_eq!(
+            task.error.as_deref(),
+            Some("too many requests"),
+            "{task_id}"
+        );
+        assert_eq!(
+            task.error_type.as_deref(),
+            Some("RateLimitError"),
+            "{task_id}"
+        );
+        assert_eq!(task.error_code.as_deref(), Some("429"), "{task_id}");
+    }
+    let task = store.get("plain").await.unwrap();
+    assert_eq!(
+        (task.error.as_deref(), task.error_type, task.error_code),
+        (Some("boom"), None, None)
+    );
+}
+
+async fn finished_tasks_are_forgotten_by_age_and_pending_ones_never(store: Store) {
+    let mut old = store.start(TaskStart::new().task_id("old")).await.unwrap();
+    assert!(old.complete("done").await);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut young = store
+        .start(TaskStart::new().task_id("young"))
+        .await
+        .unwrap();
+    assert!(young.complete("done").await);
+    let _pending = store
+        .start(TaskStart::new().task_id("pending"))
+        .await
+        .unwrap();
+    assert_eq!(store.forget_finished(Duration::from_millis(100)).await, 1);
+    assert!(store.get("old").await.is_none());
+    assert_eq!(
+        store.listed().await,
+        [Arc::from("young"), Arc::from("pending")]
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(store.forget_finished(Duration::ZERO).await, 1);
+    assert_eq!(store.listed().await, [Arc::from("pending")]);
 }

@@ -352,7 +352,8 @@ impl<V: Clone> TrackerShared<V> {
         drop(released);
     }
 
-    /// Forgets the finished tasks that ended before `cutoff` (contract §7), as eviction would; returns how many.
+    /// Forgets the finished tasks that ended at or before `cutoff` (contract §7), as eviction would; returns how
+    /// many.
     pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
         let released = self.finished.forget_ended_before(cutoff);
         for run in &released.forgotten {
@@ -370,15 +371,16 @@ impl<V: Clone> TrackerShared<V> {
     }
 
     /// Forgets the finished tasks older than the session's `max_finished_age`, if it has one: after each end, and
-    /// before each query, so that no query shows one.
-    pub(super) fn forget_aged(&self) {
-        if let Some(cutoff) = self
+    /// before each query. Returns the cutoff it used, for a query to leave out an aged task that the window's
+    /// order kept (runs are recorded in the order their ends were settled, which may differ from their end
+    /// times by a little).
+    pub(super) fn forget_aged(&self) -> Option<SystemTime> {
+        let cutoff = self
             .config
             .max_finished_age
-            .and_then(|age| SystemTime::now().checked_sub(age))
-        {
-            self.forget_ended_before(cutoff);
-        }
+            .and_then(|age| SystemTime::now().checked_sub(age))?;
+        self.forget_ended_before(cutoff);
+        Some(cutoff)
     }
 
     /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.

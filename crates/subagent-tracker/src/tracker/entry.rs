@@ -211,12 +211,12 @@ impl<V> TaskEntry<V> {
         self.signal.is_cancelled()
     }
 
-    #[inline]
     /// When the task ended, once it has.
     pub(crate) fn ended_at(&self) -> Option<SystemTime> {
         self.record.lock().ended_at
     }
 
+    #[inline]
     pub(crate) fn is_finished(&self) -> bool {
         self.signal.is_finished()
     }

@@ -102,7 +102,7 @@ impl<R: Retained> FinishedTasks<R> {
         released
     }
 
-    /// Forgets the retained runs that ended before `cutoff`, oldest first, and returns them with the stale
+    /// Forgets the retained runs that ended at or before `cutoff`, oldest first, and returns them with the stale
     /// records dropped on the way, for the caller to drop once no lock is held. Runs are in the order they
     /// finished, so the scan stops at the first that ended later. Each run's end is read with the window
     /// unlocked (the window's lock is a leaf), and a run is taken out only if it is still at the front.
@@ -158,7 +158,8 @@ impl<R: Retained> FinishedTasks<R> {
     }
 }
 
-/// What [`FinishedTasks::record`] let go of, for the caller to drop once no lock is held.
+/// What [`FinishedTasks::record`] or [`FinishedTasks::forget_ended_before`] let go of, for the caller to drop
+/// once no lock is held.
 pub(crate) struct Released<R> {
     /// The run evicted from the window.
     pub(crate) evicted: Option<R>,
