@@ -9,7 +9,7 @@ far timeouts, links to tokens of both sessions, ``any`` tokens kept or held only
 (§18: the same, and far claim timeouts) and claims (of queued, claimed, started, cancelled, ended and unknown
 ids), ends (complete, fail, late ends after a cancel, second ends, a parent ending before its children, ends
 of unclaimed reservations recorded by id), cancels (by id, a subtree, the session, close), retention with
-small bounds, and finished ids started or reserved again.
+small bounds, finished tasks forgotten by age, and finished ids started or reserved again.
 
 The model is written to be obviously correct, not fast: it keeps every run with a pointer to the run it was
 started under, and a cancel walks that tree, through finished runs (their running children are adopted by the
@@ -1035,6 +1035,19 @@ class ContractMachine(RuleBasedStateMachine):
         assert self.sessions[session_name].close(reason) == len(pending)
         self._observe(cascade)
         self._retain()
+
+    @precondition(lambda self: len(self.model.runs) >= 4)
+    @rule(session_name=session_names)
+    def forget_finished(self, session_name: str) -> None:
+        """Forgets every finished task (§7: each ended at least 0 s ago); the pending ones stay."""
+        model_session = self._model_session(session_name)
+        finished = [run for group in model_session.finished for run in group]
+        assert self.sessions[session_name].forget_finished(0) == len(finished), session_name
+        for run in finished:
+            assert model_session.retained.pop(run.task_id) is run
+        model_session.finished = []
+        if finished:
+            event("forget: finished runs forgotten")
 
     @invariant()
     def everything_matches_the_model(self) -> None:
