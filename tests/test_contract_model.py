@@ -9,7 +9,8 @@ far timeouts, links to tokens of both sessions, ``any`` tokens kept or held only
 (§18: the same, and far claim timeouts) and claims (of queued, claimed, started, cancelled, ended and unknown
 ids), ends (complete, fail, late ends after a cancel, second ends, a parent ending before its children, ends
 of unclaimed reservations recorded by id), cancels (by id, a subtree, the session, close), retention with
-small bounds, finished tasks forgotten by age, and finished ids started or reserved again.
+small bounds, finished tasks forgotten by age, cancels recorded before their task starts, and finished ids
+started or reserved again.
 
 The model is written to be obviously correct, not fast: it keeps every run with a pointer to the run it was
 started under, and a cancel walks that tree, through finished runs (their running children are adopted by the
@@ -86,6 +87,8 @@ class ModelSession:
         self.closed = False
         self.retained: dict[str, Run] = {}
         self.finished: list[list[Run]] = []
+        #: Cancels recorded for the next start of an id (§3, cancel before start): their reasons.
+        self.early: dict[str, str] = {}
 
     def listed(self) -> list[Run]:
         return sorted(self.retained.values(), key=lambda run: run.sequence)
@@ -291,6 +294,8 @@ class Model:
         run = Run(session, len(self.runs), task_id, parent, parent_id, detached, deadline, links, reserved)
         self.runs.append(run)
         session.retained[task_id] = run
+        # A cancel recorded for this id is used up by this start, even when the parent's cancel comes first.
+        early = session.early.pop(task_id, None)
         if parent is not None:
             parent.children.append(run)
         if parent is not None and not detached and parent.status == CANCELLED:
@@ -303,6 +308,10 @@ class Model:
                 self.finish_unclaimed([run])
                 event("reserve: under a cancelled parent")
             return run, set()
+        if early is not None:
+            # It begins cancelled by the recorded cancel, before any deadline or link could cancel it.
+            event("start: cancelled by a cancel recorded before it")
+            return run, {("requested", early)}
         choices: set[tuple[str, str]] = set()
         if deadline is not None and deadline <= now:
             choices.add(("deadline", DEADLINE_REASON))
@@ -1035,6 +1044,24 @@ class ContractMachine(RuleBasedStateMachine):
         assert self.sessions[session_name].close(reason) == len(pending)
         self._observe(cascade)
         self._retain()
+
+    @rule(aim=st.sampled_from([*MAIN_IDS, *EXTERNAL_IDS]), reason=reasons)
+    def cancel_before_start(self, aim: str, reason: str | None) -> None:
+        """A cancel with ``before_start``: a pending task is cancelled now; otherwise its next start begins
+        cancelled."""
+        session_name = "external" if aim in EXTERNAL_IDS else "main"
+        model_session = self._model_session(session_name)
+        run = model_session.retained.get(aim)
+        if run is not None and run.status in PENDING:
+            cascade = self.model.cancel([run], reason or DEFAULT_REASON, "requested")
+            moved = self.sessions[session_name].cancel_subagent_task(aim, reason, before_start=True)
+            assert moved is (run in cascade.moved)
+            self._observe(cascade)
+            self._retain()
+        else:
+            assert self.sessions[session_name].cancel_subagent_task(aim, reason, before_start=True) is False
+            model_session.early[aim] = reason or DEFAULT_REASON
+            event("cancel: recorded before the start")
 
     @precondition(lambda self: len(self.model.runs) >= 4)
     @rule(session_name=session_names)

@@ -163,8 +163,10 @@ class AwaitableSession:
     async def claim_subagent_task(self, task_id: str) -> AwaitableTaskHandle:
         return AwaitableTaskHandle(self.session.claim_subagent_task(task_id))
 
-    async def cancel_subagent_task(self, task_id: str, reason: str | None = None) -> bool:
-        return self.session.cancel_subagent_task(task_id, reason)
+    async def cancel_subagent_task(
+        self, task_id: str, reason: str | None = None, *, before_start: bool = False
+    ) -> bool:
+        return self.session.cancel_subagent_task(task_id, reason, before_start=before_start)
 
     async def end_subagent_task(
         self,

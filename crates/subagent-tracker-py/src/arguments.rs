@@ -46,6 +46,7 @@ argument_names! {
     SessionTtlArgument = "session_ttl",
     MaxFinishedAgeArgument = "max_finished_age",
     OlderThanArgument = "older_than",
+    EarlyCancelTtlArgument = "early_cancel_ttl",
 }
 
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
@@ -107,8 +108,12 @@ pub(crate) fn tracker_config(
     max_finished_tasks: Option<&Bound<'_, PyAny>>,
     event_buffer: Option<&Bound<'_, PyAny>>,
     max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
+    early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
 ) -> PyResult<subagent_tracker::TrackerConfig> {
     let mut config = subagent_tracker::TrackerConfig::default();
+    if let Some(ttl) = early_cancel_ttl {
+        config = config.with_early_cancel_ttl(ttl.0);
+    }
     if let Some(age) = max_finished_age {
         config = config.with_max_finished_age(age.0);
     }

@@ -278,12 +278,21 @@ impl SessionCalls {
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
         reason: Option<String>,
+        before_start: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
             self.made_in,
-            async move { session.cancel(&task_id.0, reason.as_deref()).await },
+            async move {
+                if before_start {
+                    session
+                        .cancel_before_start(&task_id.0, reason.as_deref())
+                        .await
+                } else {
+                    session.cancel(&task_id.0, reason.as_deref()).await
+                }
+            },
             |py, cancelled| object(py, cancelled.map_err(|error| redis_error(py, error))?),
         )
     }

@@ -10,9 +10,10 @@ use subagent_tracker::TrackerConfig;
 use subagent_tracker_redis::{RedisOptions, RedisRegistry as CoreRegistry};
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EpochDeadline, Id, LeaseArgument, MaxFinishedAgeArgument,
-    OlderThanArgument, ParentIdArgument, ReconcileIntervalArgument, Seconds, SessionIdArgument,
-    SessionTtlArgument, TaskIdArgument, TimeoutArgument, WorkerIdArgument,
+    self, ClaimTimeoutArgument, EarlyCancelTtlArgument, EpochDeadline, Id, LeaseArgument,
+    MaxFinishedAgeArgument, OlderThanArgument, ParentIdArgument, ReconcileIntervalArgument,
+    Seconds, SessionIdArgument, SessionTtlArgument, TaskIdArgument, TimeoutArgument,
+    WorkerIdArgument,
 };
 use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
@@ -155,7 +156,7 @@ impl RedisRegistry {
     }
 
     /// The session `session_id`, created if no process has made it.
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None))]
     fn session<'py>(
         &self,
         py: Python<'py>,
@@ -163,9 +164,14 @@ impl RedisRegistry {
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
         max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
+        early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let config: TrackerConfig =
-            arguments::tracker_config(max_finished_tasks, event_buffer, max_finished_age)?;
+        let config: TrackerConfig = arguments::tracker_config(
+            max_finished_tasks,
+            event_buffer,
+            max_finished_age,
+            early_cancel_ttl,
+        )?;
         self.calls
             .session(py, session_id.map(|id| id.0.to_string()), config)
     }
@@ -310,16 +316,19 @@ impl RedisSession {
         self.calls.claim(py, task_id)
     }
 
-    /// Cancels a pending task and its pending descendants, wherever they run.
-    #[pyo3(signature = (task_id, reason=None))]
+    /// Cancels a pending task and its pending descendants, wherever they run. With `before_start=True` and no
+    /// pending task of that id, the cancel is recorded instead: the next start or reservation of the id begins
+    /// cancelled.
+    #[pyo3(signature = (task_id, reason=None, *, before_start=false))]
     fn cancel_subagent_task<'py>(
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
         reason: Option<&Bound<'_, PyAny>>,
+        before_start: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let reason = arguments::optional_string(reason, "reason")?;
-        self.calls.cancel_task(py, task_id, reason)
+        self.calls.cancel_task(py, task_id, reason, before_start)
     }
 
     /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if

@@ -6,7 +6,9 @@ use pyo3::types::PyDict;
 use pyo3::PyTraverseError;
 use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
 
-use crate::arguments::{self, Id, MaxFinishedAgeArgument, Seconds, SessionIdArgument};
+use crate::arguments::{
+    self, EarlyCancelTtlArgument, Id, MaxFinishedAgeArgument, Seconds, SessionIdArgument,
+};
 use crate::errors::tracker_error;
 use crate::package_imports::session_class;
 use crate::python_types::PyValue;
@@ -38,7 +40,7 @@ impl Registry {
     }
 
     /// The live session `session_id`, created with these settings if there is none.
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None))]
     fn session(
         &self,
         py: Python<'_>,
@@ -46,8 +48,14 @@ impl Registry {
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
         max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
+        early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
     ) -> PyResult<Py<PyAny>> {
-        let config = arguments::tracker_config(max_finished_tasks, event_buffer, max_finished_age)?;
+        let config = arguments::tracker_config(
+            max_finished_tasks,
+            event_buffer,
+            max_finished_age,
+            early_cancel_ttl,
+        )?;
         let tracker = self
             .registry
             .session(session_id.as_ref().map(|id| &*id.0), config)

@@ -7,8 +7,9 @@ use pyo3::PyTraverseError;
 use subagent_tracker::InMemorySubagentTaskTracker;
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EpochDeadline, Id, MaxFinishedAgeArgument, OlderThanArgument,
-    ParentIdArgument, Seconds, SessionIdArgument, TaskIdArgument, TimeoutArgument,
+    self, ClaimTimeoutArgument, EarlyCancelTtlArgument, EpochDeadline, Id, MaxFinishedAgeArgument,
+    OlderThanArgument, ParentIdArgument, Seconds, SessionIdArgument, TaskIdArgument,
+    TimeoutArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
@@ -52,12 +53,13 @@ fn snapshots(
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, _state=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, _state=None))]
     fn new(
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
         max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
+        early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
         _state: Option<PyRef<'_, SessionState>>,
     ) -> PyResult<Session> {
         if let Some(state) = _state {
@@ -65,7 +67,12 @@ impl Session {
                 tracker: state.tracker.clone(),
             });
         }
-        let config = arguments::tracker_config(max_finished_tasks, event_buffer, max_finished_age)?;
+        let config = arguments::tracker_config(
+            max_finished_tasks,
+            event_buffer,
+            max_finished_age,
+            early_cancel_ttl,
+        )?;
         Ok(Session {
             tracker: InMemorySubagentTaskTracker::with_config(
                 session_id.as_ref().map(|id| &*id.0),
@@ -227,16 +234,26 @@ impl Session {
         ))
     }
 
-    /// Cancels a pending task and its pending descendants; True exactly when this call moved the task.
-    #[pyo3(signature = (task_id, reason=None))]
+    /// Cancels a pending task and its pending descendants; True exactly when this call moved the task. With
+    /// `before_start=True` and no pending task of that id, the cancel is recorded instead: the next start or
+    /// reservation of the id begins cancelled.
+    #[pyo3(signature = (task_id, reason=None, *, before_start=false))]
     fn cancel_subagent_task(
         &self,
         py: Python<'_>,
         task_id: Id<TaskIdArgument>,
         reason: Option<&Bound<'_, PyAny>>,
+        before_start: bool,
     ) -> PyResult<bool> {
         let reason = arguments::optional_string(reason, "reason")?;
-        with_wake_batch(py, || self.tracker.cancel(&task_id.0, reason.as_deref()))
+        with_wake_batch(py, || {
+            if before_start {
+                self.tracker
+                    .cancel_before_start(&task_id.0, reason.as_deref())
+            } else {
+                self.tracker.cancel(&task_id.0, reason.as_deref())
+            }
+        })
     }
 
     /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if

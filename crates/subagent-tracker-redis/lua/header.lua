@@ -13,7 +13,7 @@ Functions, by the slot they work in, and who calls them in Rust:
   a session's slot (KEYS[1] is the session's hash; every key the function reads or writes is named from it)
     stv2_open, stv2_open_batch    RedisSession::start, reserve, start_batch, reserve_batch
     stv2_claim                    RedisSession::claim
-    stv2_cancel                   RedisSession::cancel (and a linked token's cancel)
+    stv2_cancel                   RedisSession::cancel, cancel_before_start (and a linked token's cancel)
     stv2_cancel_all               RedisSession::cancel_all, close
     stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop); RedisSession::end, fail
     stv2_progress                 RedisTaskHandle::progress
@@ -48,7 +48,9 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
                        session's keys were made; run numbers count on from it, event ids start with it), seq (the
                        last run number),
                        retained (finished runs counted against the bound), closed (the first close reason), max
-                       (max_finished_tasks), touched (the server's time of the last change, in milliseconds)
+                       (max_finished_tasks), max_age (max_finished_age, in microseconds, if set), early_ttl
+                       (early_cancel_ttl, in microseconds), touched (the server's time of the last change, in
+                       milliseconds)
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
@@ -57,6 +59,10 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
   <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
   <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
                        when they fall due, in milliseconds since the epoch; `stv2_fire` fires the due ones
+  <base>early          hash: task id -> "<expiry, microseconds since the epoch>\t<reason>", a cancel recorded for
+                       the id's next start (`cancel_subagent_task(..., before_start=True)`)
+  <base>early_order    sorted set: the ids of `early` by expiry, to drop expired records and the oldest beyond
+                       MAX_EARLY_CANCELS
   <base>events         stream: the session's lifecycle events in the order they took effect, with ids <inc>-0,
                        <inc>-1, ..., so a reader that was trimmed past knows how many it missed, and a reader of an
                        earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries
@@ -77,8 +83,9 @@ each other's runs for their own; snapshots show the id alone.
 
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
-worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result, error, progress,
-progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1" once it has had attached children).
+worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result,
+error, error_type, error_code, progress, progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1"
+once it has had attached children).
 
 Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
 process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see

@@ -85,11 +85,12 @@ impl RedisRegistry {
             .max_finished_age
             .map(|age| age.as_micros().to_string())
             .unwrap_or_default();
+        let early_ttl = config.early_cancel_ttl.as_micros().to_string();
         let state: Vec<String> = store::call(
             &mut self.worker.connection.clone(),
             "touch",
             &[&key],
-            &[&max, &max_age],
+            &[&max, &max_age, &early_ttl],
         )
         .await?;
         let state = session_state(state)?

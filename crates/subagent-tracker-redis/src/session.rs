@@ -505,17 +505,43 @@ impl RedisSession {
         self.cancel_as(task_id, reason, "requested").await
     }
 
+    /// Cancels the task `task_id` if it is pending, as [`cancel`](Self::cancel) does; otherwise records the
+    /// cancel, so that the next start or reservation of the id begins `Cancelled` (contract §3, cancel before
+    /// start). The record waits the session's `early_cancel_ttl`. True only when this call cancelled a pending
+    /// task.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Tracker`] for an invalid id; [`RedisTrackerError::Unavailable`].
+    pub async fn cancel_before_start(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+    ) -> Result<bool, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        self.cancel_with(task_id, reason, "requested", "1").await
+    }
+
     async fn cancel_as(
         &self,
         task_id: &str,
         reason: Option<&str>,
         cause: &str,
     ) -> Result<bool, RedisTrackerError> {
+        self.cancel_with(task_id, reason, cause, "").await
+    }
+
+    async fn cancel_with(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+        cause: &str,
+        before_start: &str,
+    ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let moved: i64 = self
             .cancelling(
                 "cancel",
-                &[&self.incarnation, task_id, reason, cause],
+                &[&self.incarnation, task_id, reason, cause, before_start],
                 |moved| *moved == 1,
             )
             .await?;

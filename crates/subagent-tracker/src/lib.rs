@@ -50,7 +50,8 @@
 //!    - a task's signal lock (`token::signal`); when the signal fires, the tokio-util token bridged to it is
 //!      cancelled by the delivery, never under the lock, since cancelling it wakes its waiters;
 //!    - a session's own locks (`tracker::engine`): a shard of its id map, a stripe of its pending index
-//!      (`tracker::pending_index`), its retention window (`tracker::retention`);
+//!      (`tracker::pending_index`), its retention window (`tracker::retention`), its cancels recorded before
+//!      their tasks start (`tracker::early_cancels`);
 //!    - the deadline timer's map of scheduled deadlines;
 //!    - a registry's map of sessions (`registry`): a session leaves it with none of its own locks held, and
 //!      sessions that leave are dropped after the map's lock is released;
@@ -93,6 +94,7 @@ pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish};
 pub use tokio_util::sync::CancellationToken;
 pub use tracker::config::TrackerConfig;
 pub use tracker::deadline_timer::{fork, pending_deadlines};
+pub use tracker::early_cancels::{DEFAULT_EARLY_CANCEL_TTL, MAX_EARLY_CANCELS};
 pub use tracker::entry::{kept_progress_message, MAX_PROGRESS_MESSAGE_BYTES};
 pub use tracker::event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
 pub use tracker::handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};

@@ -4,6 +4,7 @@
 //! - [`config`], [`reasons`], [`start`]: a session's settings, the reasons it writes, the description of a
 //!   task to start;
 //! - [`pending_index`], [`retention`]: where a session keeps its pending tasks and its finished ones;
+//! - [`early_cancels`]: cancels recorded for tasks that have not started;
 //! - [`finished_run`]: the compact record a finished run collapses into;
 //! - [`deadline_timer`]: the process's one timer thread for deadlines and claim timeouts;
 //! - [`event_bus`]: the session's lifecycle events;
@@ -20,6 +21,7 @@
 
 pub(crate) mod config;
 pub(crate) mod deadline_timer;
+pub(crate) mod early_cancels;
 pub(crate) mod engine;
 pub(crate) mod entry;
 pub(crate) mod event_bus;
@@ -38,7 +40,7 @@ pub(crate) mod watch;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use crate::task_id::generate_id;
+use crate::task_id::{generate_id, validate_task_id};
 use crate::token::delivery::Delivery;
 use crate::tracker::config::TrackerConfig;
 use crate::tracker::engine::TrackerShared;
@@ -240,6 +242,38 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         match self.shared.live_entry(task_id) {
             Some(entry) => self.shared.cancel_entry(&entry, reason),
             None => false,
+        }
+    }
+
+    /// Cancels the task `task_id` if it is pending, as [`cancel`](Self::cancel) does; otherwise records the
+    /// cancel, so that the next start or reservation of the id begins `Cancelled`, with `reason` and cause
+    /// `requested` (contract §3, cancel before start). The record waits `early_cancel_ttl` (see
+    /// [`TrackerConfig`]); at most `MAX_EARLY_CANCELS` wait at once. True only when this call cancelled a
+    /// pending task.
+    pub fn cancel_before_start(&self, task_id: &str, reason: Option<&str>) -> bool {
+        if self.cancel(task_id, reason) {
+            return true;
+        }
+        if validate_task_id("task_id", task_id).is_err() {
+            // No task can ever start with this id.
+            return false;
+        }
+        let reason = cancel_reason(reason);
+        self.shared.early_cancels.record(
+            Arc::from(task_id),
+            reason.clone(),
+            self.shared.config.early_cancel_ttl,
+        );
+        // A start that became visible before the record, and so did not take it: the cancel reaches it here,
+        // unless that start took the record after all.
+        match self.shared.live_entry(task_id) {
+            Some(entry)
+                if entry.status().is_pending()
+                    && self.shared.early_cancels.take(task_id).is_some() =>
+            {
+                self.shared.cancel_entry(&entry, Some(&reason))
+            }
+            _ => false,
         }
     }
 

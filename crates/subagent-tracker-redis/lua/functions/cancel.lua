@@ -1,5 +1,7 @@
--- stv2_cancel(session_key; inc, task_id, reason, cause): a cancel of one task and its pending descendants.
--- Returns 1 when the task itself moved, 0 otherwise.
+-- stv2_cancel(session_key; inc, task_id, reason, cause, before_start): a cancel of one task and its pending
+-- descendants. With before_start "1", a task that is not pending has the cancel recorded for its next start
+-- instead, kept for the session's `early_ttl` (contract §3, cancel before start). Returns 1 when the task itself
+-- moved, 0 otherwise.
 local function st_cancel(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
@@ -7,7 +9,13 @@ local function st_cancel(keys, args)
   local base = base_of(session_key)
   local key = task_key(base, args[2])
   local status = redis.call('HGET', key, 'status')
-  if not status or not PENDING[status] then return 0 end
+  if not status or not PENDING[status] then
+    if args[5] == '1' then
+      local ttl_us = tonumber(redis.call('HGET', session_key, 'early_ttl')) or DEFAULT_EARLY_CANCEL_TTL_US
+      record_early_cancel(base, args[2], args[3], ttl_us)
+    end
+    return 0
+  end
   cancel_trees(base, session_key, { args[2] }, args[3], args[4], now())
   return 1
 end

@@ -44,7 +44,9 @@ local function st_open_batch(keys, args)
     if detached then inherits_cancel, inherited_due = false, nil end
     local due = deadline ~= '' and tonumber(deadline) or nil
     if inherited_due and (not due or inherited_due < due) then due = inherited_due end
-    local cancelled = inherits_cancel or (due ~= nil and due <= current_ms)
+    local early = redis.call('HGET', base .. 'early', task_id)
+    local early_live = early ~= false and tonumber(string.match(early, '^(%d+)')) > now_us()
+    local cancelled = inherits_cancel or early_live or (due ~= nil and due <= current_ms)
     opened_here[task_id] = { cancelled = cancelled, finishes = cancelled and reserved, due = due }
   end
   local replies = {}

@@ -21,12 +21,18 @@ local function open_task(session_key, base, a, first, deadline_reason)
     if parent[2] == '1' then return nil, 'PARENT_FINISHED' end
     parent_run = parent[1]
     if parent[3] == 'cancelled' and not detached then
-      inherited = { reason = parent[4], origin = parent[5] }
+      inherited = { reason = parent[4], origin = parent[5], cause = 'parent' }
     end
     if parent[6] and not detached then
       local bound = tonumber(parent[6])
       if deadline == '' or bound < tonumber(deadline) then deadline = parent[6] end
     end
+  end
+  -- A cancel recorded for this id before it started: used up by this start, which it cancels unless the parent's
+  -- cancel came first.
+  local early_reason = take_early_cancel(base, task_id)
+  if early_reason and not inherited then
+    inherited = { reason = early_reason, origin = task_id, cause = 'requested' }
   end
   local run = digits(stored_seq + 1)
   stored_seq = tonumber(run)
@@ -66,7 +72,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
   end
   if inherited then
     for _, value in ipairs({ 'cancelled_at', at, 'reason', inherited.reason, 'origin', inherited.origin,
-      'cause', 'parent' }) do
+      'cause', inherited.cause }) do
       written[#written + 1] = value
     end
   end

@@ -7,7 +7,8 @@ local function remove_session(base, session_key)
       redis.call('DEL', children_key(base, run), key)
     end
   end)
-  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'events', base .. 'timers')
+  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'events', base .. 'timers',
+    base .. 'early', base .. 'early_order')
 end
 
 -- {incarnation, closed ("1" or "0"), unfinished task count, max_finished} of the session under `session_key`, or

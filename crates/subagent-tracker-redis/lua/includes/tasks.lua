@@ -22,6 +22,44 @@ local function is_aged(flat)
   return ended_at ~= nil and micros_of(ended_at) <= now_us() - stored_max_age
 end
 
+-- At most this many cancels wait for their task's start in one session, each for the session's `early_ttl` or
+-- this default (`MAX_EARLY_CANCELS` and `DEFAULT_EARLY_CANCEL_TTL` in Rust).
+local MAX_EARLY_CANCELS = 10000
+local DEFAULT_EARLY_CANCEL_TTL_US = 60000000
+
+-- Records a cancel of `task_id` for its next start (contract §3, cancel before start), kept `ttl_us`: in the
+-- hash `early` ("<expiry in microseconds>\t<reason>") and the set `early_order`, by expiry, from which expired
+-- records, and the oldest beyond the bound, are dropped.
+local function record_early_cancel(base, task_id, reason, ttl_us)
+  local now = now_us()
+  local expires = now + ttl_us
+  redis.call('HSET', base .. 'early', task_id, digits(expires) .. '\t' .. reason)
+  redis.call('ZADD', base .. 'early_order', expires, task_id)
+  local dropped = redis.call('ZRANGEBYSCORE', base .. 'early_order', '-inf', now)
+  local excess = redis.call('ZCARD', base .. 'early_order') - #dropped - MAX_EARLY_CANCELS
+  if excess > 0 then
+    for _, id in ipairs(redis.call('ZRANGE', base .. 'early_order', #dropped, #dropped + excess - 1)) do
+      table.insert(dropped, id)
+    end
+  end
+  for first = 1, #dropped, 1000 do
+    local chunk = { unpack(dropped, first, math.min(first + 999, #dropped)) }
+    redis.call('HDEL', base .. 'early', unpack(chunk))
+    redis.call('ZREM', base .. 'early_order', unpack(chunk))
+  end
+end
+
+-- Takes the live cancel recorded for `task_id`'s start: its reason, once; nil for none.
+local function take_early_cancel(base, task_id)
+  local recorded = redis.call('HGET', base .. 'early', task_id)
+  if not recorded then return nil end
+  redis.call('HDEL', base .. 'early', task_id)
+  redis.call('ZREM', base .. 'early_order', task_id)
+  local expires, reason = string.match(recorded, '^(%d+)\t(.*)$')
+  if tonumber(expires) <= now_us() then return nil end
+  return reason
+end
+
 -- Calls `visit(task_id, run)` for every retained run: the unfinished ones of the live index, then the finished
 -- ones of the finished list (whose entries of replaced runs are stale: the task's hash holds another run).
 local function each_retained(base, visit)

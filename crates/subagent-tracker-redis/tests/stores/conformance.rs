@@ -137,6 +137,15 @@ impl Store {
         }
     }
 
+    async fn cancel_before_start(&self, task_id: &str, reason: Option<&str>) -> bool {
+        match self {
+            Store::Memory(tracker) => tracker.cancel_before_start(task_id, reason),
+            Store::Redis { session, .. } => {
+                session.cancel_before_start(task_id, reason).await.unwrap()
+            }
+        }
+    }
+
     async fn fail(&self, task_id: &str, failure: &TaskFailure) -> bool {
         match self {
             Store::Memory(tracker) => tracker.fail(task_id, failure.clone()),
@@ -240,6 +249,7 @@ on_every_store! {
     deadlines_cancel_a_tree_and_a_past_one_cancels_at_start(1000);
     a_failure_keeps_its_type_and_code_by_handle_and_by_id(1000);
     finished_tasks_are_forgotten_by_age_and_pending_ones_never(1000);
+    a_cancel_recorded_before_the_start_cancels_the_next_start_once(1000);
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
@@ -560,4 +570,36 @@ async fn finished_tasks_are_forgotten_by_age_and_pending_ones_never(store: Store
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(store.forget_finished(Duration::ZERO).await, 1);
     assert_eq!(store.listed().await, [Arc::from("pending")]);
+}
+
+async fn a_cancel_recorded_before_the_start_cancels_the_next_start_once(store: Store) {
+    assert!(
+        !store
+            .cancel_before_start("a", Some("user pressed stop"))
+            .await
+    );
+    let runner = store.start(TaskStart::new().task_id("a")).await.unwrap();
+    assert!(runner.is_cancelled());
+    let task = store.get("a").await.unwrap();
+    assert_eq!(task.status, SubagentStatus::Cancelled);
+    assert_eq!(task.cancel_reason.as_deref(), Some("user pressed stop"));
+    assert_eq!(task.cancel_cause, Some(CancelCause::Requested));
+    assert_eq!(task.cancel_origin.as_deref(), Some("a"));
+    drop(runner);
+    // A pending task is cancelled at once, and nothing is left for the next start.
+    let mut pending = store.start(TaskStart::new().task_id("b")).await.unwrap();
+    assert!(store.cancel_before_start("b", None).await);
+    eventually(|| pending.is_cancelled()).await;
+    assert!(!pending.complete("late").await);
+    let again = store.start(TaskStart::new().task_id("b")).await.unwrap();
+    assert!(!again.is_cancelled());
+    // A reservation begins cancelled and finished.
+    assert!(!store.cancel_before_start("q", None).await);
+    store
+        .reserve(TaskStart::new().task_id("q"), None)
+        .await
+        .unwrap();
+    let queued = store.get("q").await.unwrap();
+    assert_eq!(queued.status, SubagentStatus::Cancelled);
+    assert!(queued.finished);
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::tracker::early_cancels::DEFAULT_EARLY_CANCEL_TTL;
 use crate::tracker::event_bus::DEFAULT_EVENT_BUFFER;
 use crate::tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
 
@@ -17,6 +18,8 @@ pub struct TrackerConfig {
     /// How long a finished task is kept after it ended, beside the bound on their number; `None` keeps it until
     /// the bound evicts it.
     pub max_finished_age: Option<Duration>,
+    /// How long a cancel recorded for a task that has not started waits for its start (contract §3).
+    pub early_cancel_ttl: Duration,
 }
 
 impl Default for TrackerConfig {
@@ -25,6 +28,7 @@ impl Default for TrackerConfig {
             max_finished_tasks: DEFAULT_MAX_FINISHED_TASKS,
             event_buffer: DEFAULT_EVENT_BUFFER,
             max_finished_age: None,
+            early_cancel_ttl: DEFAULT_EARLY_CANCEL_TTL,
         }
     }
 }
@@ -48,6 +52,13 @@ impl TrackerConfig {
     #[must_use]
     pub fn with_max_finished_age(mut self, max_finished_age: Duration) -> Self {
         self.max_finished_age = Some(max_finished_age);
+        self
+    }
+
+    /// These settings, keeping a cancel recorded before its task starts for `early_cancel_ttl`.
+    #[must_use]
+    pub fn with_early_cancel_ttl(mut self, early_cancel_ttl: Duration) -> Self {
+        self.early_cancel_ttl = early_cancel_ttl;
         self
     }
 }

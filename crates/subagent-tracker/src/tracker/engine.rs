@@ -19,6 +19,7 @@ use crate::sync::AtomicU64;
 use crate::token::delivery::Delivery;
 use crate::tracker::config::TrackerConfig;
 use crate::tracker::deadline_timer;
+use crate::tracker::early_cancels::EarlyCancels;
 use crate::tracker::entry::{
     Admission, CancelOutcome, CancelRequest, EndEffects, OpenRefusal, RunnerEnd, TaskEntry,
 };
@@ -59,6 +60,8 @@ pub(crate) struct TrackerShared<V> {
     pub(super) bus: Arc<EventBus>,
     /// The registry that lists this session, which it leaves once closed with every task finished.
     pub(crate) registry: OnceLock<Weak<dyn SessionList>>,
+    /// Cancels recorded for tasks that have not started.
+    pub(super) early_cancels: EarlyCancels,
 }
 
 impl<V> TrackerShared<V> {
@@ -73,6 +76,7 @@ impl<V> TrackerShared<V> {
             closed: OnceLock::new(),
             bus: Arc::new(EventBus::new()),
             registry: OnceLock::new(),
+            early_cancels: EarlyCancels::new(),
         }
     }
 

@@ -235,6 +235,7 @@ impl<V> TaskEntry<V> {
     pub(crate) fn open(
         self: &Arc<Self>,
         parent: Option<&Arc<TaskEntry<V>>>,
+        early: Option<CancelRecord>,
         make_visible: impl FnOnce(bool) -> Result<(), OpenRefusal>,
         bus: &EventBus,
         delivery: &mut Delivery,
@@ -253,6 +254,7 @@ impl<V> TaskEntry<V> {
                 Admission::Cancelled(cancel) => inherited = Some(cancel),
             }
         }
+        // A parent's cancel comes first; a cancel recorded for this id before it started otherwise.
         if let Some(cancel) = inherited {
             self.signal.fire(
                 CancelRecord {
@@ -262,6 +264,8 @@ impl<V> TaskEntry<V> {
                 },
                 delivery,
             );
+        } else if let Some(cancel) = early {
+            self.signal.fire(cancel, delivery);
         }
         if let Err(refusal) = make_visible(self.is_cancelled()) {
             if let Some(parent) = parent {

@@ -9,6 +9,7 @@ use foldhash::fast::RandomState;
 
 use crate::task_id::{generate_id, validate_task_id};
 use crate::time::Deadline;
+use crate::token::cancel_record::CancelRecord;
 use crate::token::delivery::Delivery;
 use crate::tracker::engine::TrackerShared;
 use crate::tracker::entry::{OpenRefusal, RunnerEnd, TaskEntry};
@@ -119,6 +120,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 (own, inherited) => own.or(inherited),
             };
             let cancelled = inherits_cancel
+                || self.early_cancels.peek(&task_id).is_some()
                 || deadline.is_some_and(|deadline| deadline.instant <= now)
                 || start.linked.iter().any(SubagentTaskToken::is_cancelled);
             let finishes = cancelled && matches!(opening, Opening::Reserve { .. });
@@ -215,8 +217,20 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         });
         let mut delivery = Delivery::default();
         let mut replaced = Vec::new();
+        // A cancel recorded for this id before it started: the task begins cancelled by it.
+        let early = self
+            .early_cancels
+            .peek(&task_id)
+            .map(|reason| CancelRecord {
+                reason,
+                origin: task_id.clone(),
+                cause: CancelCause::Requested,
+                at: entry.started_at,
+            });
+        let begins_cancelled_early = early.is_some();
         let opened = entry.open(
             parent.as_ref(),
+            early,
             |starts_cancelled| self.make_visible(&entry, starts_cancelled, &mut replaced),
             &self.bus,
             &mut delivery,
@@ -241,6 +255,19 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         };
         if let Some(effects) = finished_unclaimed {
             self.settle(&entry, effects, &mut delivery);
+        }
+        // Taken now that the task is visible: a cancel recorded while it opened reaches it here, and one it began
+        // cancelled by is used up.
+        if let Some(reason) = self.early_cancels.take(&task_id) {
+            if !begins_cancelled_early {
+                self.cancel_trees(
+                    [entry.clone()],
+                    &reason,
+                    CancelCause::Requested,
+                    None,
+                    &mut delivery,
+                );
+            }
         }
         if let Opening::Reserve {
             claim_timeout: Some(claim_timeout),
