@@ -131,10 +131,12 @@ async def _spawn_subagent_task_async(
 class Session(_NativeSession):
     """A scope that owns subagent tasks: start them, cancel one, a subtree or all, query them, await them.
 
-    ``Session(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096, max_finished_age=None)``:
-    finished tasks beyond ``max_finished_tasks`` are evicted oldest first, and with ``max_finished_age`` (in
-    seconds) each is forgotten once that long has passed since it ended; each ``events()`` subscriber buffers
-    up to ``event_buffer`` events. Every method may be called from any thread and any event loop.
+    ``Session(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096, max_finished_age=None,
+    early_cancel_ttl=60)``: finished tasks beyond ``max_finished_tasks`` are evicted oldest first, and with
+    ``max_finished_age`` (in seconds) each is forgotten once that long has passed since it ended; each
+    ``events()`` subscriber buffers up to ``event_buffer`` events; a cancel recorded with
+    ``cancel_subagent_task(..., before_start=True)`` waits ``early_cancel_ttl`` seconds for its task's start.
+    Every method may be called from any thread and any event loop.
     """
 
     __slots__ = ()
