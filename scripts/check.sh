@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds everything and runs every test and lint: the fast checks first (formatting, lints, Rust tests, the
-# loom model checks, the wheel, Python lints, pytest against the installed wheel), then the slower smoke runs
-# of the demo, the examples and the benchmarks.
+# Builds everything and runs every test and lint: the fast checks first (formatting, clippy, the wheel, Python
+# lints, the Rust tests and loom model checks with mypy beside them, pytest against the installed wheel), then
+# the slower smoke runs of the demo, the examples and the benchmarks.
 set -euo pipefail
 . "$(dirname "$0")/_setup.sh"
 
@@ -27,12 +27,6 @@ step "rustfmt"
 cargo fmt --all -- --check
 step "clippy (with the MSRV of clippy.toml)"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
-step "cargo test"
-cargo test --workspace --quiet
-step "loom model checks of the core's concurrent transitions (a target directory of their own: other cfg)"
-RUSTFLAGS="--cfg subagent_tracker_loom" CARGO_TARGET_DIR=target/loom \
-  cargo test --quiet --release -p subagent-tracker --test loom
-
 step "build the abi3 wheel and install it"
 rm -rf target/wheels
 maturin build --release --quiet --out target/wheels
@@ -48,10 +42,27 @@ python -m pip install --quiet --disable-pip-version-check -c scripts/constraints
 step "ruff"
 ruff check python tests benches examples scripts
 ruff format --check python tests benches examples scripts
-step "mypy (package, tests, examples, benchmarks) and stubtest"
-mypy python/subagent_tracker
-mypy --strict tests examples benches scripts
-python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
+# mypy runs on one core for over a minute: it checks beside the Rust tests, which spend much of their time
+# compiling, and its verdict is collected after them.
+step "mypy (package, tests, examples, benchmarks) and stubtest, in the background"
+(
+  mypy python/subagent_tracker
+  mypy --strict tests examples benches scripts
+  python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
+) >target/mypy.log 2>&1 &
+mypy_pid=$!
+
+step "cargo test"
+cargo test --workspace --quiet
+step "loom model checks of the core's concurrent transitions (a target directory of their own: other cfg)"
+RUSTFLAGS="--cfg subagent_tracker_loom" CARGO_TARGET_DIR=target/loom \
+  cargo test --quiet --release -p subagent-tracker --test loom
+
+step "mypy's verdict"
+mypy_status=0
+wait "$mypy_pid" || mypy_status=$?
+cat target/mypy.log
+[ "$mypy_status" -eq 0 ] || { echo "mypy or stubtest failed"; exit "$mypy_status"; }
 
 step "pytest (against the installed wheel)"
 python -m pytest --timeout 120 -p no:cacheprovider | tee target/pytest-summary.log
