@@ -17,6 +17,7 @@ from subagent_tracker import (
     DuplicateTaskError,
     Session,
     SessionClosedError,
+    SessionProtocol,
     SubagentStatus,
     SubagentTaskHandle,
     UnknownTaskError,
@@ -156,6 +157,28 @@ def test_a_linked_token_reaches_a_queued_task(session: Session) -> None:
     snapshot = session.subagent_task("job")
     assert snapshot is not None and snapshot.cancel_cause == "linked" and snapshot.finished
     request.complete()
+
+
+def test_a_link_reaches_only_the_run_it_was_linked_to(tracked_session: SessionProtocol) -> None:
+    """A link holds a run, not an id: a later run of the same id is out of its reach, on either store, whether
+    the linked run was a reservation or a start ended by id while its runner still holds the handle."""
+    requests = Session()
+    first, second = requests.start_subagent_task("first"), requests.start_subagent_task("second")
+    tracked_session.reserve_subagent_task("queued", linked=[first.token])
+    assert tracked_session.cancel_subagent_task("queued")
+    tracked_session.reserve_subagent_task("queued")
+    old_runner = tracked_session.start_subagent_task("running", linked=[second.token])
+    assert tracked_session.end_subagent_task("running")
+    new_runner = tracked_session.start_subagent_task("running")
+    requests.cancel()
+    # On Redis a linked cancel arrives a round trip later: give a wrong one time to land.
+    time.sleep(0.2)
+    queued, running = tracked_session.subagent_task("queued"), tracked_session.subagent_task("running")
+    assert queued is not None and queued.status is SubagentStatus.QUEUED
+    assert running is not None and running.status is SubagentStatus.RUNNING
+    assert not new_runner.token.is_cancelled
+    old_runner.complete()
+    new_runner.complete()
 
 
 def test_ending_a_reservation_by_id_wins_and_refuses_later_claims(session: Session) -> None:

@@ -227,7 +227,7 @@ impl RedisSession {
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_open")))?;
         self.schedule(&next_due).await?;
         let (links, status) = self
-            .opened(&opening.task_id, opening.linked, status)
+            .opened(&opening.task_id, &run, opening.linked, status)
             .await?;
         Ok((opening.task_id, [run, status], links, call))
     }
@@ -294,7 +294,7 @@ impl RedisSession {
         }
         for (opening, (run, status)) in openings.into_iter().zip(parts) {
             let (links, status) = self
-                .opened(&opening.task_id, opening.linked, status)
+                .opened(&opening.task_id, &run, opening.linked, status)
                 .await?;
             opened.push((opening.task_id, [run, status], links));
         }
@@ -381,10 +381,11 @@ impl RedisSession {
     async fn opened(
         &self,
         task_id: &Arc<str>,
+        run: &str,
         linked: Vec<SubagentTaskToken>,
         status: String,
     ) -> Result<(Vec<CancelCallback>, String), RedisTrackerError> {
-        let (links, fired) = self.link(task_id, linked).await?;
+        let (links, fired) = self.link(task_id, run, linked).await?;
         // A link that had already fired cancelled the task after its start: the runner must get it cancelled.
         let status = if fired {
             SubagentStatus::Cancelled.as_str().to_owned()
@@ -394,22 +395,24 @@ impl RedisSession {
         Ok((links, status))
     }
 
-    /// Cancels the task (cause `linked`, with the token's reason) when any of `tokens` fires: at once for one
-    /// that has. Returns the registrations, for the runner's handle to remove when the task ends, and whether a
-    /// token had fired.
+    /// Cancels the task's `run` (cause `linked`, with the token's reason) when any of `tokens` fires: at once for
+    /// one that has. Returns the registrations, for the runner's handle to remove when the task ends, and whether
+    /// a token had fired.
     async fn link(
         &self,
         task_id: &Arc<str>,
+        run: &str,
         tokens: Vec<SubagentTaskToken>,
     ) -> Result<(Vec<CancelCallback>, bool), RedisTrackerError> {
         let mut links = Vec::with_capacity(tokens.len());
         for token in tokens {
             if token.is_cancelled() {
-                self.cancel_as(task_id, token.reason().as_deref(), "linked")
+                self.cancel_linked(task_id, run, token.reason().as_deref())
                     .await?;
                 return Ok((links, true));
             }
             let (session, task_id, source) = (self.clone(), task_id.clone(), token.clone());
+            let run: Arc<str> = Arc::from(run);
             links.push(token.on_cancel(move || {
                 // Runs in whatever thread fired the token: the cancel goes to the registry's runtime.
                 let runtime = session.worker.runtime.clone();
@@ -417,7 +420,7 @@ impl RedisSession {
                     let reason = source.reason();
                     // Lost only if Redis is unreachable now; the runner's own token has fired regardless.
                     let _ = session
-                        .cancel_as(&task_id, reason.as_deref(), "linked")
+                        .cancel_linked(&task_id, &run, reason.as_deref())
                         .await;
                 });
             }));
@@ -502,7 +505,7 @@ impl RedisSession {
         reason: Option<&str>,
     ) -> Result<bool, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        self.cancel_as(task_id, reason, "requested").await
+        self.cancel_with(task_id, reason, "requested", "", "").await
     }
 
     /// Cancels the task `task_id` if it is pending, as [`cancel`](Self::cancel) does; otherwise records the
@@ -518,30 +521,35 @@ impl RedisSession {
         reason: Option<&str>,
     ) -> Result<bool, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        self.cancel_with(task_id, reason, "requested", "1").await
+        self.cancel_with(task_id, reason, "requested", "1", "")
+            .await
     }
 
-    async fn cancel_as(
+    /// A linked token's cancel: it reaches `run` only, never a later run of the same id, whose start the token
+    /// was not linked to (section 4).
+    async fn cancel_linked(
         &self,
         task_id: &str,
+        run: &str,
         reason: Option<&str>,
-        cause: &str,
     ) -> Result<bool, RedisTrackerError> {
-        self.cancel_with(task_id, reason, cause, "").await
+        self.cancel_with(task_id, reason, "linked", "", run).await
     }
 
+    /// `run` "" aims at whichever run the id names now.
     async fn cancel_with(
         &self,
         task_id: &str,
         reason: Option<&str>,
         cause: &str,
         before_start: &str,
+        run: &str,
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let moved: i64 = self
             .cancelling(
                 "cancel",
-                &[&self.incarnation, task_id, reason, cause, before_start],
+                &[&self.incarnation, task_id, reason, cause, before_start, run],
                 |moved| *moved == 1,
             )
             .await?;

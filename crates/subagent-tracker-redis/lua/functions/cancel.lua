@@ -1,14 +1,17 @@
--- stv2_cancel(session_key; inc, task_id, reason, cause, before_start): a cancel of one task and its pending
+-- stv2_cancel(session_key; inc, task_id, reason, cause, before_start, run): a cancel of one task and its pending
 -- descendants. With before_start "1", a task that is not pending has the cancel recorded for its next start
--- instead, kept for the session's `early_ttl` (contract §3, cancel before start). Returns 1 when the task itself
--- moved, 0 otherwise.
+-- instead, kept for the session's `early_ttl` (contract §3, cancel before start). A run other than "" aims at
+-- that run only: a linked token reaches the run it was linked to, never a later run of the same id. Returns 1
+-- when the task itself moved, 0 otherwise.
 local function st_cancel(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
   touch(session_key)
   local base = base_of(session_key)
   local key = task_key(base, args[2])
-  local status = redis.call('HGET', key, 'status')
+  local task = fields(key, 'status', 'run')
+  local status = task[1]
+  if args[6] ~= '' and task[2] ~= args[6] then return 0 end
   if not status or not PENDING[status] then
     if args[5] == '1' then
       local ttl_us = tonumber(redis.call('HGET', session_key, 'early_ttl')) or DEFAULT_EARLY_CANCEL_TTL_US

@@ -250,6 +250,7 @@ on_every_store! {
     a_failure_keeps_its_type_and_code_by_handle_and_by_id(1000);
     finished_tasks_are_forgotten_by_age_and_pending_ones_never(1000);
     a_cancel_recorded_before_the_start_cancels_the_next_start_once(1000);
+    a_linked_token_reaches_only_the_run_it_was_linked_to(0);
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
@@ -602,4 +603,42 @@ async fn a_cancel_recorded_before_the_start_cancels_the_next_start_once(store: S
     let queued = store.get("q").await.unwrap();
     assert_eq!(queued.status, SubagentStatus::Cancelled);
     assert!(queued.finished);
+}
+
+/// A token's link holds a run, not an id: once the run has ended, a new run of the same id is out of its reach,
+/// whether the old run was a reservation (whose link no handle removes) or a start ended by id while its runner
+/// still holds its handle.
+async fn a_linked_token_reaches_only_the_run_it_was_linked_to(store: Store) {
+    let requests: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let first = requests.start(TaskStart::new().task_id("first")).unwrap();
+    let second = requests.start(TaskStart::new().task_id("second")).unwrap();
+    store
+        .reserve(
+            TaskStart::new().task_id("queued").linked(first.token()),
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(store.cancel("queued", None).await);
+    store
+        .reserve(TaskStart::new().task_id("queued"), None)
+        .await
+        .unwrap();
+    let old_runner = store
+        .start(TaskStart::new().task_id("running").linked(second.token()))
+        .await
+        .unwrap();
+    assert!(store.end("running", Ok(None)).await);
+    let new_runner = store
+        .start(TaskStart::new().task_id("running"))
+        .await
+        .unwrap();
+    assert!(requests.cancel("first", None));
+    assert!(requests.cancel("second", None));
+    // A cancel on Redis arrives a round trip later: give a wrong one time to land.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(store.status("queued").await, Some(SubagentStatus::Queued));
+    assert_eq!(store.status("running").await, Some(SubagentStatus::Running));
+    assert!(!new_runner.is_cancelled());
+    drop((old_runner, new_runner, first, second));
 }
