@@ -76,8 +76,10 @@ def subscriber_process(port: int, rounds: int, connection: Connection, channel: 
     pubsub.get_message(timeout=5)
     for _ in range(rounds):
         connection.send("ready")
-        while pubsub.get_message(timeout=10) is None:
-            pass
+        if pubsub.get_message(timeout=10) is None and pubsub.get_message(timeout=10) is None:
+            # No message within the bound: the parent's recv() below must not wait for ever either.
+            connection.send(float("nan"))
+            return
         connection.send(time.monotonic())
 
 
@@ -94,6 +96,8 @@ def publish_latency(port: int, rounds: int) -> list[float]:
         sent = time.monotonic()
         client.publish("bench", "stop")
         received: float = parent.recv()
+        if received != received:
+            raise RuntimeError("the published message did not arrive within 20 s")
         samples.append(received - sent)
     process.join(30)
     return samples
@@ -119,9 +123,21 @@ def server_side_cancel_latency(url: str, port: int, rounds: int) -> list[float]:
         assert parent.recv() == "ready"
         sent = time.monotonic()
         client.execute_command(  # type: ignore[no-untyped-call]
-            "FCALL", "stv2_cancel", 1, session_key, incarnation, handle.task_id, "stop", "user"
+            # Arguments as RedisSession::cancel passes them: no record before start, whichever run.
+            "FCALL",
+            "stv2_cancel",
+            1,
+            session_key,
+            incarnation,
+            handle.task_id,
+            "stop",
+            "requested",
+            "",
+            "",
         )
         received: float = parent.recv()
+        if received != received:
+            raise RuntimeError("the worker's channel carried no cancel message within 20 s")
         samples.append(received - sent)
     process.join(30)
     return samples

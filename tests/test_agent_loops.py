@@ -16,6 +16,7 @@ import pytest
 from subagent_tracker import (
     CancellationToken,
     Session,
+    SessionProtocol,
     SubagentStatus,
     SubagentTaskHandle,
     TaskCancelledError,
@@ -393,6 +394,88 @@ def test_a_tool_batch_gives_every_call_an_outcome_on_cancel(session: Session, co
         ]
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_before_call_vetoes_one_call_and_the_batch_goes_on(
+    tracked_session: SessionProtocol, concurrent: bool
+) -> None:
+    """§15, a veto (issue 20, item 7): a vetoed call gets its own outcome, with the message as its error; the
+    other calls run, and the token is untouched. A coroutine function may veto too."""
+    handle = tracked_session.start_subagent_task()
+    started: list[str] = []
+    asked: list[str] = []
+
+    def no_broken_tools(call: ToolCall) -> str | None:
+        asked.append(call.name)
+        return "the user refused it" if call.name == "broken" else None
+
+    async def no_slow_tools(call: ToolCall) -> str | None:
+        await asyncio.sleep(0)
+        return "too slow for this turn" if call.name == "fetch" else None
+
+    async def main() -> None:
+        tools = _tools(started)
+        vetoed = await run_tool_calls(
+            handle.token, tools[:2], concurrent=concurrent, before_call=no_broken_tools
+        )
+        assert [(outcome.status, outcome.error) for outcome in vetoed] == [
+            ("completed", None),
+            ("vetoed", "the user refused it"),
+        ]
+        assert not vetoed[1].cancelled
+        assert vetoed[1].as_tool_message()["content"] == "not run: the user refused it"
+        assert sorted(asked) == ["broken", "search"] and started == ["search"]
+        slow = await run_tool_calls(handle.token, tools[2:], concurrent=concurrent, before_call=no_slow_tools)
+        assert [outcome.status for outcome in slow] == ["vetoed", "completed"]
+        assert started == ["search", "summarize"]
+
+    asyncio.run(main())
+    assert not handle.token.is_cancelled
+    handle.complete()
+
+
+def test_a_cancel_wins_over_a_veto_and_a_broken_before_call_fails_only_its_call(
+    tracked_session: SessionProtocol,
+) -> None:
+    """A cancel that lands while ``before_call`` decides leaves that call, and the rest, ``not_started``; a
+    ``before_call`` that raises or answers something other than a message fails its own call only."""
+    handle = tracked_session.start_subagent_task()
+    started: list[str] = []
+
+    def broken(call: ToolCall) -> str | None:
+        if call.name == "search":
+            raise RuntimeError("policy service down")
+        if call.name == "broken":
+            return 42  # type: ignore[return-value]
+        return None
+
+    async def cancelling(call: ToolCall) -> str | None:
+        tracked_session.cancel_subagent_task(handle.task_id, reason="stop")
+        deadline = time.monotonic() + 5
+        while not handle.token.is_cancelled:  # On Redis, the runner's token fires a round trip later.
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.005)
+        return "vetoed too late"
+
+    async def main() -> None:
+        failed = await run_tool_calls(handle.token, _tools(started)[:2], before_call=broken)
+        assert [(outcome.status, outcome.error) for outcome in failed] == [
+            ("failed", "before_call: RuntimeError: policy service down"),
+            ("failed", "before_call: TypeError: before_call must return None or a str message, not int"),
+        ]
+        assert started == []
+        cancelled = await run_tool_calls(handle.token, _tools(started)[2:], before_call=cancelling)
+        assert [(outcome.status, outcome.error) for outcome in cancelled] == [
+            ("not_started", "stop"),
+            ("not_started", "stop"),
+        ]
+        assert started == []
+        with pytest.raises(TypeError, match="before_call must be a callable or None, not str"):
+            await run_tool_calls(handle.token, [], before_call="veto")  # type: ignore[arg-type]
+
+    asyncio.run(main())
+    handle.complete()
 
 
 def test_plain_function_tools_run_in_a_thread_and_a_cancel_interrupts_them_at_once(session: Session) -> None:

@@ -420,6 +420,13 @@ class Model:
         for run in cascade.moved:
             if run in initial:
                 allowed = {(cause, run.task_id)}
+                if cause != "session":
+                    # Of many roots (a cancel by filter), one may reach another first by its cascade.
+                    allowed |= {
+                        ("parent", ancestor.task_id)
+                        for ancestor in run.reaching_ancestors()
+                        if ancestor in initial
+                    }
             else:
                 allowed = {("linked", run.task_id)} if run in linked_roots else set()
                 allowed |= {
@@ -1062,6 +1069,21 @@ class ContractMachine(RuleBasedStateMachine):
             assert self.sessions[session_name].cancel_subagent_task(aim, reason, before_start=True) is False
             model_session.early[aim] = reason or DEFAULT_REASON
             event("cancel: recorded before the start")
+
+    # Cancelling every pending task ends most of what an example built: it waits, as a session cancel does.
+    @precondition(lambda self: len(self.model.runs) >= 6)
+    @rule(status=st.sampled_from([None, QUEUED, RUNNING, COMPLETED]), reason=reasons)
+    def cancel_by_status(self, status: str | None, reason: str | None) -> None:
+        """A cancel by filter (§3): the main session's pending tasks in ``status`` (every pending task for
+        ``None``; none for a status that is not pending), reported in start order."""
+        targets = [run for run in self.model.main.pending() if status is None or run.status == status]
+        cascade = self.model.cancel(targets, reason or DEFAULT_REASON, "requested")
+        reported = self.sessions["main"].cancel_subagent_tasks(status=status, reason=reason)
+        assert reported == [run.task_id for run in targets if run in cascade.moved]
+        if len(targets) > 1:
+            event("cancel by filter: many matched")
+        self._observe(cascade)
+        self._retain()
 
     @precondition(lambda self: len(self.model.runs) >= 4)
     @rule(session_name=session_names)

@@ -12,6 +12,7 @@ from subagent_tracker._session import DEFAULT_GRACE_SECONDS, Session
 if TYPE_CHECKING:
     from subagent_tracker._native import CancellationToken, SubagentTask, SubagentTaskHandle
     from subagent_tracker._session import EventStream, SpawnedSubagent
+    from subagent_tracker._status import SubagentStatus
 
 __all__ = ["AwaitableSession", "AwaitableTaskHandle"]
 
@@ -179,6 +180,18 @@ class AwaitableSession:
     ) -> bool:
         return self.session.end_subagent_task(
             task_id, result=result, error=error, error_type=error_type, error_code=error_code
+        )
+
+    async def cancel_subagent_tasks(
+        self,
+        *,
+        agent: str | None = None,
+        status: SubagentStatus | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> list[str]:
+        return self.session.cancel_subagent_tasks(
+            agent=agent, status=status, metadata=metadata, reason=reason
         )
 
     async def cancel(self, reason: str | None = None) -> int:

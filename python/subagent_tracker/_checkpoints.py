@@ -140,17 +140,18 @@ class ToolCall:
 @dataclass(frozen=True)
 class ToolOutcome:
     """What became of one tool call. ``interrupted`` and ``not_started`` are the cancel's synthetic outcomes:
-    every call gets one, so the conversation history stays valid (each tool call has a result)."""
+    every call gets one, so the conversation history stays valid (each tool call has a result). ``vetoed`` is
+    a call that ``before_call`` refused, with its message as ``error``."""
 
     call_id: str
     name: str
-    status: Literal["completed", "failed", "interrupted", "not_started"]
+    status: Literal["completed", "failed", "interrupted", "not_started", "vetoed"]
     result: Any = None
     error: str | None = None
 
     @property
     def cancelled(self) -> bool:
-        """True for calls the cancel stopped or never let start."""
+        """True for calls the cancel stopped or never let start (a veto is not a cancel)."""
         return self.status in ("interrupted", "not_started")
 
     def as_tool_message(self) -> dict[str, Any]:
@@ -161,24 +162,57 @@ class ToolOutcome:
             content = f"error: {self.error}"
         elif self.status == "interrupted":
             content = f"cancelled while running: {self.error}"
+        elif self.status == "vetoed":
+            content = f"not run: {self.error}"
         else:
             content = f"cancelled before it started: {self.error}"
         return {"role": "tool", "tool_call_id": self.call_id, "name": self.name, "content": content}
 
 
+BeforeCall = Callable[[ToolCall], "str | Awaitable[str | None] | None"]
+"""``before_call`` of :func:`run_tool_calls`: ``None`` runs the call, a message vetoes it."""
+
+
 async def run_tool_calls(
-    token: CancellationToken, calls: Sequence[ToolCall], *, concurrent: bool = False
+    token: CancellationToken,
+    calls: Sequence[ToolCall],
+    *,
+    concurrent: bool = False,
+    before_call: BeforeCall | None = None,
 ) -> list[ToolOutcome]:
     """Runs a batch of tool calls, one after another or all at once, and returns an outcome for every call.
 
     On cancel, completed calls keep their results, running ones are interrupted, and calls that never started
     get a synthetic ``not_started`` outcome. A tool that raises gets ``failed`` and the batch goes on. This
     never raises ``TaskCancelledError``: check ``token.is_cancelled`` (or the outcomes) afterwards.
+
+    ``before_call(call)``, a function or a coroutine function, is asked just before each call runs: it
+    returns ``None`` to run it, or a message (a ``str``) to veto it. A vetoed call gets a ``vetoed`` outcome
+    with that message as ``error``; the batch goes on and the token is untouched. A cancel wins over a veto:
+    a call whose token fired before or while ``before_call`` ran is ``not_started``. A ``before_call`` that
+    raises, or returns anything but ``None`` or a ``str``, fails that call (its outcome says why) and the
+    batch goes on.
     """
+    if before_call is not None and not callable(before_call):
+        raise TypeError(f"before_call must be a callable or None, not {type(before_call).__name__}")
 
     async def one(call: ToolCall) -> ToolOutcome:
         if token.is_cancelled:
             return ToolOutcome(call.call_id, call.name, "not_started", error=token.reason)
+        if before_call is not None:
+            try:
+                veto = await _veto(before_call, call)
+            except Exception as failure:
+                return ToolOutcome(
+                    call.call_id,
+                    call.name,
+                    "failed",
+                    error=f"before_call: {type(failure).__name__}: {failure}",
+                )
+            if token.is_cancelled:
+                return ToolOutcome(call.call_id, call.name, "not_started", error=token.reason)
+            if veto is not None:
+                return ToolOutcome(call.call_id, call.name, "vetoed", error=veto)
         try:
             result = await run_until_cancelled(token, _start(call.run))
         except TaskCancelledError as cancelled:
@@ -192,6 +226,16 @@ async def run_tool_calls(
     if concurrent:
         return list(await asyncio.gather(*(one(call) for call in calls)))
     return [await one(call) for call in calls]
+
+
+async def _veto(before_call: BeforeCall, call: ToolCall) -> str | None:
+    """``before_call``'s verdict on ``call``, awaited if it is awaitable."""
+    verdict = before_call(call)
+    if inspect.isawaitable(verdict):
+        verdict = await verdict
+    if verdict is not None and not isinstance(verdict, str):
+        raise TypeError(f"before_call must return None or a str message, not {type(verdict).__name__}")
+    return verdict
 
 
 async def _start(run: Callable[[], Awaitable[Any]] | Callable[[], Any]) -> Any:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from subagent_tracker._native import CancellationToken, SubagentTask
     from subagent_tracker._session import EventStream, SpawnedSubagent
+    from subagent_tracker._status import SubagentStatus
 
 __all__ = ["AsyncSessionProtocol", "AsyncTaskHandleProtocol", "SessionProtocol", "TaskHandleProtocol"]
 
@@ -124,6 +125,14 @@ class SessionProtocol(Protocol):
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> bool: ...
+    def cancel_subagent_tasks(
+        self,
+        *,
+        agent: str | None = None,
+        status: SubagentStatus | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> list[str]: ...
     def cancel(self, reason: str | None = None) -> int: ...
     def close(self, reason: str | None = None) -> int: ...
     def subagent_task(self, task_id: str) -> SubagentTask | None: ...
@@ -207,6 +216,14 @@ class AsyncSessionProtocol(Protocol):
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> Awaitable[bool]: ...
+    def cancel_subagent_tasks(
+        self,
+        *,
+        agent: str | None = None,
+        status: SubagentStatus | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        reason: str | None = None,
+    ) -> Awaitable[list[str]]: ...
     def cancel(self, reason: str | None = None) -> Awaitable[int]: ...
     def close(self, reason: str | None = None) -> Awaitable[int]: ...
     def subagent_task(self, task_id: str) -> Awaitable[SubagentTask | None]: ...

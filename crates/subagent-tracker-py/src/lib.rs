@@ -13,6 +13,7 @@ mod batch_arguments;
 mod cancel_callback;
 mod errors;
 mod events;
+mod filter_arguments;
 mod handle;
 mod interpreter;
 mod loop_inbox;

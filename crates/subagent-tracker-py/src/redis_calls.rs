@@ -12,13 +12,14 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
-use subagent_tracker::{SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerConfig};
+use subagent_tracker::{SubagentTaskSnapshot, TaskFailure, TaskFilter, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
 };
 
 use crate::arguments::{self, from_json_text, json_text, Id, TaskIdArgument};
 use crate::errors::redis_error;
+use crate::filter_arguments::FilterArguments;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
 use crate::python_types::PyValue;
@@ -314,6 +315,44 @@ impl SessionCalls {
                 }
             },
             |py, ended| object(py, ended.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn cancel_matching<'py>(
+        &self,
+        py: Python<'py>,
+        arguments: &FilterArguments<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let metadata = arguments.json_metadata()?;
+        let (agent, status, reason) = (
+            arguments.agent.clone(),
+            arguments.status,
+            arguments.reason.clone(),
+        );
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                let mut filter = TaskFilter::new();
+                if let Some(agent) = &agent {
+                    filter = filter.agent(agent);
+                }
+                if let Some(status) = status {
+                    filter = filter.status(status);
+                }
+                if let Some(metadata) = &metadata {
+                    filter = filter.metadata(metadata.as_str());
+                }
+                session.cancel_matching(&filter, reason.as_deref()).await
+            },
+            |py, moved| {
+                let moved = moved.map_err(|error| redis_error(py, error))?;
+                object(
+                    py,
+                    moved.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                )
+            },
         )
     }
 

@@ -17,6 +17,7 @@ use crate::arguments::{
 };
 use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
+use crate::filter_arguments::FilterArguments;
 use crate::package_imports::spawn_function;
 use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
 use crate::redis_handle::RedisTaskHandle;
@@ -347,6 +348,22 @@ impl RedisSession {
             arguments::json_text(result, "result")
         })?;
         self.calls.end_task(py, task_id, ended)
+    }
+
+    /// Cancels the pending tasks that match every filter given (`metadata`: a mapping whose every key the
+    /// task's metadata holds with an equal JSON value), each with its pending descendants, wherever they run;
+    /// returns the ids of the matching tasks it moved to cancelled, in start order.
+    #[pyo3(signature = (*, agent=None, status=None, metadata=None, reason=None))]
+    fn cancel_subagent_tasks<'py>(
+        &self,
+        py: Python<'py>,
+        agent: Option<&Bound<'py, PyAny>>,
+        status: Option<&Bound<'py, PyAny>>,
+        metadata: Option<&Bound<'py, PyAny>>,
+        reason: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let arguments = FilterArguments::new(agent, status, metadata, reason)?;
+        self.calls.cancel_matching(py, &arguments)
     }
 
     /// Cancels every pending task of the session; returns how many moved.

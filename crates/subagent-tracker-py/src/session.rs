@@ -4,7 +4,7 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::PyTraverseError;
-use subagent_tracker::InMemorySubagentTaskTracker;
+use subagent_tracker::{InMemorySubagentTaskTracker, TaskFilter};
 
 use crate::arguments::{
     self, ClaimTimeoutArgument, EarlyCancelTtlArgument, EpochDeadline, Id, MaxFinishedAgeArgument,
@@ -15,6 +15,7 @@ use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
 use crate::errors::tracker_error;
 use crate::events::EventSubscription;
+use crate::filter_arguments::{holds, FilterArguments};
 use crate::handle::SubagentTaskHandle;
 use crate::python_types::{python_repr, PyValue};
 use crate::snapshot::SubagentTask;
@@ -276,6 +277,37 @@ impl Session {
             Ok(result) => self.tracker.end(&task_id.0, Ok(result)),
             Err(failure) => self.tracker.fail(&task_id.0, failure),
         })
+    }
+
+    /// Cancels the pending tasks that match every filter given (`metadata`: a mapping whose every key the
+    /// task's metadata holds with an equal value), each with its pending descendants, and returns the ids of
+    /// the matching tasks it moved to cancelled, in start order.
+    #[pyo3(signature = (*, agent=None, status=None, metadata=None, reason=None))]
+    fn cancel_subagent_tasks<'py>(
+        &self,
+        py: Python<'py>,
+        agent: Option<&Bound<'py, PyAny>>,
+        status: Option<&Bound<'py, PyAny>>,
+        metadata: Option<&Bound<'py, PyAny>>,
+        reason: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Vec<String>> {
+        let arguments = FilterArguments::new(agent, status, metadata, reason)?;
+        let wanted = arguments.frozen_metadata()?;
+        let holds_wanted = |metadata: Option<&PyValue>| {
+            wanted.as_ref().is_none_or(|wanted| holds(wanted, metadata))
+        };
+        let mut filter = TaskFilter::new().metadata(holds_wanted);
+        if let Some(agent) = &arguments.agent {
+            filter = filter.agent(agent);
+        }
+        if let Some(status) = arguments.status {
+            filter = filter.status(status);
+        }
+        let moved = with_wake_batch(py, || {
+            self.tracker
+                .cancel_matching(&filter, arguments.reason.as_deref())
+        })?;
+        Ok(moved.iter().map(ToString::to_string).collect())
     }
 
     /// Cancels every pending task; returns how many it moved to cancelled.

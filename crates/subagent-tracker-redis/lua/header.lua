@@ -15,6 +15,7 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_claim                    RedisSession::claim
     stv2_cancel                   RedisSession::cancel, cancel_before_start (and a linked token's cancel)
     stv2_cancel_all               RedisSession::cancel_all, close
+    stv2_cancel_matching          RedisSession::cancel_matching
     stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop); RedisSession::end, fail
     stv2_progress                 RedisTaskHandle::progress
     stv2_escalate                 RedisTaskHandle::record_escalation

@@ -29,10 +29,11 @@ const INCLUDES: [&str; 11] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 29] = [
+const FUNCTIONS: [&str; 30] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
+    include_str!("../lua/functions/cancel_matching.lua"),
     include_str!("../lua/functions/claim.lua"),
     include_str!("../lua/functions/drop_stale.lua"),
     include_str!("../lua/functions/due.lua"),

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use subagent_tracker::{
     generate_id, validate_task_id, CancelCallback, ClaimProblem, SubagentEventKind, SubagentStatus,
-    SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskStart, TrackerError, DEADLINE_REASON,
-    DEFAULT_CANCEL_REASON,
+    SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter, TaskStart, TrackerError,
+    DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
 use crate::mirrors::Mirror;
@@ -685,6 +685,35 @@ impl RedisSession {
     /// [`RedisTrackerError::NotReplicated`] with `wait_for_replicas`, when fewer replicas confirm the cancel.
     pub async fn cancel_all(&self, reason: Option<&str>) -> Result<usize, RedisTrackerError> {
         self.cancel_everything(reason, false).await
+    }
+
+    /// Cancels the pending tasks that `filter` matches, each with its pending descendants and cause `Requested`
+    /// as [`cancel`](Self::cancel) does, in one atomic call, and returns the ids of the matching tasks it moved,
+    /// in start order (contract §3, cancel by filter). The metadata filter is a JSON object (as the tasks'
+    /// metadata is JSON text): a task matches when its metadata holds every key of it with an equal JSON value.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    /// [`RedisTrackerError::NotReplicated`] with `wait_for_replicas`, when fewer replicas confirm the cancel.
+    pub async fn cancel_matching(
+        &self,
+        filter: &TaskFilter<'_, &str>,
+        reason: Option<&str>,
+    ) -> Result<Vec<Arc<str>>, RedisTrackerError> {
+        let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
+        let given =
+            |value: Option<&str>| value.map_or_else(String::new, |value| format!("={value}"));
+        let agent = given(filter.wanted_agent());
+        let status = given(filter.wanted_status().map(SubagentStatus::as_str));
+        let metadata = filter.wanted_metadata().copied().unwrap_or("");
+        let moved: Vec<String> = self
+            .cancelling(
+                "cancel_matching",
+                &[&self.incarnation, reason, &agent, &status, metadata],
+                |moved: &Vec<String>| !moved.is_empty(),
+            )
+            .await?;
+        Ok(moved.into_iter().map(Arc::from).collect())
     }
 
     /// Cancels every pending task and refuses new starts from then on, in every process. Closing again keeps

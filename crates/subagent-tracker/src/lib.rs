@@ -104,6 +104,7 @@ pub use tracker::reasons::{
 };
 pub use tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use tracker::start::{TaskStart, TaskStartParts};
+pub use tracker::task_filter::TaskFilter;
 pub use tracker::watch::TaskWatch;
 pub use tracker::InMemorySubagentTaskTracker;
 

@@ -4,7 +4,8 @@
 //! - [`config`], [`reasons`], [`start`]: a session's settings, the reasons it writes, the description of a
 //!   task to start;
 //! - [`pending_index`], [`retention`]: where a session keeps its pending tasks and its finished ones;
-//! - [`early_cancels`]: cancels recorded for tasks that have not started;
+//! - [`early_cancels`]: cancels recorded for tasks that have not started; [`task_filter`]: which pending tasks a
+//!   cancel by filter reaches;
 //! - [`finished_run`]: the compact record a finished run collapses into;
 //! - [`deadline_timer`]: the process's one timer thread for deadlines and claim timeouts;
 //! - [`event_bus`]: the session's lifecycle events;
@@ -35,6 +36,7 @@ pub(crate) mod reasons;
 pub(crate) mod retention;
 mod run;
 pub(crate) mod start;
+pub(crate) mod task_filter;
 pub(crate) mod watch;
 
 use std::sync::Arc;
@@ -49,6 +51,7 @@ use crate::tracker::event_bus::EventSubscription;
 use crate::tracker::opening::Opening;
 use crate::tracker::reasons::cancel_reason;
 use crate::tracker::run::Run;
+use crate::tracker::task_filter::TaskFilter;
 use crate::{
     CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerError,
 };
@@ -275,6 +278,19 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             }
             _ => false,
         }
+    }
+
+    /// Cancels the pending tasks that `filter` matches, each with its pending descendants and cause `Requested`
+    /// as [`cancel`](Self::cancel) does, and returns the ids of the matching tasks this call moved to
+    /// `Cancelled`, in start order (contract §3, cancel by filter). A match that a concurrent cancel moved first
+    /// is left out; one reached by the cascade of an earlier match is in. `reason` defaults to
+    /// [`DEFAULT_CANCEL_REASON`](crate::DEFAULT_CANCEL_REASON).
+    pub fn cancel_matching<M: Fn(Option<&V>) -> bool>(
+        &self,
+        filter: &TaskFilter<'_, M>,
+        reason: Option<&str>,
+    ) -> Vec<Arc<str>> {
+        self.shared.cancel_matching(filter, &cancel_reason(reason))
     }
 
     /// Applies to the task `task_id` a cancel that was decided elsewhere (by another process, through a shared

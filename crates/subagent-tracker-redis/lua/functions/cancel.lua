@@ -11,7 +11,8 @@ local function st_cancel(keys, args)
   local key = task_key(base, args[2])
   local task = fields(key, 'status', 'run')
   local status = task[1]
-  if args[6] ~= '' and task[2] ~= args[6] then return 0 end
+  local run = args[6] or ''
+  if run ~= '' and task[2] ~= run then return 0 end
   if not status or not PENDING[status] then
     if args[5] == '1' then
       local ttl_us = tonumber(redis.call('HGET', session_key, 'early_ttl')) or DEFAULT_EARLY_CANCEL_TTL_US

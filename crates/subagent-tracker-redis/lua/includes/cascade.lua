@@ -9,8 +9,9 @@ local function fields_message(...)
 end
 
 -- Cancels pending roots and their pending descendants. Returns how many moved. `cause` is recorded on each
--- root, "parent" on descendants (naming the root as origin); "session" makes every task its own origin.
-local function cancel_trees(base, session_key, roots, reason, cause, at)
+-- root, "parent" on descendants (naming the root as origin); "session" makes every task its own origin. With
+-- `moved_ids` (a table), each moved task's id is set in it.
+local function cancel_trees(base, session_key, roots, reason, cause, at, moved_ids)
   local moved = 0
   -- One message per worker, however many of its runs the cancel reaches.
   local notifications = {}
@@ -32,6 +33,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at)
         redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,
           'origin', origin, 'cause', entry_cause)
         moved = moved + 1
+        if moved_ids then moved_ids[task_id] = true end
         emit_cancelled(base, task_id, at, reason)
         if status == 'queued' then
           -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{
     CancelCause, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
-    SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerConfig, TrackerError,
+    SubagentTaskSnapshot, TaskFailure, TaskFilter, TaskStart, TrackerConfig, TrackerError,
 };
 use subagent_tracker_redis::{RedisRegistry, RedisSession, RedisTaskHandle, RedisTrackerError};
 
@@ -125,6 +125,47 @@ impl Store {
         match self {
             Store::Memory(tracker) => tracker.cancel(task_id, reason),
             Store::Redis { session, .. } => session.cancel(task_id, reason).await.unwrap(),
+        }
+    }
+
+    /// A cancel by filter; `metadata` is JSON text, which the in-memory store (whose metadata is opaque text)
+    /// compares whole.
+    async fn cancel_matching(
+        &self,
+        agent: Option<&str>,
+        status: Option<SubagentStatus>,
+        metadata: Option<&str>,
+    ) -> Vec<Arc<str>> {
+        fn narrowed<'a, M>(
+            mut filter: TaskFilter<'a, M>,
+            agent: Option<&'a str>,
+            status: Option<SubagentStatus>,
+        ) -> TaskFilter<'a, M> {
+            if let Some(agent) = agent {
+                filter = filter.agent(agent);
+            }
+            if let Some(status) = status {
+                filter = filter.status(status);
+            }
+            filter
+        }
+        match self {
+            Store::Memory(tracker) => {
+                let holds = |stored: Option<&String>| {
+                    metadata.is_none_or(|wanted| stored.map(String::as_str) == Some(wanted))
+                };
+                tracker.cancel_matching(
+                    &narrowed(TaskFilter::new().metadata(holds), agent, status),
+                    None,
+                )
+            }
+            Store::Redis { session, .. } => {
+                let mut filter = narrowed(TaskFilter::new(), agent, status);
+                if let Some(metadata) = metadata {
+                    filter = filter.metadata(metadata);
+                }
+                session.cancel_matching(&filter, None).await.unwrap()
+            }
         }
     }
 
@@ -251,6 +292,7 @@ on_every_store! {
     finished_tasks_are_forgotten_by_age_and_pending_ones_never(1000);
     a_cancel_recorded_before_the_start_cancels_the_next_start_once(1000);
     a_linked_token_reaches_only_the_run_it_was_linked_to(0);
+    a_cancel_by_filter_reaches_the_matching_pending_tasks_in_start_order(1000);
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
@@ -641,4 +683,95 @@ async fn a_linked_token_reaches_only_the_run_it_was_linked_to(store: Store) {
     assert_eq!(store.status("running").await, Some(SubagentStatus::Running));
     assert!(!new_runner.is_cancelled());
     drop((old_runner, new_runner, first, second));
+}
+
+async fn a_cancel_by_filter_reaches_the_matching_pending_tasks_in_start_order(store: Store) {
+    let _plan = store
+        .start(TaskStart::new().task_id("plan").agent("planner"))
+        .await
+        .unwrap();
+    let _helper = store
+        .start(
+            TaskStart::new()
+                .task_id("helper")
+                .parent_id("plan")
+                .agent("tool"),
+        )
+        .await
+        .unwrap();
+    let _sub_plan = store
+        .start(
+            TaskStart::new()
+                .task_id("sub-plan")
+                .parent_id("helper")
+                .agent("planner"),
+        )
+        .await
+        .unwrap();
+    store
+        .reserve(
+            TaskStart::new()
+                .task_id("queued")
+                .agent("tool")
+                .metadata(r#"{"user":42}"#.to_owned()),
+            None,
+        )
+        .await
+        .unwrap();
+    let mut done = store
+        .start(TaskStart::new().task_id("done").agent("planner"))
+        .await
+        .unwrap();
+    assert!(done.complete("\"ok\"").await);
+    let _other = store
+        .start(TaskStart::new().task_id("other").agent("tool"))
+        .await
+        .unwrap();
+
+    assert!(store
+        .cancel_matching(
+            Some("tool"),
+            Some(SubagentStatus::Queued),
+            Some(r#"{"user":7}"#)
+        )
+        .await
+        .is_empty());
+    assert_eq!(
+        store
+            .cancel_matching(
+                Some("tool"),
+                Some(SubagentStatus::Queued),
+                Some(r#"{"user":42}"#)
+            )
+            .await,
+        [Arc::from("queued")]
+    );
+    assert_eq!(
+        store.status("queued").await,
+        Some(SubagentStatus::Cancelled)
+    );
+    assert!(store
+        .cancel_matching(None, Some(SubagentStatus::Completed), None)
+        .await
+        .is_empty());
+    assert_eq!(
+        store.cancel_matching(Some("planner"), None, None).await,
+        [Arc::from("plan"), Arc::from("sub-plan")],
+        "the matching pending planners in start order, one moved by the other's cascade"
+    );
+    let helper = store.get("helper").await.unwrap();
+    assert_eq!(helper.status, SubagentStatus::Cancelled);
+    assert_eq!(helper.cancel_cause, Some(CancelCause::Parent));
+    let plan = store.get("plan").await.unwrap();
+    assert_eq!(plan.cancel_cause, Some(CancelCause::Requested));
+    assert_eq!(
+        plan.cancel_reason.as_deref(),
+        Some(subagent_tracker::DEFAULT_CANCEL_REASON)
+    );
+    assert_eq!(store.status("done").await, Some(SubagentStatus::Completed));
+    assert_eq!(store.status("other").await, Some(SubagentStatus::Running));
+    assert!(store
+        .cancel_matching(Some("planner"), None, None)
+        .await
+        .is_empty());
 }

@@ -5,6 +5,7 @@
 //! map, a stripe of the pending index, or the retention window (levels 2 and 5 in the crate's lock hierarchy,
 //! see the crate root, which also says what the model checks leave out).
 
+use std::collections::HashSet;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::SystemTime;
 
@@ -29,6 +30,7 @@ use crate::tracker::pending_index::PendingIndex;
 use crate::tracker::reasons::cancel_reason;
 use crate::tracker::retention::FinishedTasks;
 use crate::tracker::run::Run;
+use crate::tracker::task_filter::TaskFilter;
 use crate::{CancelCause, ClaimProblem, SubagentStatus, TrackerError};
 
 /// Where a session is listed (a registry, above this layer), seen only as far as the session needs to leave it.
@@ -212,6 +214,19 @@ impl<V: Clone> TrackerShared<V> {
         origin: Option<&Arc<str>>,
         delivery: &mut Delivery,
     ) -> usize {
+        self.cancel_trees_noting(roots, reason, cause, origin, delivery, |_| {})
+    }
+
+    /// [`cancel_trees`](Self::cancel_trees), calling `moved` with the sequence of each task it moved.
+    pub(super) fn cancel_trees_noting(
+        &self,
+        roots: impl IntoIterator<Item = Arc<TaskEntry<V>>>,
+        reason: &Arc<str>,
+        cause: CancelCause,
+        origin: Option<&Arc<str>>,
+        delivery: &mut Delivery,
+        mut noted: impl FnMut(u64),
+    ) -> usize {
         let request = CancelRequest {
             reason: reason.clone(),
             at: SystemTime::now(),
@@ -242,6 +257,7 @@ impl<V: Clone> TrackerShared<V> {
                     continue;
                 }
                 moved += 1;
+                noted(entry.sequence);
                 self.pending.remove(&entry);
                 stack.append(&mut children);
                 if let CancelOutcome::CancelledUnclaimed(effects) = outcome {
@@ -264,6 +280,45 @@ impl<V: Clone> TrackerShared<V> {
         let moved = self.cancel_trees(running, reason, CancelCause::Session, None, &mut delivery);
         delivery.deliver();
         moved
+    }
+
+    /// Cancels the pending tasks that `filter` matches, each as a cancel by id would (cause `Requested`), in one
+    /// cascade, and returns the ids of the matching tasks this call moved, in start order: a match that a
+    /// concurrent cancel moved first is not among them; one that an earlier match's cascade moved is.
+    pub(super) fn cancel_matching<M: Fn(Option<&V>) -> bool>(
+        &self,
+        filter: &TaskFilter<'_, M>,
+        reason: &Arc<str>,
+    ) -> Vec<Arc<str>> {
+        let matched: Vec<Arc<TaskEntry<V>>> = self
+            .pending
+            .entries()
+            .into_iter()
+            .filter(|entry| {
+                filter.matches_status_and_agent(entry.status(), entry.agent.as_deref())
+                    && filter
+                        .wanted_metadata()
+                        .is_none_or(|matches| matches(entry.metadata.as_ref()))
+            })
+            .collect();
+        let mut moved = HashSet::new();
+        let mut delivery = Delivery::default();
+        self.cancel_trees_noting(
+            matched.iter().cloned(),
+            reason,
+            CancelCause::Requested,
+            None,
+            &mut delivery,
+            |sequence| {
+                moved.insert(sequence);
+            },
+        );
+        delivery.deliver();
+        matched
+            .into_iter()
+            .filter(|entry| moved.contains(&entry.sequence))
+            .map(|entry| entry.task_id.clone())
+            .collect()
     }
 
     pub(super) fn cancel_entry(&self, entry: &Arc<TaskEntry<V>>, reason: Option<&str>) -> bool {
