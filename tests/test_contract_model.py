@@ -51,6 +51,8 @@ from hypothesis.stateful import (
 from redis_support import RedisCluster, RedisServer
 
 from subagent_tracker import (
+    CHILD_FAILED_REASON,
+    GROUP_ENDED_REASON,
     CancellationToken,
     DuplicateTaskError,
     RedisRegistry,
@@ -150,6 +152,8 @@ class Run:
         self.links = links
         self.children: list[Run] = []
         self.reserved = reserved
+        # A task group (§3): set by the machine after the start.
+        self.structured = False
         self.claimed = False
         self.status = QUEUED if reserved else RUNNING
         self.finished = False
@@ -211,6 +215,8 @@ class Cascade:
         self.moved: list[Run] = []
         self.allowed: dict[Run, set[tuple[str, str]]] = {}
         self.roots: set[Run] = set()
+        # The origin a task group's cancel names in place of its roots' own ids (None for any other cancel).
+        self.origin: str | None = None
 
     def settle(self, observed: dict[Run, tuple[str | None, str | None]]) -> None:
         """Checks the causes and origins the build recorded and makes the model follow them. A run missing
@@ -224,7 +230,7 @@ class Cascade:
             assert (cause, origin) in self.allowed[run], (
                 f"{run!r} shows cause {cause!r} origin {origin!r}; allowed: {sorted(self.allowed[run])}"
             )
-            if cause == "parent":
+            if cause == "parent" and (self.origin is None or origin != self.origin):
                 # It was reached by that root's cascade; so were the moved runs in between, and the root was
                 # cancelled in its own right.
                 ancestors = run.reaching_ancestors()
@@ -383,11 +389,12 @@ class Model:
         self.anys.append(token)
         return token, {source.reason for source in sources if source.fired and source.reason is not None}
 
-    def cancel(self, targets: list[Run], reason: str, cause: str) -> Cascade:
-        """Cancels the pending ``targets`` (cause ``cause``, origin themselves), their pending descendants,
-        and whatever their tokens reach through links and ``any`` tokens, all with ``reason``. The queued runs
-        it moves are finished, together, once all are cancelled."""
+    def cancel(self, targets: list[Run], reason: str, cause: str, origin: str | None = None) -> Cascade:
+        """Cancels the pending ``targets`` (cause ``cause``, origin themselves or ``origin``), their pending
+        descendants, and whatever their tokens reach through links and ``any`` tokens, all with ``reason``.
+        The queued runs it moves are finished, together, once all are cancelled."""
         cascade = Cascade()
+        cascade.origin = origin
         initial = [run for run in targets if run.status in PENDING]
         moved: set[Run] = set()
         fired_anys: set[Token] = set()
@@ -418,19 +425,23 @@ class Model:
         cascade.moved = sorted(moved, key=lambda run: run.sequence)
         queued = [run for run in cascade.moved if run.status == QUEUED]
         for run in cascade.moved:
+            # The origin a cascade from `root` names: a task group's cancel names the task that set it off.
+            def origin_of(root: Run) -> str:
+                return origin if origin is not None and root in initial else root.task_id
+
             if run in initial:
-                allowed = {(cause, run.task_id)}
+                allowed = {(cause, origin_of(run))}
                 if cause != "session":
                     # Of many roots (a cancel by filter), one may reach another first by its cascade.
                     allowed |= {
-                        ("parent", ancestor.task_id)
+                        ("parent", origin_of(ancestor))
                         for ancestor in run.reaching_ancestors()
                         if ancestor in initial
                     }
             else:
                 allowed = {("linked", run.task_id)} if run in linked_roots else set()
                 allowed |= {
-                    ("parent", ancestor.task_id)
+                    ("parent", origin_of(ancestor))
                     for ancestor in run.reaching_ancestors()
                     if ancestor in cascade.roots
                 }
@@ -696,6 +707,7 @@ class ContractMachine(RuleBasedStateMachine):
         inline_any: tuple[Started | Combined, ...] = (),
         reserve: bool = False,
         claim_timeout: float | None = None,
+        structured: bool = False,
     ) -> object:
         """Starts a task, or with ``reserve`` reserves one; returns its ``Started``, or its ``Run``."""
         session = self.sessions[session_name]
@@ -725,6 +737,7 @@ class ContractMachine(RuleBasedStateMachine):
                     timeout=TIMEOUT if deadline == "timeout" else None,
                     linked=tokens,
                     claim_timeout=claim_timeout,
+                    structured=structured,
                 )
             else:
                 handle = session.start_subagent_task(
@@ -734,6 +747,7 @@ class ContractMachine(RuleBasedStateMachine):
                     deadline=own_deadline if deadline == "past" else None,
                     timeout=TIMEOUT if deadline == "timeout" else None,
                     linked=tokens,
+                    structured=structured,
                 )
                 new_id = handle.task_id
         except (DuplicateTaskError, UnknownTaskError, SessionClosedError) as error:
@@ -748,6 +762,7 @@ class ContractMachine(RuleBasedStateMachine):
         run, choices = self.model.start(
             model_session, new_id, parent_id, detached, own_deadline, model_tokens, time.time(), reserve
         )
+        run.structured = structured
         started = None
         if handle is not None:
             self.handles[run] = handle
@@ -787,6 +802,11 @@ class ContractMachine(RuleBasedStateMachine):
     )
     def start(self, task_id: str | None, parent_id: str | None, detached: bool, deadline: str) -> object:
         return self._start("main", task_id, parent_id, detached, deadline)
+
+    @rule(target=runs, task_id=task_ids, parent_id=st.none() | st.sampled_from(MAIN_IDS), detached=detach)
+    def start_group(self, task_id: str | None, parent_id: str | None, detached: bool) -> object:
+        """Starts a task group (§3): a failing child cancels it, and its end cancels its pending children."""
+        return self._start("main", task_id, parent_id, detached, structured=True)
 
     @rule(target=runs, task_id=task_ids, parent=runs | reserved, detached=detach, deadline=deadlines)
     def start_child(
@@ -997,7 +1017,34 @@ class ContractMachine(RuleBasedStateMachine):
         else:
             expected = self.model.end(target, FAILED, None, f"ValueError: error {value}")
         assert ended is expected
+        if expected and target is not None:
+            self._settle_group(target)
         self._retain()
+
+    def _settle_group(self, run: Run) -> None:
+        """The rules of task groups (§3) after ``run`` completed or failed: a failure of an attached child
+        cancels the group it started under, if still pending; a group's end cancels its pending
+        descendants."""
+        parent = run.parent
+        if run.status == FAILED and not run.detached and parent is not None and parent.structured:
+            if parent.status in PENDING:
+                event("group: a failing child cancelled its group")
+            self._observe(
+                self.model.cancel([parent], CHILD_FAILED_REASON, "child_failed", origin=run.task_id)
+            )
+        if run.structured and run.status in (COMPLETED, FAILED):
+            pending = [below for below in run.in_reach() if below.status in PENDING]
+            if pending:
+                event("group: its end cancelled pending children")
+            self._observe(self.model.cancel(pending, GROUP_ENDED_REASON, "parent", origin=run.task_id))
+        # The stores apply these rules before they record the run's own end, and a link these cancels fire
+        # acts after it: the run and the queued runs these rules finished finish together, in an order the
+        # model leaves open.
+        finished = run.session.finished
+        ended_with = next(index for index, group in enumerate(finished) if run in group)
+        together = [finished_run for group in finished[ended_with:] for finished_run in group]
+        del finished[ended_with:]
+        finished.append(together)
 
     @rule(
         aim=st.sampled_from([*MAIN_IDS, *EXTERNAL_IDS, UNKNOWN_ID]) | runs | reserved,

@@ -39,11 +39,13 @@ from subagent_tracker._errors import (
 )
 from subagent_tracker._native import (
     BATCH_REFUSED_REASON,
+    CHILD_FAILED_REASON,
     CLAIM_TIMEOUT_ERROR,
     DEADLINE_REASON,
     DEFAULT_CANCEL_REASON,
     DEFAULT_MAX_FINISHED_TASKS,
     DROPPED_HANDLE_ERROR,
+    GROUP_ENDED_REASON,
     LEASE_LOST_REASON,
     MAX_SECONDS,
     MAX_TASK_ID_BYTES,
@@ -67,6 +69,7 @@ from subagent_tracker._native import (
     _before_fork,
     _interpreter_exiting,
 )
+from subagent_tracker._progress import ProgressEntry
 from subagent_tracker._protocols import (
     AsyncSessionProtocol,
     AsyncTaskHandleProtocol,
@@ -86,12 +89,14 @@ if hasattr(os, "register_at_fork"):
 
 __all__ = [
     "BATCH_REFUSED_REASON",
+    "CHILD_FAILED_REASON",
     "CLAIM_TIMEOUT_ERROR",
     "DEADLINE_REASON",
     "DEFAULT_CANCEL_REASON",
     "DEFAULT_GRACE_SECONDS",
     "DEFAULT_MAX_FINISHED_TASKS",
     "DROPPED_HANDLE_ERROR",
+    "GROUP_ENDED_REASON",
     "LEASE_LOST_REASON",
     "MAX_SECONDS",
     "MAX_TASK_ID_BYTES",
@@ -109,6 +114,7 @@ __all__ = [
     "DuplicateTaskError",
     "EventStream",
     "GuardedStream",
+    "ProgressEntry",
     "RedisRegistry",
     "RedisSession",
     "RedisTaskHandle",

@@ -39,8 +39,8 @@ class AwaitableTaskHandle:
     def token(self) -> CancellationToken:
         return self.handle.token
 
-    async def progress(self, message: str) -> bool:
-        return self.handle.progress(message)
+    async def progress(self, message: str, *, data: Any = None) -> bool:
+        return self.handle.progress(message, data=data)
 
     async def complete(self, result: Any = None) -> bool:
         return self.handle.complete(result)
@@ -111,6 +111,7 @@ class AwaitableSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> AwaitableTaskHandle:
         handle = self.session.start_subagent_task(
@@ -122,6 +123,7 @@ class AwaitableSession:
             timeout=timeout,
             deadline=deadline,
             detached=detached,
+            structured=structured,
             linked=linked,
         )
         return AwaitableTaskHandle(handle)
@@ -137,6 +139,7 @@ class AwaitableSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str:
@@ -149,6 +152,7 @@ class AwaitableSession:
             timeout=timeout,
             deadline=deadline,
             detached=detached,
+            structured=structured,
             linked=linked,
             claim_timeout=claim_timeout,
         )
@@ -228,6 +232,7 @@ class AwaitableSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> SpawnedSubagent:
         def run(handle: SubagentTaskHandle) -> Awaitable[Any]:
@@ -244,6 +249,7 @@ class AwaitableSession:
             timeout=timeout,
             deadline=deadline,
             detached=detached,
+            structured=structured,
             linked=linked,
         )
 

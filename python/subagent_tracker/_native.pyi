@@ -8,16 +8,19 @@ from typing_extensions import disjoint_base
 
 from subagent_tracker import _session
 from subagent_tracker._checkpoints import GuardedStream
+from subagent_tracker._progress import ProgressEntry
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
     "BATCH_REFUSED_REASON",
+    "CHILD_FAILED_REASON",
     "CLAIM_TIMEOUT_ERROR",
     "DEADLINE_REASON",
     "DEFAULT_CANCEL_REASON",
     "DEFAULT_EVENT_BUFFER",
     "DEFAULT_MAX_FINISHED_TASKS",
     "DROPPED_HANDLE_ERROR",
+    "GROUP_ENDED_REASON",
     "LEASE_LOST_REASON",
     "MAX_SECONDS",
     "MAX_TASK_ID_BYTES",
@@ -75,6 +78,8 @@ DEFAULT_EVENT_BUFFER: Final[int]
 DEFAULT_CANCEL_REASON: Final[str]
 BATCH_REFUSED_REASON: Final[str]
 DEADLINE_REASON: Final[str]
+CHILD_FAILED_REASON: Final[str]
+GROUP_ENDED_REASON: Final[str]
 CLAIM_TIMEOUT_ERROR: Final[str]
 _EVENT_STREAM_BUSY: Final[str]
 WORKER_LOST_ERROR: Final[str]
@@ -128,7 +133,9 @@ class SubagentTask:
     @property
     def cancel_origin(self) -> str | None: ...
     @property
-    def cancel_cause(self) -> Literal["requested", "parent", "session", "deadline", "linked"] | None: ...
+    def cancel_cause(
+        self,
+    ) -> Literal["requested", "parent", "session", "deadline", "linked", "lease", "child_failed"] | None: ...
     @property
     def deadline(self) -> float | None: ...
     @property
@@ -139,6 +146,8 @@ class SubagentTask:
     def progress(self) -> str | None: ...
     @property
     def progress_count(self) -> int: ...
+    @property
+    def progress_log(self) -> list[ProgressEntry]: ...
     @property
     def result(self) -> Any: ...
     @property
@@ -179,7 +188,7 @@ class SubagentTaskHandle:
     def session_id(self) -> str: ...
     @property
     def token(self) -> CancellationToken: ...
-    def progress(self, message: str) -> bool: ...
+    def progress(self, message: str, *, data: Any = None) -> bool: ...
     def complete(self, result: Any = None) -> bool: ...
     def fail(
         self,
@@ -243,6 +252,7 @@ class Session:
         event_buffer: int | None = None,
         max_finished_age: float | None = None,
         early_cancel_ttl: float | None = None,
+        progress_log_size: int | None = None,
         _state: _SessionState | None = None,
     ) -> Session: ...
     @property
@@ -262,6 +272,7 @@ class Session:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> SubagentTaskHandle: ...
     def reserve_subagent_task(
@@ -275,6 +286,7 @@ class Session:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str: ...
@@ -331,6 +343,7 @@ class Registry:
         event_buffer: int | None = None,
         max_finished_age: float | None = None,
         early_cancel_ttl: float | None = None,
+        progress_log_size: int | None = None,
     ) -> _session.Session: ...
     def get_session(self, session_id: str) -> _session.Session | None: ...
     def sessions(self) -> list[str]: ...
@@ -372,6 +385,7 @@ class RedisRegistry:
         event_buffer: int | None = None,
         max_finished_age: float | None = None,
         early_cancel_ttl: float | None = None,
+        progress_log_size: int | None = None,
     ) -> RedisSession: ...
     def get_session(self, session_id: str) -> RedisSession | None: ...
     def sessions(self) -> list[str]: ...
@@ -400,6 +414,7 @@ class RedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> RedisTaskHandle: ...
     def reserve_subagent_task(
@@ -413,6 +428,7 @@ class RedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str: ...
@@ -463,6 +479,7 @@ class RedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> _session.SpawnedSubagent: ...
     def events(self) -> _session.EventStream: ...
@@ -489,7 +506,7 @@ class RedisTaskHandle:
     def session_id(self) -> str: ...
     @property
     def token(self) -> CancellationToken: ...
-    def progress(self, message: str) -> bool: ...
+    def progress(self, message: str, *, data: Any = None) -> bool: ...
     def complete(self, result: Any = None) -> bool: ...
     def fail(
         self,
@@ -538,6 +555,7 @@ class AsyncRedisRegistry:
         event_buffer: int | None = None,
         max_finished_age: float | None = None,
         early_cancel_ttl: float | None = None,
+        progress_log_size: int | None = None,
     ) -> asyncio.Future[AsyncRedisSession]: ...
     def get_session(self, session_id: str) -> asyncio.Future[AsyncRedisSession | None]: ...
     def sessions(self) -> asyncio.Future[list[str]]: ...
@@ -562,6 +580,7 @@ class AsyncRedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> asyncio.Future[AsyncRedisTaskHandle]: ...
     def reserve_subagent_task(
@@ -575,6 +594,7 @@ class AsyncRedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> asyncio.Future[str]: ...
@@ -627,6 +647,7 @@ class AsyncRedisSession:
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> Awaitable[_session.SpawnedSubagent]: ...
     def events(self) -> asyncio.Future[_session.EventStream]: ...
@@ -643,7 +664,7 @@ class AsyncRedisTaskHandle:
     def session_id(self) -> str: ...
     @property
     def token(self) -> CancellationToken: ...
-    def progress(self, message: str) -> asyncio.Future[bool]: ...
+    def progress(self, message: str, *, data: Any = None) -> asyncio.Future[bool]: ...
     def complete(self, result: Any = None) -> asyncio.Future[bool]: ...
     def fail(
         self,

@@ -30,7 +30,7 @@ class TaskHandleProtocol(Protocol):
     def session_id(self) -> str: ...
     @property
     def token(self) -> CancellationToken: ...
-    def progress(self, message: str) -> bool: ...
+    def progress(self, message: str, *, data: Any = None) -> bool: ...
     def complete(self, result: Any = None) -> bool: ...
     def fail(
         self,
@@ -53,7 +53,7 @@ class AsyncTaskHandleProtocol(Protocol):
     def session_id(self) -> str: ...
     @property
     def token(self) -> CancellationToken: ...
-    def progress(self, message: str) -> Awaitable[bool]: ...
+    def progress(self, message: str, *, data: Any = None) -> Awaitable[bool]: ...
     def complete(self, result: Any = None) -> Awaitable[bool]: ...
     def fail(
         self,
@@ -92,6 +92,7 @@ class SessionProtocol(Protocol):
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> TaskHandleProtocol: ...
     def reserve_subagent_task(
@@ -105,6 +106,7 @@ class SessionProtocol(Protocol):
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> str: ...
@@ -153,6 +155,7 @@ class SessionProtocol(Protocol):
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> SpawnedSubagent: ...
     def events(self) -> EventStream: ...
@@ -181,6 +184,7 @@ class AsyncSessionProtocol(Protocol):
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> Awaitable[AsyncTaskHandleProtocol]: ...
     def reserve_subagent_task(
@@ -194,6 +198,7 @@ class AsyncSessionProtocol(Protocol):
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
         claim_timeout: float | None = None,
     ) -> Awaitable[str]: ...
@@ -244,6 +249,7 @@ class AsyncSessionProtocol(Protocol):
         timeout: float | None = None,
         deadline: float | None = None,
         detached: bool = False,
+        structured: bool = False,
         linked: Iterable[CancellationToken] | None = None,
     ) -> Awaitable[SpawnedSubagent]: ...
     def events(self) -> Awaitable[EventStream]: ...

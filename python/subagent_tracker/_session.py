@@ -70,6 +70,7 @@ def _spawn_subagent_task(
     timeout: float | None = None,
     deadline: float | None = None,
     detached: bool = False,
+    structured: bool = False,
     linked: Iterable[CancellationToken] | None = None,
 ) -> SpawnedSubagent:
     """Starts a task and runs ``await function(handle)`` as an asyncio task of the running loop.
@@ -91,6 +92,7 @@ def _spawn_subagent_task(
         timeout=timeout,
         deadline=deadline,
         detached=detached,
+        structured=structured,
         linked=linked,
     )
     return SpawnedSubagent(handle, function, grace, loop)
@@ -109,6 +111,7 @@ async def _spawn_subagent_task_async(
     timeout: float | None = None,
     deadline: float | None = None,
     detached: bool = False,
+    structured: bool = False,
     linked: Iterable[CancellationToken] | None = None,
 ) -> SpawnedSubagent:
     """``_spawn_subagent_task`` for a session whose start is awaited."""
@@ -123,6 +126,7 @@ async def _spawn_subagent_task_async(
         timeout=timeout,
         deadline=deadline,
         detached=detached,
+        structured=structured,
         linked=linked,
     )
     return SpawnedSubagent(handle, function, grace, loop)

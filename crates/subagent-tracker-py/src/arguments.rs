@@ -109,8 +109,19 @@ pub(crate) fn tracker_config(
     event_buffer: Option<&Bound<'_, PyAny>>,
     max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
     early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
+    progress_log_size: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<subagent_tracker::TrackerConfig> {
     let mut config = subagent_tracker::TrackerConfig::default();
+    if let Some(value) = progress_log_size {
+        let size = count(value, "progress_log_size")?;
+        if size > subagent_tracker::MAX_PROGRESS_LOG_SIZE {
+            return Err(PyValueError::new_err(format!(
+                "progress_log_size must be at most {}, got {size}",
+                subagent_tracker::MAX_PROGRESS_LOG_SIZE
+            )));
+        }
+        config = config.with_progress_log_size(size);
+    }
     if let Some(ttl) = early_cancel_ttl {
         config = config.with_early_cancel_ttl(ttl.0);
     }
@@ -223,6 +234,11 @@ impl<'a, 'py> FromPyObject<'a, 'py> for JsonMetadata {
         check_mapping(&value)?;
         json_text(&value, "metadata").map(JsonMetadata)
     }
+}
+
+/// A deep read-only copy of `value`, as a session in memory keeps metadata (the argument's name is `what`).
+pub(crate) fn frozen_copy(value: &Bound<'_, PyAny>, what: &'static str) -> PyResult<Py<PyAny>> {
+    Ok(nested_copy(value, what, Copy::Frozen, 0)?.unbind())
 }
 
 /// `value` (a task's result, or metadata) as JSON text, under the rules of [`JsonMetadata`].

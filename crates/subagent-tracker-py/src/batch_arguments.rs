@@ -10,7 +10,7 @@ use subagent_tracker::TaskStart;
 use crate::start_arguments::{StartArguments, StoredMetadata};
 
 /// The keys a task of a started batch may have.
-const START_KEYS: [&str; 9] = [
+const START_KEYS: [&str; 10] = [
     "task_id",
     "parent_id",
     "agent",
@@ -19,6 +19,7 @@ const START_KEYS: [&str; 9] = [
     "timeout",
     "deadline",
     "detached",
+    "structured",
     "linked",
 ];
 
@@ -132,6 +133,10 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartA
             .map(|value| value.extract())
             .transpose()?,
         detached: value("detached")?
+            .map(|value| value.extract::<bool>())
+            .transpose()?
+            .unwrap_or(false),
+        structured: value("structured")?
             .map(|value| value.extract::<bool>())
             .transpose()?
             .unwrap_or(false),

@@ -77,11 +77,25 @@ impl SubagentTaskHandle {
         Ok(self.token.get_or_init(|| token).clone_ref(py))
     }
 
-    /// Records a progress milestone; False (and nothing recorded) once the task has finished.
-    fn progress(&self, py: Python<'_>, message: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// Records a progress milestone, with `data` (kept read-only) in the task's progress log; False (and
+    /// nothing recorded) once the task has finished.
+    #[pyo3(signature = (message, *, data=None))]
+    fn progress(
+        &self,
+        py: Python<'_>,
+        message: &Bound<'_, PyAny>,
+        data: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
         let message = arguments::string(message, "message")?;
         let message = message.to_str()?;
-        with_wake_batch(py, || self.handle.progress(message))
+        let data = data
+            .filter(|data| !data.is_none())
+            .map(|data| arguments::frozen_copy(data, "data"))
+            .transpose()?;
+        with_wake_batch(py, || match data {
+            Some(data) => self.handle.progress_with(message, PyValue::new(data)),
+            None => self.handle.progress(message),
+        })
     }
 
     /// Reports success; True exactly when this moved the task from running to completed.

@@ -95,6 +95,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         subagent_tracker::BATCH_REFUSED_REASON,
     )?;
     module.add("DEADLINE_REASON", subagent_tracker::DEADLINE_REASON)?;
+    module.add("CHILD_FAILED_REASON", subagent_tracker::CHILD_FAILED_REASON)?;
+    module.add("GROUP_ENDED_REASON", subagent_tracker::GROUP_ENDED_REASON)?;
     module.add(
         "WORKER_LOST_ERROR",
         subagent_tracker_redis::WORKER_LOST_ERROR,

@@ -51,6 +51,20 @@ pub(crate) fn status_member(py: Python<'_>, status: SubagentStatus) -> PyResult<
     Ok(members[index].clone_ref(py))
 }
 
+/// `subagent_tracker.ProgressEntry`, the entries of a snapshot's progress log.
+pub(crate) fn progress_entry_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
+    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    Ok(CLASS
+        .get_or_try_init(py, || {
+            Ok::<_, PyErr>(
+                py.import("subagent_tracker._progress")?
+                    .getattr("ProgressEntry")?
+                    .unbind(),
+            )
+        })?
+        .bind(py))
+}
+
 /// `subagent_tracker.Session`, which registries hand out.
 pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
     static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

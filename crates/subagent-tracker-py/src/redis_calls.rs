@@ -626,13 +626,24 @@ impl HandleCalls {
         &self,
         py: Python<'py>,
         message: &Bound<'_, PyAny>,
+        data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let message = arguments::string(message, "message")?.to_str()?.to_owned();
+        let data = data
+            .filter(|data| !data.is_none())
+            .map(|data| json_text(data, "data"))
+            .transpose()?;
         let handle = self.handle.clone();
         self.delivery.deliver(
             py,
             self.made_in,
-            async move { handle.lock().await.progress(&message).await },
+            async move {
+                let handle = handle.lock().await;
+                match &data {
+                    Some(data) => handle.progress_with(&message, data).await,
+                    None => handle.progress(&message).await,
+                }
+            },
             |py, recorded| object(py, recorded.map_err(|error| redis_error(py, error))?),
         )
     }
@@ -673,6 +684,18 @@ pub(crate) fn snapshot(
         .take()
         .map(|text| from_json_text(py, &text, true))
         .transpose()?;
+    // Read-only, as metadata is.
+    let progress_data = snapshot
+        .progress_log
+        .iter_mut()
+        .map(|entry| {
+            entry
+                .data
+                .take()
+                .map(|text| from_json_text(py, &text, true))
+                .transpose()
+        })
+        .collect::<PyResult<Vec<_>>>()?;
     let mut decoded = snapshot.map_values(|text| match from_json_text(py, &text, false) {
         Ok(value) => PyValue::new(value),
         Err(error) => {
@@ -681,6 +704,9 @@ pub(crate) fn snapshot(
         }
     });
     decoded.metadata = metadata.map(PyValue::new);
+    for (entry, data) in decoded.progress_log.iter_mut().zip(progress_data) {
+        entry.data = data.map(PyValue::new);
+    }
     match failure {
         Some(error) => Err(error),
         None => Ok(SubagentTask::new(py, decoded)),

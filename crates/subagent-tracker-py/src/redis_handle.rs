@@ -39,12 +39,14 @@ impl RedisTaskHandle {
         self.calls.token.clone_ref(py)
     }
 
+    #[pyo3(signature = (message, *, data=None))]
     fn progress<'py>(
         &self,
         py: Python<'py>,
         message: &Bound<'_, PyAny>,
+        data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        self.calls.progress(py, message)
+        self.calls.progress(py, message, data)
     }
 
     #[pyo3(signature = (result=None))]

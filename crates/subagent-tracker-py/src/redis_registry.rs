@@ -157,7 +157,9 @@ impl RedisRegistry {
     }
 
     /// The session `session_id`, created if no process has made it.
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None))]
+    // One parameter per Python keyword argument: the signature is the Python API.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, progress_log_size=None))]
     fn session<'py>(
         &self,
         py: Python<'py>,
@@ -166,12 +168,14 @@ impl RedisRegistry {
         event_buffer: Option<&Bound<'_, PyAny>>,
         max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
         early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
+        progress_log_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let config: TrackerConfig = arguments::tracker_config(
             max_finished_tasks,
             event_buffer,
             max_finished_age,
             early_cancel_ttl,
+            progress_log_size,
         )?;
         self.calls
             .session(py, session_id.map(|id| id.0.to_string()), config)
@@ -209,7 +213,7 @@ impl RedisSession {
     /// Starts a task that this process runs, and returns the runner's handle.
     #[pyo3(signature = (
         task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
-        deadline=None, detached=false, linked=None
+        deadline=None, detached=false, structured=false, linked=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn start_subagent_task<'py>(
@@ -223,6 +227,7 @@ impl RedisSession {
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
+        structured: bool,
         linked: Option<Tokens>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (start, _) = StartArguments {
@@ -234,6 +239,7 @@ impl RedisSession {
             timeout,
             deadline,
             detached,
+            structured,
             linked,
             claim_timeout: None,
         }
@@ -244,7 +250,7 @@ impl RedisSession {
     /// Reserves a task for a runner in any process to claim, and returns its id.
     #[pyo3(signature = (
         task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
-        deadline=None, detached=false, linked=None, claim_timeout=None
+        deadline=None, detached=false, structured=false, linked=None, claim_timeout=None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn reserve_subagent_task<'py>(
@@ -258,6 +264,7 @@ impl RedisSession {
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
+        structured: bool,
         linked: Option<Tokens>,
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -270,6 +277,7 @@ impl RedisSession {
             timeout,
             deadline,
             detached,
+            structured,
             linked,
             claim_timeout,
         }

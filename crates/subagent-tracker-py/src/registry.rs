@@ -40,7 +40,9 @@ impl Registry {
     }
 
     /// The live session `session_id`, created with these settings if there is none.
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None))]
+    // One parameter per Python keyword argument: the signature is the Python API.
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, progress_log_size=None))]
     fn session(
         &self,
         py: Python<'_>,
@@ -49,12 +51,14 @@ impl Registry {
         event_buffer: Option<&Bound<'_, PyAny>>,
         max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
         early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
+        progress_log_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
         let config = arguments::tracker_config(
             max_finished_tasks,
             event_buffer,
             max_finished_age,
             early_cancel_ttl,
+            progress_log_size,
         )?;
         let tracker = self
             .registry

@@ -54,13 +54,14 @@ fn snapshots(
 #[pymethods]
 impl Session {
     #[new]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, _state=None))]
+    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, progress_log_size=None, _state=None))]
     fn new(
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,
         event_buffer: Option<&Bound<'_, PyAny>>,
         max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
         early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
+        progress_log_size: Option<&Bound<'_, PyAny>>,
         _state: Option<PyRef<'_, SessionState>>,
     ) -> PyResult<Session> {
         if let Some(state) = _state {
@@ -73,6 +74,7 @@ impl Session {
             event_buffer,
             max_finished_age,
             early_cancel_ttl,
+            progress_log_size,
         )?;
         Ok(Session {
             tracker: InMemorySubagentTaskTracker::with_config(
@@ -105,7 +107,7 @@ impl Session {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         task_id=None, *, parent_id=None, agent=None, description=None, metadata=None,
-        timeout=None, deadline=None, detached=false, linked=None
+        timeout=None, deadline=None, detached=false, structured=false, linked=None
     ))]
     fn start_subagent_task(
         slf: &Bound<'_, Self>,
@@ -117,6 +119,7 @@ impl Session {
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
+        structured: bool,
         linked: Option<Tokens>,
     ) -> PyResult<SubagentTaskHandle> {
         let py = slf.py();
@@ -129,6 +132,7 @@ impl Session {
             timeout,
             deadline,
             detached,
+            structured,
             linked,
             claim_timeout: None,
         }
@@ -185,7 +189,7 @@ impl Session {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         task_id=None, *, parent_id=None, agent=None, description=None, metadata=None,
-        timeout=None, deadline=None, detached=false, linked=None, claim_timeout=None
+        timeout=None, deadline=None, detached=false, structured=false, linked=None, claim_timeout=None
     ))]
     fn reserve_subagent_task(
         &self,
@@ -198,6 +202,7 @@ impl Session {
         timeout: Option<Seconds<TimeoutArgument>>,
         deadline: Option<EpochDeadline>,
         detached: bool,
+        structured: bool,
         linked: Option<Tokens>,
         claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
     ) -> PyResult<String> {
@@ -210,6 +215,7 @@ impl Session {
             timeout,
             deadline,
             detached,
+            structured,
             linked,
             claim_timeout,
         }

@@ -2,10 +2,11 @@
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::types::PyList;
 use pyo3::PyTraverseError;
 use subagent_tracker::SubagentTaskSnapshot;
 
-use crate::package_imports::status_member;
+use crate::package_imports::{progress_entry_class, status_member};
 use crate::python_types::{python_repr, PyValue};
 
 /// An immutable snapshot of one subagent task, taken atomically. It owns its references to the metadata and
@@ -140,6 +141,25 @@ impl SubagentTask {
         self.snapshot.progress_count
     }
 
+    /// The latest progress reports, oldest first, as `ProgressEntry(at, message, data)` tuples.
+    #[getter]
+    fn progress_log<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let entry_class = progress_entry_class(py)?;
+        let entries = self
+            .snapshot
+            .progress_log
+            .iter()
+            .map(|entry| {
+                entry_class.call1((
+                    epoch(entry.at),
+                    &*entry.message,
+                    owned(py, entry.data.as_ref()),
+                ))
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyList::new(py, entries)
+    }
+
     #[getter]
     fn result(&self, py: Python<'_>) -> Py<PyAny> {
         owned(py, self.snapshot.result.as_ref())
@@ -170,6 +190,9 @@ impl SubagentTask {
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.snapshot.metadata)?;
+        for entry in &self.snapshot.progress_log {
+            visit.call(&entry.data)?;
+        }
         visit.call(&self.snapshot.result)
     }
 

@@ -26,6 +26,7 @@ pub(crate) struct StartArguments<'py> {
     pub(crate) timeout: Option<Seconds<TimeoutArgument>>,
     pub(crate) deadline: Option<EpochDeadline>,
     pub(crate) detached: bool,
+    pub(crate) structured: bool,
     pub(crate) linked: Option<Tokens>,
     /// A reservation's own claim timeout.
     pub(crate) claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
@@ -87,7 +88,7 @@ impl StartArguments<'_> {
         if let Some(deadline) = self.deadline {
             start = start.deadline_at(deadline.0);
         }
-        start = start.detached(self.detached);
+        start = start.detached(self.detached).structured(self.structured);
         for token in self.linked.map(|tokens| tokens.0).unwrap_or_default() {
             start = start.linked(token);
         }

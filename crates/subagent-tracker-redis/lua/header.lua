@@ -3,8 +3,9 @@ The transitions of subagent-tracker sessions stored in Redis: each function runs
 the first transition out of a pending status wins across every process.
 
 Files. This header, then the rules the core states (`PENDING`: written from `SubagentStatus::is_pending` by
-`src/library.rs`, which assembles the library), then the shared helpers of `lua/includes/` (each uses only those
-before it: clock, session, keys, tasks, session_state, events, retention, cascade, open, liveness, register), then
+`src/library.rs`, which assembles the library; the task groups' reasons), then the shared helpers of
+`lua/includes/` (each uses only those before it: clock, session, keys, tasks, session_state, events, retention,
+cascade, task_groups, open, liveness, register), then
 one file per server function in `lua/functions/`, named as the function without its `stv2_` prefix. Each function's
 file opens with its keys and arguments, `(keys; arguments)`, what it returns, and its Rust counterpart.
 
@@ -83,7 +84,7 @@ process's lease, its runs (their `worker` field) and its channel, so that two pr
 each other's runs for their own; snapshots show the id alone.
 
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
-(the task whose children set holds this one, and its run), agent, description, metadata, detached, reserved,
+(the task whose children set holds this one, and its run), agent, description, metadata, detached, structured, reserved,
 worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result,
 error, error_type, error_code, progress, progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1"
 once it has had attached children).

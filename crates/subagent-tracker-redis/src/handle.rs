@@ -74,13 +74,28 @@ impl RedisTaskHandle {
             .is_some_and(SubagentTaskHandle::is_cancelled)
     }
 
-    /// Records a progress message; false once the task has finished.
+    /// Records a progress message (and keeps it in the task's progress log); false once the task has finished.
     ///
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
     pub async fn progress(&self, message: &str) -> Result<bool, RedisTrackerError> {
         self.session
-            .record_progress(&self.run.task_id, &self.run.run, message)
+            .record_progress(&self.run.task_id, &self.run.run, message, None)
+            .await
+    }
+
+    /// Records a progress report as [`progress`](Self::progress) does, with `data` (JSON text) kept beside the
+    /// message in the task's progress log (contract §5).
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn progress_with(
+        &self,
+        message: &str,
+        data: &str,
+    ) -> Result<bool, RedisTrackerError> {
+        self.session
+            .record_progress(&self.run.task_id, &self.run.run, message, Some(data))
             .await
     }
 

@@ -1,5 +1,5 @@
 //! The library of server functions, assembled from `lua/` when it is first needed: the header, the rules the
-//! core states (which statuses are pending), the shared helpers of `lua/includes/` in the order each needs the
+//! core states (which statuses are pending, the reasons task groups write, the progress log's default size), the shared helpers of `lua/includes/` in the order each needs the
 //! ones before it, then one file per server function from `lua/functions/`, each registering itself.
 //!
 //! `lua/header.lua` maps each function to its Rust counterpart and describes the keys; each function's file
@@ -14,7 +14,7 @@ use subagent_tracker::SubagentStatus;
 pub(crate) const LIBRARY: &str = "subagent_tracker_v2";
 
 /// The shared helpers: each file uses only what the files before it define.
-const INCLUDES: [&str; 11] = [
+const INCLUDES: [&str; 12] = [
     include_str!("../lua/includes/clock.lua"),
     include_str!("../lua/includes/session.lua"),
     include_str!("../lua/includes/keys.lua"),
@@ -23,6 +23,7 @@ const INCLUDES: [&str; 11] = [
     include_str!("../lua/includes/events.lua"),
     include_str!("../lua/includes/retention.lua"),
     include_str!("../lua/includes/cascade.lua"),
+    include_str!("../lua/includes/task_groups.lua"),
     include_str!("../lua/includes/open.lua"),
     include_str!("../lua/includes/liveness.lua"),
     include_str!("../lua/includes/register.lua"),
@@ -84,10 +85,23 @@ fn core_rules() -> String {
     {
         let _ = write!(pending, " {} = true,", status.as_str());
     }
-    format!(
+    let mut rules = format!(
         "\n-- The statuses that are pending (SubagentStatus::is_pending in the core).\nlocal PENDING = {{{} }}\n",
         pending.trim_end_matches(',')
-    )
+    );
+    let _ = writeln!(
+        rules,
+        "local DEFAULT_PROGRESS_LOG_SIZE = {}",
+        subagent_tracker::DEFAULT_PROGRESS_LOG_SIZE
+    );
+    // The reasons task groups write (plain ASCII, so Rust's quoting is Lua's).
+    for (name, reason) in [
+        ("CHILD_FAILED_REASON", subagent_tracker::CHILD_FAILED_REASON),
+        ("GROUP_ENDED_REASON", subagent_tracker::GROUP_ENDED_REASON),
+    ] {
+        let _ = writeln!(rules, "local {name} = {reason:?}");
+    }
+    rules
 }
 
 #[cfg(test)]

@@ -86,11 +86,12 @@ impl RedisRegistry {
             .map(|age| age.as_micros().to_string())
             .unwrap_or_default();
         let early_ttl = config.early_cancel_ttl.as_micros().to_string();
+        let log_size = config.progress_log_size.to_string();
         let state: Vec<String> = store::call(
             &mut self.worker.connection.clone(),
             "touch",
             &[&key],
-            &[&max, &max_age, &early_ttl],
+            &[&max, &max_age, &early_ttl, &log_size],
         )
         .await?;
         let state = session_state(state)?

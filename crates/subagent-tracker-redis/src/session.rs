@@ -54,7 +54,7 @@ struct Opening {
     reserved: bool,
     /// A deadline or a claim timeout: the registry's index of timers must learn of it.
     timed: bool,
-    args: [String; 11],
+    args: [String; 12],
 }
 
 /// How a runner's end is written in Redis.
@@ -342,6 +342,7 @@ impl RedisSession {
             claim_timeout
                 .map(subagent_tracker::claim_timeout_error)
                 .unwrap_or_default(),
+            if parts.structured { "1" } else { "0" }.to_owned(),
         ];
         Ok(Opening {
             timed: parts.deadline.is_some() || claim_timeout.is_some(),
@@ -670,10 +671,15 @@ impl RedisSession {
         task_id: &str,
         run: &str,
         message: &str,
+        data: Option<&str>,
     ) -> Result<bool, RedisTrackerError> {
         let message = subagent_tracker::kept_progress_message(message);
+        let data = data.unwrap_or_default();
         let recorded: i64 = self
-            .call("progress", &[&self.incarnation, task_id, run, message])
+            .call(
+                "progress",
+                &[&self.incarnation, task_id, run, message, data],
+            )
             .await?;
         Ok(recorded == 1)
     }

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use redis::FromRedisValue;
-use subagent_tracker::{epoch_seconds, CancelCause, SubagentStatus, SubagentTaskSnapshot};
+use subagent_tracker::{
+    epoch_seconds, CancelCause, ProgressEntry, SubagentStatus, SubagentTaskSnapshot,
+};
 
 use crate::connection::Connection;
 use crate::library::{CODE, LIBRARY};
@@ -335,6 +337,22 @@ impl TaskFields {
         self.0.get(name).is_some_and(|value| value == "1")
     }
 
+    /// The progress log: the fields `pl<number>` in the order of their numbers, each
+    /// `<at>:<message's byte length>:<message><data>` (`stv2_progress` writes them). A field that does not read
+    /// so is passed over.
+    fn progress_log(&self) -> Vec<ProgressEntry<String>> {
+        let mut numbered: Vec<(u64, ProgressEntry<String>)> = self
+            .0
+            .iter()
+            .filter_map(|(name, value)| {
+                let number = name.strip_prefix("pl")?.parse().ok()?;
+                Some((number, progress_entry(value)?))
+            })
+            .collect();
+        numbered.sort_unstable_by_key(|(number, _)| *number);
+        numbered.into_iter().map(|(_, entry)| entry).collect()
+    }
+
     /// Whether these are the fields of run `run`.
     pub(crate) fn is_run(&self, run: &str) -> bool {
         self.0.get("run").is_some_and(|stored| stored == run)
@@ -383,6 +401,7 @@ impl TaskFields {
             .get("progress_count")
             .and_then(|count| count.parse().ok())
             .unwrap_or_default();
+        snapshot.progress_log = self.progress_log();
         snapshot.result = self.0.get("result").cloned();
         snapshot.error = self.text("error");
         snapshot.error_type = self.text("error_type");
@@ -397,6 +416,21 @@ impl TaskFields {
         });
         Ok(snapshot)
     }
+}
+
+/// One progress report as its field holds it (see [`TaskFields::progress_log`]).
+fn progress_entry(field: &str) -> Option<ProgressEntry<String>> {
+    let (at, rest) = field.split_once(':')?;
+    let (length, rest) = rest.split_once(':')?;
+    let length: usize = length.parse().ok()?;
+    let message = rest.get(..length)?;
+    let data = &rest[length..];
+    let seconds: f64 = at.parse().ok()?;
+    Some(ProgressEntry {
+        at: SystemTime::UNIX_EPOCH.checked_add(Duration::try_from_secs_f64(seconds).ok()?)?,
+        message: Arc::from(message),
+        data: (!data.is_empty()).then(|| data.to_owned()),
+    })
 }
 
 /// `time` in milliseconds since the epoch, rounded up.

@@ -18,10 +18,14 @@ pub enum CancelCause {
     Linked,
     /// The worker that runs it lost its lease on a shared store, so no other process can see it run any more.
     Lease,
+    /// It is a task group (`TaskStart::structured`) and one of its attached children failed; the child is the
+    /// cancel's origin.
+    ChildFailed,
 }
 
 impl CancelCause {
-    /// The lowercase name: `"requested"`, `"parent"`, `"session"`, `"deadline"`, `"linked"` or `"lease"`.
+    /// The lowercase name: `"requested"`, `"parent"`, `"session"`, `"deadline"`, `"linked"`, `"lease"` or
+    /// `"child_failed"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -31,6 +35,7 @@ impl CancelCause {
             CancelCause::Deadline => "deadline",
             CancelCause::Linked => "linked",
             CancelCause::Lease => "lease",
+            CancelCause::ChildFailed => "child_failed",
         }
     }
 
@@ -44,6 +49,7 @@ impl CancelCause {
             CancelCause::Deadline,
             CancelCause::Linked,
             CancelCause::Lease,
+            CancelCause::ChildFailed,
         ]
         .into_iter()
         .find(|cause| cause.as_str() == name)

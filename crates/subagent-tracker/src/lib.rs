@@ -67,6 +67,7 @@ mod cancel_cause;
 mod error;
 mod event;
 mod failure;
+mod progress;
 mod registry;
 mod snapshot;
 mod status;
@@ -80,6 +81,7 @@ pub use cancel_cause::CancelCause;
 pub use error::{ClaimProblem, IdProblem, TrackerError};
 pub use event::{SubagentEvent, SubagentEventKind};
 pub use failure::TaskFailure;
+pub use progress::{ProgressEntry, DEFAULT_PROGRESS_LOG_SIZE, MAX_PROGRESS_LOG_SIZE};
 pub use registry::InMemoryRegistry;
 pub use snapshot::SubagentTaskSnapshot;
 pub use status::SubagentStatus;
@@ -99,8 +101,8 @@ pub use tracker::entry::{kept_progress_message, MAX_PROGRESS_MESSAGE_BYTES};
 pub use tracker::event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
 pub use tracker::handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
 pub use tracker::reasons::{
-    claim_timeout_error, BATCH_REFUSED_REASON, CLAIM_TIMEOUT_ERROR, DEADLINE_REASON,
-    DEFAULT_CANCEL_REASON,
+    claim_timeout_error, BATCH_REFUSED_REASON, CHILD_FAILED_REASON, CLAIM_TIMEOUT_ERROR,
+    DEADLINE_REASON, DEFAULT_CANCEL_REASON, GROUP_ENDED_REASON,
 };
 pub use tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use tracker::start::{TaskStart, TaskStartParts};

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::{CancelCause, SubagentStatus};
+use crate::{CancelCause, ProgressEntry, SubagentStatus};
 
 /// A copy of one task's state, taken atomically: every field comes from the same instant.
 ///
@@ -53,6 +53,8 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub progress: Option<Arc<str>>,
     /// How many progress messages the runner has recorded.
     pub progress_count: u64,
+    /// The latest progress reports, oldest first: at most the session's `progress_log_size` (contract §5).
+    pub progress_log: Vec<ProgressEntry<V>>,
     /// What the runner completed with, kept even when the completion came after a cancel.
     pub result: Option<V>,
     /// What the runner failed with, kept even when the failure came after a cancel: the failure's message.
@@ -97,6 +99,7 @@ impl<V> SubagentTaskSnapshot<V> {
             detached: false,
             progress: None,
             progress_count: 0,
+            progress_log: Vec::new(),
             result: None,
             error: None,
             error_type: None,
@@ -105,7 +108,7 @@ impl<V> SubagentTaskSnapshot<V> {
         }
     }
 
-    /// The same snapshot with its metadata and result converted by `convert` (for a binding that keeps its
+    /// The same snapshot with its metadata, progress data and result converted by `convert` (for a binding that keeps its
     /// own copies of them).
     pub fn map_values<U>(self, mut convert: impl FnMut(V) -> U) -> SubagentTaskSnapshot<U> {
         SubagentTaskSnapshot {
@@ -130,6 +133,15 @@ impl<V> SubagentTaskSnapshot<V> {
             detached: self.detached,
             progress: self.progress,
             progress_count: self.progress_count,
+            progress_log: self
+                .progress_log
+                .into_iter()
+                .map(|entry| ProgressEntry {
+                    at: entry.at,
+                    message: entry.message,
+                    data: entry.data.map(&mut convert),
+                })
+                .collect(),
             result: self.result.map(convert),
             error: self.error,
             error_type: self.error_type,

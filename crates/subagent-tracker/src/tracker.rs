@@ -97,7 +97,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// A tracker for the session `session_id` (generated when `None`). The id is not checked here; bindings
-    /// check user input with [`validate_task_id`](crate::validate_task_id).
+    /// check user input with [`validate_task_id`].
     #[must_use]
     pub fn with_config(session_id: Option<&str>, config: TrackerConfig) -> Self {
         let session_id: Arc<str> = match session_id {

@@ -13,7 +13,7 @@ local function st_end(keys, args)
   end
   local base = base_of(session_key)
   local key = task_key(base, task_id)
-  local state = fields(key, 'run', 'status', 'fin', 'due_ms', 'claim_error')
+  local state = fields(key, 'run', 'status', 'fin', 'due_ms', 'claim_error', unpack(GROUP_FIELDS))
   if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then
     touch(session_key)
     return { 0, 0 }
@@ -55,7 +55,13 @@ local function st_end(keys, args)
       end
     end
   end
-  finish(base, session_key, key, task_id, state[1], now(),
+  local at = now()
+  local group = { state[6], state[7], state[8], state[9] }
+  if transitioned == 1 and may_settle_group(group, status) then
+    redis.call('HSET', key, 'status', status)
+    settle_group(base, session_key, key, task_id, state[1], status, at, group)
+  end
+  finish(base, session_key, key, task_id, state[1], at,
     { status = status, timed = state[4] or state[5], written = written })
   return { transitioned, 1 }
 end

@@ -28,6 +28,8 @@ local function st_fire(keys, args)
       if kind == 'd' and PENDING[state[2]] then
         cancel_trees(base, session_key, { task_id }, args[1], 'deadline', at)
       elseif kind == 'c' and state[2] == 'queued' then
+        redis.call('HSET', key, 'status', 'failed')
+        settle_group(base, session_key, key, task_id, run, 'failed', at)
         finish(base, session_key, key, task_id, run, at,
           { status = 'failed', timed = true, written = { 'status', 'failed', 'error', state[3] or 'claim timeout' } })
       end

@@ -1,6 +1,6 @@
--- stv2_touch(session_key; max_finished, max_age_us, early_ttl_us): makes the session exist, with its bound, how
--- long (in microseconds) a finished run is kept if max_age_us is not "", and how long a cancel waits for its
--- task's start, unless it does. A closed
+-- stv2_touch(session_key; max_finished, max_age_us, early_ttl_us, log_size): makes the session exist, with its
+-- bound, how long (in microseconds) a finished run is kept if max_age_us is not "", how long a cancel waits for its
+-- task's start, and how many progress reports each task keeps, unless it does. A closed
 -- session whose tasks are all finished has left: its keys go, and its id names a new incarnation, whose run
 -- numbers start past the old one's. Returns what `stv2_session` does.
 local function st_touch(keys, args)
@@ -17,6 +17,7 @@ local function st_touch(keys, args)
     redis.call('HSET', session_key, 'inc', inc, 'seq', inc, 'max', args[1], 'retained', 0)
     if args[2] and args[2] ~= '' then redis.call('HSET', session_key, 'max_age', args[2]) end
     if args[3] and args[3] ~= '' then redis.call('HSET', session_key, 'early_ttl', args[3]) end
+    if args[4] and args[4] ~= '' then redis.call('HSET', session_key, 'log_size', args[4]) end
   end
   touch(session_key)
   return session_state(session_key)

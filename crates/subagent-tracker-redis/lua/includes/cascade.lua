@@ -9,9 +9,9 @@ local function fields_message(...)
 end
 
 -- Cancels pending roots and their pending descendants. Returns how many moved. `cause` is recorded on each
--- root, "parent" on descendants (naming the root as origin); "session" makes every task its own origin. With
--- `moved_ids` (a table), each moved task's id is set in it.
-local function cancel_trees(base, session_key, roots, reason, cause, at, moved_ids)
+-- root, "parent" on descendants (naming the root as origin, or `origin` when given); "session" makes every task its
+-- own origin. With `moved_ids` (a table), each moved task's id is set in it.
+local function cancel_trees(base, session_key, roots, reason, cause, at, moved_ids, origin_of_roots)
   local moved = 0
   -- One message per worker, however many of its runs the cancel reaches.
   local notifications = {}
@@ -27,7 +27,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
       local state = fields(key, 'status', 'run', 'worker', 'parent_of', 'due_ms', 'claim_error')
       local status, run, process, parent_of = state[1], state[2], state[3], state[4]
       if status and PENDING[status] then
-        local entry_cause, origin = cause, root
+        local entry_cause, origin = cause, origin_of_roots or root
         if cause == 'session' then origin = task_id
         elseif task_id ~= root then entry_cause = 'parent' end
         redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,

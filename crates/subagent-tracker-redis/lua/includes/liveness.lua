@@ -11,6 +11,7 @@ end
 local function end_lost_run(base, session_key, key, task_id, run, error, at)
   if redis.call('HGET', key, 'status') == 'running' then
     redis.call('HSET', key, 'status', 'failed', 'error', error)
+    settle_group(base, session_key, key, task_id, run, 'failed', at)
   end
   finish(base, session_key, key, task_id, run, at)
 end

@@ -1,5 +1,5 @@
 -- The fields of one task to open, in the order `stv2_open` and `stv2_open_batch` take them.
-local OPEN_FIELDS = 11
+local OPEN_FIELDS = 12
 
 -- Opens one task of the session: a start or a reservation (`a` holds its OPEN_FIELDS arguments from `first`).
 -- Returns {run, status, reason, next timer due or ""}, or nil and the refusal's code: DUPLICATE, UNKNOWN_PARENT or
@@ -10,6 +10,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
   local detached, reserved = a[first + 5] == '1', a[first + 6] == '1'
   local process, deadline = a[first + 7], a[first + 8]
   local claim_timeout_ms, claim_error = a[first + 9], a[first + 10]
+  local structured = a[first + 11] == '1'
   local key = task_key(base, task_id)
   local old = fields(key, 'run', 'fin')
   if old[1] and old[2] ~= '1' then return nil, 'DUPLICATE' end
@@ -59,7 +60,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
       written[#written + 1] = optional[index + 1]
     end
   end
-  local flags = { 'detached', detached, 'reserved', reserved }
+  local flags = { 'detached', detached, 'reserved', reserved, 'structured', structured }
   for index = 1, #flags, 2 do
     if flags[index + 1] then
       written[#written + 1] = flags[index]

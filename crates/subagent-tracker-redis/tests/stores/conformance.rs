@@ -222,6 +222,17 @@ impl Store {
 }
 
 impl Runner {
+    async fn progress(&self, message: &str, data: Option<&str>) -> bool {
+        match (self, data) {
+            (Runner::Memory(handle), None) => handle.progress(message),
+            (Runner::Memory(handle), Some(data)) => handle.progress_with(message, data.to_owned()),
+            (Runner::Redis(handle), None) => handle.progress(message).await.unwrap(),
+            (Runner::Redis(handle), Some(data)) => {
+                handle.progress_with(message, data).await.unwrap()
+            }
+        }
+    }
+
     fn is_cancelled(&self) -> bool {
         match self {
             Runner::Memory(handle) => handle.is_cancelled(),
@@ -293,6 +304,8 @@ on_every_store! {
     a_cancel_recorded_before_the_start_cancels_the_next_start_once(1000);
     a_linked_token_reaches_only_the_run_it_was_linked_to(0);
     a_cancel_by_filter_reaches_the_matching_pending_tasks_in_start_order(1000);
+    a_task_group_is_cancelled_by_a_failing_child_and_its_end_cancels_its_children(1000);
+    the_progress_log_keeps_the_latest_reports_with_their_data(1000);
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
@@ -632,7 +645,7 @@ async fn a_cancel_recorded_before_the_start_cancels_the_next_start_once(store: S
     // A pending task is cancelled at once, and nothing is left for the next start.
     let mut pending = store.start(TaskStart::new().task_id("b")).await.unwrap();
     assert!(store.cancel_before_start("b", None).await);
-    eventually(|| pending.is_cancelled()).await;
+    assert!(eventually(|| pending.is_cancelled()).await);
     assert!(!pending.complete("late").await);
     let again = store.start(TaskStart::new().task_id("b")).await.unwrap();
     assert!(!again.is_cancelled());
@@ -774,4 +787,99 @@ async fn a_cancel_by_filter_reaches_the_matching_pending_tasks_in_start_order(st
         .cancel_matching(Some("planner"), None, None)
         .await
         .is_empty());
+}
+
+async fn a_task_group_is_cancelled_by_a_failing_child_and_its_end_cancels_its_children(
+    store: Store,
+) {
+    let structured = |task_id: &str| TaskStart::new().task_id(task_id).structured(true);
+    let under =
+        |task_id: &str, parent_id: &str| TaskStart::new().task_id(task_id).parent_id(parent_id);
+    // A failing child cancels its group, and so its siblings.
+    let group = store.start(structured("plan")).await.unwrap();
+    let mut failing = store.start(under("search", "plan")).await.unwrap();
+    let sibling = store.start(under("fetch", "plan")).await.unwrap();
+    let detached = store
+        .start(under("audit", "plan").detached(true))
+        .await
+        .unwrap();
+    assert!(failing.fail("rate limited").await);
+    let cancelled = store.get("plan").await.unwrap();
+    assert_eq!(cancelled.status, SubagentStatus::Cancelled);
+    assert_eq!(cancelled.cancel_cause, Some(CancelCause::ChildFailed));
+    assert_eq!(cancelled.cancel_origin.as_deref(), Some("search"));
+    assert_eq!(
+        cancelled.cancel_reason.as_deref(),
+        Some(subagent_tracker::CHILD_FAILED_REASON)
+    );
+    let fetch = store.get("fetch").await.unwrap();
+    assert_eq!(fetch.cancel_cause, Some(CancelCause::Parent));
+    assert_eq!(fetch.cancel_origin.as_deref(), Some("search"));
+    assert_eq!(store.status("audit").await, Some(SubagentStatus::Running));
+    assert!(eventually(|| group.is_cancelled() && sibling.is_cancelled()).await);
+    assert!(!detached.is_cancelled());
+    drop((group, sibling, detached));
+
+    // A group's end cancels its pending children and their descendants; a plain parent's does not.
+    let mut ending = store.start(structured("write")).await.unwrap();
+    let running = store.start(under("draft", "write")).await.unwrap();
+    let grandchild = store.start(under("cite", "draft")).await.unwrap();
+    store.reserve(under("queued", "write"), None).await.unwrap();
+    let mut plain = store
+        .start(TaskStart::new().task_id("plain"))
+        .await
+        .unwrap();
+    let kept = store.start(under("kept", "plain")).await.unwrap();
+    assert!(ending.complete("\"done\"").await);
+    assert!(plain.complete("\"done\"").await);
+    for task_id in ["draft", "cite", "queued"] {
+        let task = store.get(task_id).await.unwrap();
+        assert_eq!(task.status, SubagentStatus::Cancelled, "{task_id}");
+        assert_eq!(task.cancel_cause, Some(CancelCause::Parent), "{task_id}");
+        assert_eq!(task.cancel_origin.as_deref(), Some("write"), "{task_id}");
+        assert_eq!(
+            task.cancel_reason.as_deref(),
+            Some(subagent_tracker::GROUP_ENDED_REASON)
+        );
+    }
+    assert_eq!(store.status("write").await, Some(SubagentStatus::Completed));
+    assert_eq!(store.status("kept").await, Some(SubagentStatus::Running));
+    assert!(eventually(|| running.is_cancelled() && grandchild.is_cancelled()).await);
+    assert!(!kept.is_cancelled());
+    drop((running, grandchild, kept));
+}
+
+async fn the_progress_log_keeps_the_latest_reports_with_their_data(store: Store) {
+    let mut runner = store.start(TaskStart::new().task_id("job")).await.unwrap();
+    let size = subagent_tracker::DEFAULT_PROGRESS_LOG_SIZE;
+    for step in 0..size + 4 {
+        let data = format!(r#"{{"step":{step}}}"#);
+        let data = (step % 2 == 0).then_some(data.as_str());
+        assert!(runner.progress(&format!("step {step}"), data).await);
+    }
+    let logged = |snapshot: &SubagentTaskSnapshot<String>| -> Vec<(String, Option<String>)> {
+        snapshot
+            .progress_log
+            .iter()
+            .map(|entry| (entry.message.to_string(), entry.data.clone()))
+            .collect()
+    };
+    let expected: Vec<(String, Option<String>)> = (4..size + 4)
+        .map(|step| {
+            (
+                format!("step {step}"),
+                (step % 2 == 0).then(|| format!(r#"{{"step":{step}}}"#)),
+            )
+        })
+        .collect();
+    let running = store.get("job").await.unwrap();
+    assert_eq!(logged(&running), expected);
+    assert_eq!(running.progress_count, (size + 4) as u64);
+    assert!(running
+        .progress_log
+        .windows(2)
+        .all(|pair| pair[0].at <= pair[1].at));
+    assert!(runner.complete("\"ok\"").await);
+    assert!(!runner.progress("late", None).await);
+    assert_eq!(logged(&store.get("job").await.unwrap()), expected);
 }

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::progress::{DEFAULT_PROGRESS_LOG_SIZE, MAX_PROGRESS_LOG_SIZE};
 use crate::tracker::early_cancels::DEFAULT_EARLY_CANCEL_TTL;
 use crate::tracker::event_bus::DEFAULT_EVENT_BUFFER;
 use crate::tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
@@ -20,6 +21,8 @@ pub struct TrackerConfig {
     pub max_finished_age: Option<Duration>,
     /// How long a cancel recorded for a task that has not started waits for its start (contract §3).
     pub early_cancel_ttl: Duration,
+    /// How many of its latest progress reports a task keeps (contract §5); 0 keeps none.
+    pub progress_log_size: usize,
 }
 
 impl Default for TrackerConfig {
@@ -29,6 +32,7 @@ impl Default for TrackerConfig {
             event_buffer: DEFAULT_EVENT_BUFFER,
             max_finished_age: None,
             early_cancel_ttl: DEFAULT_EARLY_CANCEL_TTL,
+            progress_log_size: DEFAULT_PROGRESS_LOG_SIZE,
         }
     }
 }
@@ -59,6 +63,14 @@ impl TrackerConfig {
     #[must_use]
     pub fn with_early_cancel_ttl(mut self, early_cancel_ttl: Duration) -> Self {
         self.early_cancel_ttl = early_cancel_ttl;
+        self
+    }
+
+    /// These settings, keeping each task's latest `progress_log_size` progress reports (at most
+    /// [`MAX_PROGRESS_LOG_SIZE`]).
+    #[must_use]
+    pub fn with_progress_log_size(mut self, progress_log_size: usize) -> Self {
+        self.progress_log_size = progress_log_size.min(MAX_PROGRESS_LOG_SIZE);
         self
     }
 }

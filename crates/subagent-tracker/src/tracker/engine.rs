@@ -27,7 +27,7 @@ use crate::tracker::entry::{
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
 use crate::tracker::pending_index::PendingIndex;
-use crate::tracker::reasons::cancel_reason;
+use crate::tracker::reasons::{cancel_reason, CHILD_FAILED_REASON, GROUP_ENDED_REASON};
 use crate::tracker::retention::FinishedTasks;
 use crate::tracker::run::Run;
 use crate::tracker::task_filter::TaskFilter;
@@ -374,6 +374,7 @@ impl<V: Clone> TrackerShared<V> {
         if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);
         }
+        self.settle_group(entry, &effects, delivery);
         // A cancelled child needs no adopter: no cancel can reach it again.
         let orphans: Vec<_> = effects
             .orphans
@@ -409,6 +410,52 @@ impl<V: Clone> TrackerShared<V> {
         self.leave_registry_if_drained();
         // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
         drop(released);
+    }
+
+    /// The rules of task groups (contract §3) for a task that has just completed or failed: a failure of an
+    /// attached child cancels the parent it started under, if that is a group still pending (and so its
+    /// siblings), naming the child as origin; a group's own end cancels its pending children. Both cancels
+    /// run before adoption, so no child of a group is adopted.
+    fn settle_group(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        effects: &EndEffects<V>,
+        delivery: &mut Delivery,
+    ) {
+        let status = entry.status();
+        if status == SubagentStatus::Failed && !entry.detached {
+            // The parent's current run is the one the child started under when it began before the child: a
+            // later run of the id began after that one finished, which was after the child's start.
+            let group = entry
+                .parent_id
+                .as_deref()
+                .and_then(|parent_id| self.live_entry(parent_id))
+                .filter(|parent| parent.structured && parent.sequence < entry.sequence);
+            if let Some(group) = group {
+                self.cancel_trees(
+                    [group],
+                    &Arc::from(CHILD_FAILED_REASON),
+                    CancelCause::ChildFailed,
+                    Some(&entry.task_id),
+                    delivery,
+                );
+            }
+        }
+        if entry.structured && matches!(status, SubagentStatus::Completed | SubagentStatus::Failed)
+        {
+            let pending = effects
+                .orphans
+                .iter()
+                .filter(|child| child.status().is_pending())
+                .cloned();
+            self.cancel_trees(
+                pending,
+                &Arc::from(GROUP_ENDED_REASON),
+                CancelCause::Parent,
+                Some(&entry.task_id),
+                delivery,
+            );
+        }
     }
 
     /// Forgets the finished tasks that ended at or before `cutoff` (contract §7), as eviction would; returns how
@@ -510,9 +557,20 @@ impl<V: Clone> TrackerShared<V> {
         }
     }
 
-    pub(super) fn record_progress(&self, entry: &TaskEntry<V>, message: &str) -> bool {
+    pub(super) fn record_progress(
+        &self,
+        entry: &TaskEntry<V>,
+        message: &str,
+        data: Option<V>,
+    ) -> bool {
         let mut delivery = Delivery::default();
-        let recorded = entry.record_progress(message, &self.bus, &mut delivery);
+        let recorded = entry.record_progress(
+            message,
+            data,
+            self.config.progress_log_size,
+            &self.bus,
+            &mut delivery,
+        );
         delivery.deliver();
         recorded
     }

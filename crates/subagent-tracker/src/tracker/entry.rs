@@ -23,7 +23,7 @@
 //! The record lock is level 2 in the crate's lock hierarchy (see the crate root): record locks nest only
 //! child before parent, and a record lock is taken before its own signal's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -38,8 +38,8 @@ use crate::tracker::finished_run::{ClaimRefusal, FinishedFields, FinishedRun, Ru
 use crate::tracker::pending_index::{self, Indexed};
 use crate::tracker::retention;
 use crate::{
-    CancelCause, SubagentEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot,
-    TaskFailure,
+    CancelCause, ProgressEntry, SubagentEvent, SubagentEventKind, SubagentStatus,
+    SubagentTaskSnapshot, TaskFailure,
 };
 
 /// The longest progress message kept, in UTF-8 bytes; longer ones are cut at a character boundary.
@@ -58,6 +58,8 @@ pub(crate) struct TaskEntry<V> {
     pub(crate) deadline: Option<Deadline>,
     /// Out of its parent's cascade (still cancellable by id and by its session).
     pub(crate) detached: bool,
+    /// A task group (`TaskStart::structured`): its children's failures and its own end reach its children.
+    pub(crate) structured: bool,
     /// Reserved (it started `Queued`), so a runner must claim it.
     pub(crate) reserved: bool,
     /// Its stripe in the session's index of pending tasks: that of the thread that started it. (A byte, so
@@ -74,6 +76,8 @@ struct TaskRecord<V> {
     escalated: bool,
     progress: Option<Arc<str>>,
     progress_count: u64,
+    /// The latest progress reports, oldest first, at most the session's `progress_log_size`.
+    progress_log: VecDeque<ProgressEntry<V>>,
     result: Option<V>,
     failure: Option<Arc<TaskFailure>>,
     /// Running attached children by sequence; a child removes itself when it finishes.
@@ -162,8 +166,7 @@ impl<V> TaskEntry<V> {
         description: Option<Arc<str>>,
         metadata: Option<V>,
         deadline: Option<Deadline>,
-        detached: bool,
-        reserved: bool,
+        [detached, structured, reserved]: [bool; 3],
         started_at: SystemTime,
     ) -> TaskEntry<V> {
         TaskEntry {
@@ -176,6 +179,7 @@ impl<V> TaskEntry<V> {
             started_at,
             deadline,
             detached,
+            structured,
             reserved,
             pending_stripe: pending_index::current_stripe(),
             signal: Arc::new(CancelSignal::new(if reserved {
@@ -189,6 +193,7 @@ impl<V> TaskEntry<V> {
                 escalated: false,
                 progress: None,
                 progress_count: 0,
+                progress_log: VecDeque::new(),
                 result: None,
                 failure: None,
                 children: None,
@@ -443,10 +448,13 @@ impl<V> TaskEntry<V> {
         })
     }
 
-    /// Records a progress message; ignored once the task has finished. Returns whether it was recorded.
+    /// Records a progress report, keeping the latest `log_size` in the log; ignored once the task has finished.
+    /// Returns whether it was recorded.
     pub(crate) fn record_progress(
         &self,
         message: &str,
+        data: Option<V>,
+        log_size: usize,
         bus: &EventBus,
         delivery: &mut Delivery,
     ) -> bool {
@@ -454,7 +462,18 @@ impl<V> TaskEntry<V> {
         if self.is_finished() {
             return false;
         }
-        record.progress = Some(Arc::from(kept_progress_message(message)));
+        let message: Arc<str> = Arc::from(kept_progress_message(message));
+        if log_size > 0 {
+            if record.progress_log.len() >= log_size {
+                record.progress_log.pop_front();
+            }
+            record.progress_log.push_back(ProgressEntry {
+                at: SystemTime::now(),
+                message: message.clone(),
+                data,
+            });
+        }
+        record.progress = Some(message);
         record.progress_count += 1;
         if bus.has_subscribers() {
             let event = self.event(SubagentEventKind::Progress, SystemTime::now(), &record);
@@ -547,8 +566,16 @@ impl<V> TaskEntry<V> {
         if let Some(metadata) = &self.metadata {
             visit(metadata);
         }
-        if let Some(result) = &self.record.lock().result {
+        let record = self.record.lock();
+        if let Some(result) = &record.result {
             visit(result);
+        }
+        for data in record
+            .progress_log
+            .iter()
+            .filter_map(|entry| entry.data.as_ref())
+        {
+            visit(data);
         }
     }
 
@@ -611,6 +638,7 @@ impl<V: Clone> TaskEntry<V> {
                 deadline: self.deadline.map(|deadline| deadline.wall),
                 progress: record.progress.clone(),
                 progress_count: record.progress_count,
+                progress_log: record.progress_log.iter().cloned().collect(),
                 result: record.result.clone(),
                 failure: record.failure.clone(),
             },
@@ -649,6 +677,7 @@ impl<V: Clone> TaskEntry<V> {
             detached: self.detached,
             progress: record.progress.clone(),
             progress_count: record.progress_count,
+            progress_log: record.progress_log.iter().cloned().collect(),
             result: record.result.clone(),
             error: record
                 .failure

@@ -16,7 +16,7 @@ use std::time::SystemTime;
 use crate::sync::AtomicU8;
 use crate::token::cancel_record::CancelRecord;
 use crate::tracker::retention;
-use crate::{SubagentStatus, SubagentTaskSnapshot, TaskFailure};
+use crate::{ProgressEntry, SubagentStatus, SubagentTaskSnapshot, TaskFailure};
 
 /// Why a claim of a run is refused: by its live entry (`TaskEntry::claim`) or by its finished record.
 #[derive(Clone, Copy)]
@@ -55,6 +55,7 @@ pub(crate) struct RunDetails<V> {
     pub(crate) deadline: Option<SystemTime>,
     pub(crate) progress: Option<Arc<str>>,
     pub(crate) progress_count: u64,
+    pub(crate) progress_log: Box<[ProgressEntry<V>]>,
     pub(crate) result: Option<V>,
     pub(crate) failure: Option<Arc<TaskFailure>>,
 }
@@ -70,6 +71,7 @@ impl<V> RunDetails<V> {
             && self.deadline.is_none()
             && self.progress.is_none()
             && self.progress_count == 0
+            && self.progress_log.is_empty()
             && self.result.is_none()
             && self.failure.is_none()
     }
@@ -135,6 +137,13 @@ impl<V> FinishedRun<V> {
         if let Some(result) = &details.result {
             visit(result);
         }
+        for data in details
+            .progress_log
+            .iter()
+            .filter_map(|entry| entry.data.as_ref())
+        {
+            visit(data);
+        }
     }
 }
 
@@ -167,6 +176,7 @@ impl<V: Clone> FinishedRun<V> {
             snapshot.deadline = details.deadline;
             snapshot.progress = details.progress.clone();
             snapshot.progress_count = details.progress_count;
+            snapshot.progress_log = details.progress_log.to_vec();
             snapshot.result = details.result.clone();
             if let Some(failure) = &details.failure {
                 snapshot.error = Some(failure.message.clone());

@@ -60,10 +60,18 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     }
 
     /// Records a progress milestone: the snapshot keeps the latest message (cut to
-    /// [`MAX_PROGRESS_MESSAGE_BYTES`](crate::MAX_PROGRESS_MESSAGE_BYTES)) and a count. Returns false, recording
-    /// nothing, once the task has finished.
+    /// [`MAX_PROGRESS_MESSAGE_BYTES`](crate::MAX_PROGRESS_MESSAGE_BYTES)), a count, and the session's
+    /// `progress_log_size` latest reports in its progress log. Returns false, recording nothing, once the task
+    /// has finished.
     pub fn progress(&self, message: &str) -> bool {
-        self.shared.record_progress(&self.entry, message)
+        self.shared.record_progress(&self.entry, message, None)
+    }
+
+    /// Records a progress milestone as [`progress`](Self::progress) does, with `data` kept beside the message in
+    /// the progress log (contract §5).
+    pub fn progress_with(&self, message: &str, data: V) -> bool {
+        self.shared
+            .record_progress(&self.entry, message, Some(data))
     }
 
     /// Reports success. True exactly when this moved the task from `Running` to `Completed`; after a cancel it

@@ -210,8 +210,11 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 start.description,
                 start.metadata,
                 deadline,
-                start.detached,
-                matches!(opening, Opening::Reserve { .. }),
+                [
+                    start.detached,
+                    start.structured,
+                    matches!(opening, Opening::Reserve { .. }),
+                ],
                 SystemTime::now(),
             )
         });

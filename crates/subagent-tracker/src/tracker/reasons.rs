@@ -13,6 +13,12 @@ pub const DEADLINE_REASON: &str = "deadline exceeded";
 /// one of its ids, the end of a parent it names, a close) refused the rest of it.
 pub const BATCH_REFUSED_REASON: &str = "the batch this task was started in was refused";
 
+/// The cancel reason of a task group whose attached child failed (its origin names the child).
+pub const CHILD_FAILED_REASON: &str = "a child of this task group failed";
+
+/// The cancel reason of the pending children of a task group that completed or failed (their origin names it).
+pub const GROUP_ENDED_REASON: &str = "the task group ended";
+
 /// The start of the error of a reservation that no runner claimed within its claim timeout.
 pub const CLAIM_TIMEOUT_ERROR: &str = "no runner claimed the task within its claim timeout";
 

@@ -21,6 +21,7 @@ pub struct TaskStart<V = String> {
     pub(crate) metadata: Option<V>,
     pub(crate) deadline: Option<Deadline>,
     pub(crate) detached: bool,
+    pub(crate) structured: bool,
     pub(crate) linked: Vec<SubagentTaskToken>,
 }
 
@@ -34,6 +35,7 @@ impl<V> Default for TaskStart<V> {
             metadata: None,
             deadline: None,
             detached: false,
+            structured: false,
             linked: Vec::new(),
         }
     }
@@ -57,6 +59,8 @@ pub struct TaskStartParts<V> {
     pub deadline: Option<SystemTime>,
     /// Out of the parent's reach.
     pub detached: bool,
+    /// A task group: a failing child cancels it, and its end cancels its pending children.
+    pub structured: bool,
     /// The tokens whose firing cancels the task.
     pub linked: Vec<SubagentTaskToken>,
 }
@@ -73,6 +77,7 @@ impl<V> TaskStart<V> {
             metadata: self.metadata,
             deadline: self.deadline.map(|deadline| deadline.wall),
             detached: self.detached,
+            structured: self.structured,
             linked: self.linked,
         }
     }
@@ -159,6 +164,17 @@ impl<V> TaskStart<V> {
     #[must_use]
     pub fn detached(mut self, detached: bool) -> Self {
         self.detached = detached;
+        self
+    }
+
+    /// Makes the task a task group, as anyio's are (contract §3, task groups): when an attached child of it
+    /// fails, the task is cancelled (cause [`ChildFailed`](crate::CancelCause::ChildFailed), the child as
+    /// origin), and so are its other children; when the task itself completes or fails, its pending children
+    /// are cancelled (cause [`Parent`](crate::CancelCause::Parent)). Detached children are out of the group.
+    /// Without it (the default), a child's failure is its own.
+    #[must_use]
+    pub fn structured(mut self, structured: bool) -> Self {
+        self.structured = structured;
         self
     }
 
