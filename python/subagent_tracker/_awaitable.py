@@ -204,6 +204,9 @@ class AwaitableSession:
     async def close(self, reason: str | None = None) -> int:
         return self.session.close(reason)
 
+    async def token(self, task_id: str) -> CancellationToken:
+        return self.session.token(task_id)
+
     async def subagent_task(self, task_id: str) -> SubagentTask | None:
         return self.session.subagent_task(task_id)
 

@@ -396,6 +396,16 @@ impl AsyncRedisSession {
         self.calls.is_closed(py)
     }
 
+    /// The cancellation token of the retained task `task_id`, wherever it runs: it fires in this process when
+    /// the task is cancelled; raises `UnknownTaskError` when no such task is retained.
+    fn token<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls.token(py, task_id)
+    }
+
     /// A snapshot of one retained task, or None.
     fn subagent_task<'py>(
         &self,

@@ -413,6 +413,23 @@ impl SessionCalls {
         )
     }
 
+    pub(crate) fn token<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.token(&task_id.0).await },
+            |py, token| {
+                let token = token.map_err(|error| redis_error(py, error))?;
+                object(py, CancellationToken::new(token))
+            },
+        )
+    }
+
     pub(crate) fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let session = self.session.clone();
         self.delivery.deliver(

@@ -21,7 +21,7 @@ use crate::python_types::{python_repr, PyValue};
 use crate::snapshot::SubagentTask;
 use crate::start_arguments::StartArguments;
 use crate::task_watch::TaskWatch;
-use crate::token::Tokens;
+use crate::token::{CancellationToken, Tokens};
 
 /// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds the async methods.
 ///
@@ -341,6 +341,16 @@ impl Session {
     /// Snapshots of every retained task, in start order.
     fn subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         snapshots(py, self.tracker.tasks())
+    }
+
+    /// The cancellation token of the retained task `task_id`, for code that holds no handle: it fires when the
+    /// task is cancelled (or has fired), and never for one that completed or failed. Raises `UnknownTaskError`
+    /// when no such task is retained.
+    fn token(&self, py: Python<'_>, task_id: Id<TaskIdArgument>) -> PyResult<CancellationToken> {
+        self.tracker
+            .token(&task_id.0)
+            .map(CancellationToken::new)
+            .map_err(|error| tracker_error(py, error))
     }
 
     /// Forgets the finished tasks that ended at least `older_than` seconds ago, as the bound on finished tasks

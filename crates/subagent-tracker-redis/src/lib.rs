@@ -22,6 +22,7 @@ mod registry;
 mod session;
 mod session_state;
 mod store;
+mod watched_tokens;
 mod worker;
 
 pub use error::RedisTrackerError;

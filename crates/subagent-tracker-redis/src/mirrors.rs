@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use subagent_tracker::{InMemorySubagentTaskTracker, TrackerConfig};
 
+use crate::watched_tokens::Watches;
+
 type Table = Mutex<HashMap<Arc<str>, Weak<Mirror>>>;
 
 /// The mirrors of one worker process, by session id.
@@ -18,6 +20,8 @@ pub(crate) struct Mirrors {
 /// The mirror of one session: leaves the table when its last user lets go of it.
 pub(crate) struct Mirror {
     pub(crate) tracker: InMemorySubagentTaskTracker<String>,
+    /// The runs of the session that this process watches for tokens by id.
+    pub(crate) watches: Watches,
     session_id: Arc<str>,
     table: Weak<Table>,
 }
@@ -35,6 +39,7 @@ impl Mirrors {
                 Some(&**session_id),
                 TrackerConfig::default().with_max_finished_tasks(0),
             ),
+            watches: Watches::new(session_id),
             session_id: session_id.clone(),
             table: Arc::downgrade(&self.table),
         });

@@ -884,6 +884,27 @@ impl RedisSession {
         }
     }
 
+    pub(crate) fn mirror(&self) -> &Arc<Mirror> {
+        &self.mirror
+    }
+
+    /// The retained task `task_id` with its run, or `None`, aged or not. One round trip.
+    pub(crate) async fn read_run(
+        &self,
+        task_id: &str,
+    ) -> Result<Option<(String, SubagentTaskSnapshot<String>)>, RedisTrackerError> {
+        let fields: Vec<String> = self
+            .transition("get", &[&self.incarnation, task_id, ""])
+            .await?;
+        let Some(fields) = TaskFields::from_flat(fields) else {
+            return Ok(None);
+        };
+        let run = fields
+            .run()
+            .ok_or_else(|| RedisTrackerError::Protocol(Arc::from("a task without its run")))?;
+        Ok(Some((run, fields.snapshot(&self.session_id)?)))
+    }
+
     pub(crate) fn worker(&self) -> &Arc<Worker> {
         &self.worker
     }

@@ -353,6 +353,11 @@ impl TaskFields {
         numbered.into_iter().map(|(_, entry)| entry).collect()
     }
 
+    /// The run these fields are of.
+    pub(crate) fn run(&self) -> Option<String> {
+        self.0.get("run").cloned()
+    }
+
     /// Whether these are the fields of run `run`.
     pub(crate) fn is_run(&self, run: &str) -> bool {
         self.0.get("run").is_some_and(|stored| stored == run)

@@ -1026,3 +1026,47 @@ async fn settings_too_short_to_act_on_are_refused_before_connecting() {
         refused.err()
     );
 }
+
+/// CONTRACT §4 (a token by id), across processes: a watcher's token of a task another worker runs fires by the
+/// session's event stream, promptly, and never for a task that completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_by_id_in_another_worker_fires_promptly_and_never_for_an_end() {
+    let server = RedisServer::start();
+    let runner = server.worker("t-token:", "runner").await;
+    let watcher = server.worker("t-token:", "watcher").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let mut handles = [
+        session.start(TaskStart::new().task_id("a")).await.unwrap(),
+        session.start(TaskStart::new().task_id("b")).await.unwrap(),
+        session.start(TaskStart::new().task_id("c")).await.unwrap(),
+    ];
+    let elsewhere = watcher.get_session("s").await.unwrap().unwrap();
+    let tokens = [
+        elsewhere.token("a").await.unwrap(),
+        elsewhere.token("b").await.unwrap(),
+        elsewhere.token("c").await.unwrap(),
+    ];
+    let sent = Instant::now();
+    assert!(session
+        .cancel("a", Some("user pressed stop"))
+        .await
+        .unwrap());
+    assert!(eventually(|| tokens[0].is_cancelled()).await);
+    let latency = sent.elapsed();
+    assert!(
+        latency < Duration::from_millis(150),
+        "the event stream, not a poll, fired it: {latency:?}"
+    );
+    assert_eq!(tokens[0].reason().as_deref(), Some("user pressed stop"));
+    assert_eq!(tokens[0].origin().as_deref(), Some("a"));
+    assert!(handles[1].complete(Some("\"ok\"")).await.unwrap());
+    assert!(session.cancel("c", None).await.unwrap());
+    assert!(eventually(|| tokens[2].is_cancelled()).await);
+    assert!(
+        !tokens[1].is_cancelled(),
+        "a completed task's token never fires"
+    );
+    // The same task asked again gives a token of the same run, already fired.
+    assert!(elsewhere.token("c").await.unwrap().is_cancelled());
+    drop(handles);
+}

@@ -53,7 +53,8 @@ use crate::tracker::reasons::cancel_reason;
 use crate::tracker::run::Run;
 use crate::tracker::task_filter::TaskFilter;
 use crate::{
-    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerError,
+    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure,
+    TaskStart, TrackerError,
 };
 
 /// Tracks the subagent tasks of one session in memory: their cancellation, their status and their lifecycle.
@@ -381,6 +382,32 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .lookup(task_id)
             .map(|run| run.snapshot(&self.shared.session_id))
             .filter(|task| !is_aged(task, cutoff))
+    }
+
+    /// The cancellation token of the retained task `task_id` (contract §4, a token by id), for code that
+    /// holds no handle: it fires when the task is cancelled, or has fired if it was. A task that completed or
+    /// failed gives a token that never fires.
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] when no task of that id is retained.
+    pub fn token(&self, task_id: &str) -> Result<SubagentTaskToken, TrackerError> {
+        let cutoff = self.shared.forget_aged();
+        let unknown = || TrackerError::unknown_task(task_id, &self.shared.session_id);
+        match self.shared.lookup(task_id).ok_or_else(unknown)? {
+            Run::Live(entry) => Ok(SubagentTaskToken::new(
+                entry.signal.clone(),
+                entry.task_id.clone(),
+            )),
+            Run::Finished(run) => {
+                if is_aged(&run.snapshot(&self.shared.session_id), cutoff) {
+                    return Err(unknown());
+                }
+                Ok(SubagentTaskToken::new(
+                    run.settled_signal(),
+                    run.task_id.clone(),
+                ))
+            }
+        }
     }
 
     /// Snapshots of every retained task, in start order.

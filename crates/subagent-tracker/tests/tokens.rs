@@ -91,3 +91,35 @@ fn wait_blocking_is_woken_from_another_thread_and_times_out_otherwise() {
     assert!(token.wait_blocking(None));
     assert!(thread.join().unwrap());
 }
+
+/// CONTRACT §4 (a token by id): `token(task_id)` hands any retained task's token to code without a handle.
+#[test]
+fn a_token_by_id_follows_its_task_and_a_finished_one_is_settled() {
+    let tracker = InMemorySubagentTaskTracker::<String>::with_config(
+        Some("session"),
+        subagent_tracker::TrackerConfig::default().with_max_finished_tasks(10),
+    );
+    assert!(matches!(
+        tracker.token("nobody"),
+        Err(subagent_tracker::TrackerError::UnknownTask { .. })
+    ));
+    let handle = tracker.start(TaskStart::new().task_id("a")).unwrap();
+    let token = tracker.token("a").unwrap();
+    assert!(!token.is_cancelled());
+    assert!(tracker.cancel("a", Some("stop")));
+    assert!(token.is_cancelled());
+    assert_eq!(token.reason().as_deref(), Some("stop"));
+    drop(handle);
+    // Collapsed into its finished record: the token is rebuilt in its final state.
+    let settled = tracker.token("a").unwrap();
+    assert!(settled.is_cancelled());
+    assert_eq!(settled.reason().as_deref(), Some("stop"));
+    let done = tracker.start(TaskStart::new().task_id("b")).unwrap();
+    let live = tracker.token("b").unwrap();
+    assert!(done.complete(None));
+    let finished = tracker.token("b").unwrap();
+    assert!(!live.is_cancelled() && !finished.is_cancelled());
+    assert!(!finished.wait_blocking(Some(std::time::Duration::from_millis(10))));
+    assert!(tracker.forget_finished(std::time::Duration::ZERO) >= 2);
+    assert!(tracker.token("b").is_err(), "a forgotten task has no token");
+}

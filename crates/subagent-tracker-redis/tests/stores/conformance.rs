@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{
     CancelCause, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
-    SubagentTaskSnapshot, TaskFailure, TaskFilter, TaskStart, TrackerConfig, TrackerError,
+    SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter, TaskStart, TrackerConfig,
+    TrackerError,
 };
 use subagent_tracker_redis::{RedisRegistry, RedisSession, RedisTaskHandle, RedisTrackerError};
 
@@ -201,6 +202,13 @@ impl Store {
         }
     }
 
+    async fn token(&self, task_id: &str) -> Result<SubagentTaskToken, TrackerError> {
+        match self {
+            Store::Memory(tracker) => tracker.token(task_id),
+            Store::Redis { session, .. } => session.token(task_id).await.map_err(refusal),
+        }
+    }
+
     async fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<String>> {
         match self {
             Store::Memory(tracker) => tracker.get(task_id),
@@ -306,6 +314,7 @@ on_every_store! {
     a_cancel_by_filter_reaches_the_matching_pending_tasks_in_start_order(1000);
     a_task_group_is_cancelled_by_a_failing_child_and_its_end_cancels_its_children(1000);
     the_progress_log_keeps_the_latest_reports_with_their_data(1000);
+    a_token_by_id_fires_with_its_task_and_never_for_an_end(1000);
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {
@@ -882,4 +891,36 @@ async fn the_progress_log_keeps_the_latest_reports_with_their_data(store: Store)
     assert!(runner.complete("\"ok\"").await);
     assert!(!runner.progress("late", None).await);
     assert_eq!(logged(&store.get("job").await.unwrap()), expected);
+}
+
+async fn a_token_by_id_fires_with_its_task_and_never_for_an_end(store: Store) {
+    assert!(matches!(
+        store.token("nobody").await,
+        Err(TrackerError::UnknownTask { .. })
+    ));
+    let _running = store
+        .start(TaskStart::new().task_id("running"))
+        .await
+        .unwrap();
+    store
+        .reserve(TaskStart::new().task_id("queued"), None)
+        .await
+        .unwrap();
+    let mut done = store.start(TaskStart::new().task_id("done")).await.unwrap();
+    let running = store.token("running").await.unwrap();
+    let queued = store.token("queued").await.unwrap();
+    let ending = store.token("done").await.unwrap();
+    assert!(!running.is_cancelled() && !queued.is_cancelled() && !ending.is_cancelled());
+    assert_eq!(running.task_id().map(|id| &**id), Some("running"));
+    assert!(store.cancel("running", Some("user pressed stop")).await);
+    assert!(store.cancel("queued", None).await);
+    assert!(done.complete("\"ok\"").await);
+    assert!(eventually(|| running.is_cancelled() && queued.is_cancelled()).await);
+    assert_eq!(running.reason().as_deref(), Some("user pressed stop"));
+    // A token asked for after the end is in the final state at once.
+    let cancelled = store.token("queued").await.unwrap();
+    assert!(cancelled.is_cancelled());
+    let completed = store.token("done").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!ending.is_cancelled() && !completed.is_cancelled());
 }

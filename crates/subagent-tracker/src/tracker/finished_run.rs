@@ -15,6 +15,8 @@ use std::time::SystemTime;
 
 use crate::sync::AtomicU8;
 use crate::token::cancel_record::CancelRecord;
+use crate::token::delivery::Delivery;
+use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::retention;
 use crate::{ProgressEntry, SubagentStatus, SubagentTaskSnapshot, TaskFailure};
 
@@ -125,6 +127,29 @@ impl<V> FinishedRun<V> {
 
     pub(crate) fn status(&self) -> SubagentStatus {
         self.status
+    }
+
+    /// A signal in this run's final state, for a token asked for after the run collapsed (contract §4, a token
+    /// by id): fired with the run's cancel if it was cancelled, never to fire otherwise.
+    pub(crate) fn settled_signal(&self) -> Arc<CancelSignal> {
+        let signal = Arc::new(CancelSignal::new(SubagentStatus::Running));
+        // Nothing waits on a new signal: these deliveries are empty.
+        let mut delivery = Delivery::default();
+        let cancel = self
+            .details
+            .as_ref()
+            .and_then(|details| details.cancel.clone());
+        let ending = match cancel {
+            Some(cancel) => {
+                signal.fire(cancel, &mut delivery);
+                Ending::Stopped
+            }
+            None if self.status == SubagentStatus::Completed => Ending::Completed,
+            None => Ending::Failed,
+        };
+        signal.finish(ending, &mut delivery);
+        delivery.deliver();
+        signal
     }
 
     pub(crate) fn visit_values(&self, mut visit: impl FnMut(&V)) {
