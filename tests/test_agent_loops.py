@@ -471,6 +471,22 @@ def test_a_cancel_wins_over_a_veto_and_a_broken_before_call_fails_only_its_call(
             ("not_started", "stop"),
         ]
         assert started == []
+        approval = asyncio.Event()
+
+        async def ask_a_person(call: ToolCall) -> str | None:
+            await approval.wait()  # nobody answers: the cancel must not wait for them
+            return None
+
+        second = tracked_session.start_subagent_task()
+        batch = asyncio.ensure_future(
+            run_tool_calls(second.token, _tools(started)[:2], before_call=ask_a_person)
+        )
+        await asyncio.sleep(0.05)
+        tracked_session.cancel_subagent_task(second.task_id, reason="stop")
+        waiting = await asyncio.wait_for(batch, 5)
+        assert [outcome.status for outcome in waiting] == ["not_started", "not_started"]
+        assert started == []
+        second.complete()
         with pytest.raises(TypeError, match="before_call must be a callable or None, not str"):
             await run_tool_calls(handle.token, [], before_call="veto")  # type: ignore[arg-type]
 

@@ -152,3 +152,34 @@ def test_of_children_failing_at_once_exactly_one_cancels_the_group(session: Bloc
             assert time.monotonic() < deadline
             time.sleep(0.005)
         group.complete()
+
+
+def test_a_failing_group_s_children_end_by_its_end_then_its_parent_is_cancelled(
+    session: BlockingSession,
+) -> None:
+    """Nested groups: a group that fails cancels its own pending children first (reason
+    ``GROUP_ENDED_REASON``), then the group it belongs to (cause ``"child_failed"``), alike on both stores."""
+    outer = session.start_subagent_task("outer", structured=True)
+    inner = session.start_subagent_task("inner", parent_id="outer", structured=True)
+    leaf = session.start_subagent_task("leaf", parent_id="inner")
+    sibling = session.start_subagent_task("sibling", parent_id="outer")
+    inner.fail("gave up")
+    leaf_snapshot = session.subagent_task("leaf")
+    assert leaf_snapshot is not None
+    assert (leaf_snapshot.cancel_cause, leaf_snapshot.cancel_origin, leaf_snapshot.cancel_reason) == (
+        "parent",
+        "inner",
+        GROUP_ENDED_REASON,
+    )
+    assert _snapshot_of(session, "outer") == (SubagentStatus.CANCELLED, "child_failed", "inner")
+    assert _snapshot_of(session, "sibling") == (SubagentStatus.CANCELLED, "parent", "inner")
+    for handle in (outer, leaf, sibling):
+        handle.complete()
+
+
+def test_a_claim_timeout_is_a_failure_that_cancels_the_group(session: BlockingSession) -> None:
+    group = session.start_subagent_task("plan", structured=True)
+    session.reserve_subagent_task("unclaimed", parent_id="plan", claim_timeout=0.05)
+    assert _fired(group)
+    assert _snapshot_of(session, "plan") == (SubagentStatus.CANCELLED, "child_failed", "unclaimed")
+    group.complete()

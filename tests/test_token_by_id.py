@@ -11,9 +11,10 @@ import threading
 import time
 
 import pytest
+import redis
 from redis_support import RedisServer
 
-from subagent_tracker import AsyncRedisRegistry, RedisRegistry, UnknownTaskError
+from subagent_tracker import AsyncRedisRegistry, CancellationToken, RedisRegistry, UnknownTaskError
 from subagent_tracker.integrations._support import BlockingSession
 
 _IDS = itertools.count()
@@ -126,3 +127,78 @@ def test_the_asyncio_redis_session_gives_a_token_by_id(module_redis_server: Redi
         await handle.complete()
 
     asyncio.run(scenario())
+
+
+def test_concurrent_first_calls_and_a_watch_right_after_another_all_fire(session: BlockingSession) -> None:
+    """Many threads ask at once (on Redis the first opens the reader and the others wait for it); a watch
+    asked just as the last one ended still fires."""
+    handles = [session.start_subagent_task(f"c{index}") for index in range(8)]
+    tokens: dict[str, CancellationToken] = {}
+    barrier = threading.Barrier(len(handles))
+
+    def ask(task_id: str) -> None:
+        barrier.wait()
+        tokens[task_id] = session.token(task_id)
+
+    threads = [threading.Thread(target=ask, args=(handle.task_id,)) for handle in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    for handle in handles:
+        session.cancel_subagent_task(handle.task_id, "stop")
+    for handle in handles:
+        token = session.token(handle.task_id)
+        assert token.wait(5) and token.reason == "stop"
+        handle.complete()
+    first = session.start_subagent_task("first")
+    watched = session.token("first")
+    first.complete()
+    second = session.start_subagent_task("second")
+    token = session.token("second")
+    session.cancel_subagent_task("second")
+    assert token.wait(5) and not watched.is_cancelled
+    second.complete()
+
+
+def test_a_token_reaches_only_its_own_run_across_a_restart_of_the_id(session: BlockingSession) -> None:
+    first = session.start_subagent_task("job")
+    old = session.token("job")
+    session.cancel_subagent_task("job", "first run stopped")
+    first.complete()
+    assert old.wait(5) and old.reason == "first run stopped"
+    again = session.start_subagent_task("job")
+    new = session.token("job")
+    assert not new.is_cancelled
+    session.cancel_subagent_task("job", "second run stopped")
+    assert new.wait(5) and new.reason == "second run stopped"
+    assert old.reason == "first run stopped"
+    again.complete()
+    third = session.start_subagent_task("job")
+    completed = session.token("job")
+    third.complete()
+    fourth = session.start_subagent_task("job")
+    session.cancel_subagent_task("job")
+    time.sleep(0.2)
+    assert not completed.is_cancelled, "a later run's cancel never reaches an earlier run's token"
+    fourth.complete()
+
+
+def test_the_reader_lets_its_connection_go_once_nothing_is_watched(module_redis_server: RedisServer) -> None:
+    admin = redis.Redis(host="127.0.0.1", port=module_redis_server.port)
+
+    def connections() -> int:
+        listed: list[dict[str, object]] = admin.client_list()  # type: ignore[assignment]
+        return len(listed)
+
+    session = RedisRegistry(module_redis_server.url).session(f"token-reader-{next(_IDS)}")
+    handle = session.start_subagent_task("job")
+    before = connections()
+    token = session.token("job")
+    assert connections() == before + 1, "one reader, on a connection of its own"
+    handle.complete()
+    deadline = time.monotonic() + 10
+    while connections() > before:
+        assert time.monotonic() < deadline, "the reader kept its connection after the last watch ended"
+        time.sleep(0.05)
+    assert not token.is_cancelled

@@ -189,9 +189,10 @@ async def run_tool_calls(
     ``before_call(call)``, a function or a coroutine function, is asked just before each call runs: it
     returns ``None`` to run it, or a message (a ``str``) to veto it. A vetoed call gets a ``vetoed`` outcome
     with that message as ``error``; the batch goes on and the token is untouched. A cancel wins over a veto:
-    a call whose token fired before or while ``before_call`` ran is ``not_started``. A ``before_call`` that
-    raises, or returns anything but ``None`` or a ``str``, fails that call (its outcome says why) and the
-    batch goes on.
+    a call whose token fired before or while ``before_call`` ran is ``not_started``, and an awaitable
+    ``before_call`` (one waiting for a person's approval, say) is interrupted when the token fires. A
+    ``before_call`` that raises, or returns anything but ``None`` or a ``str``, fails that call (its outcome
+    says why) and the batch goes on.
     """
     if before_call is not None and not callable(before_call):
         raise TypeError(f"before_call must be a callable or None, not {type(before_call).__name__}")
@@ -201,7 +202,9 @@ async def run_tool_calls(
             return ToolOutcome(call.call_id, call.name, "not_started", error=token.reason)
         if before_call is not None:
             try:
-                veto = await _veto(before_call, call)
+                veto = await _veto(before_call, call, token)
+            except TaskCancelledError:
+                return ToolOutcome(call.call_id, call.name, "not_started", error=token.reason)
             except Exception as failure:
                 return ToolOutcome(
                     call.call_id,
@@ -228,11 +231,12 @@ async def run_tool_calls(
     return [await one(call) for call in calls]
 
 
-async def _veto(before_call: BeforeCall, call: ToolCall) -> str | None:
-    """``before_call``'s verdict on ``call``, awaited if it is awaitable."""
+async def _veto(before_call: BeforeCall, call: ToolCall, token: CancellationToken) -> str | None:
+    """``before_call``'s verdict on ``call``, awaited if it is awaitable, and then raced against the token
+    (a check waiting for a person's approval must not hold a cancelled batch back)."""
     verdict = before_call(call)
     if inspect.isawaitable(verdict):
-        verdict = await verdict
+        verdict = await run_until_cancelled(token, verdict)
     if verdict is not None and not isinstance(verdict, str):
         raise TypeError(f"before_call must return None or a str message, not {type(verdict).__name__}")
     return verdict

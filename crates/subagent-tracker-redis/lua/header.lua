@@ -51,8 +51,8 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
                        last run number),
                        retained (finished runs counted against the bound), closed (the first close reason), max
                        (max_finished_tasks), max_age (max_finished_age, in microseconds, if set), early_ttl
-                       (early_cancel_ttl, in microseconds), touched (the server's time of the last change, in
-                       milliseconds)
+                       (early_cancel_ttl, in microseconds), log_size (progress_log_size), touched (the server's
+                       time of the last change, in milliseconds)
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
@@ -67,7 +67,8 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
                        MAX_EARLY_CANCELS
   <base>events         stream: the session's lifecycle events in the order they took effect, with ids <inc>-0,
                        <inc>-1, ..., so a reader that was trimmed past knows how many it missed, and a reader of an
-                       earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries
+                       earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries. Each
+                       entry has task, kind, status, at, and reason or message; cancels and ends name their run
 
 A task lives in as few keys as the rules need, because each key a lifecycle writes is a server call, and the calls
 are what a lifecycle costs the server: its hash, the live index while unfinished, the finished list once finished,
@@ -86,8 +87,9 @@ each other's runs for their own; snapshots show the id alone.
 Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, structured, reserved,
 worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result,
-error, error_type, error_code, progress, progress_count, deadline (seconds) and due_ms, claim_error, parent_of ("1"
-once it has had attached children).
+error, error_type, error_code, progress, progress_count, pl<n> (the progress log: report number n, as
+"<at>:<message's byte length>:<message><data>", the latest log_size kept), deadline (seconds) and due_ms,
+claim_error, parent_of ("1" once it has had attached children).
 
 Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
 process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see

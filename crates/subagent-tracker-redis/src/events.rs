@@ -38,7 +38,8 @@ pub struct RedisEventSubscription {
     last_id: String,
     /// The number of the last event read.
     last_number: Option<u64>,
-    ready: VecDeque<SubagentEvent>,
+    /// Events read and not yet handed out, each with the run it is of when the stream says (cancels and ends).
+    ready: VecDeque<(SubagentEvent, Option<String>)>,
 }
 
 impl RedisEventSubscription {
@@ -111,6 +112,13 @@ impl RedisEventSubscription {
     /// [`RedisTrackerError::Unavailable`] when Redis cannot be reached. The subscription may be read again: it
     /// connects anew and goes on where it stopped (with a `Lagged` event if the stream moved past it meanwhile).
     pub async fn next(&mut self) -> Result<SubagentEvent, RedisTrackerError> {
+        self.next_with_run().await.map(|(event, _)| event)
+    }
+
+    /// [`next`](Self::next), with the run the event is of when the stream says (cancels and ends).
+    pub(crate) async fn next_with_run(
+        &mut self,
+    ) -> Result<(SubagentEvent, Option<String>), RedisTrackerError> {
         loop {
             if let Some(event) = self.ready.pop_front() {
                 return Ok(event);
@@ -169,13 +177,19 @@ impl RedisEventSubscription {
                     SystemTime::now(),
                 );
                 lagged.missed = number - last - 1;
-                self.ready.push_back(lagged);
+                self.ready.push_back((lagged, None));
             }
         }
         self.last_number = number;
         if let Some(event) = event(entry) {
-            self.ready.push_back(event);
+            self.ready.push_back((event, text(entry, "run")));
         }
+    }
+
+    /// Lets the connection go (a read abandoned half way may have left its answer on it): the next read
+    /// connects anew and goes on where the last complete read stopped, so nothing is missed.
+    pub(crate) fn drop_connection(&mut self) {
+        self.connection = None;
     }
 }
 

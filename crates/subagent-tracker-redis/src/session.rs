@@ -888,7 +888,8 @@ impl RedisSession {
         &self.mirror
     }
 
-    /// The retained task `task_id` with its run, or `None`, aged or not. One round trip.
+    /// The retained task `task_id` with its run, or `None` (an aged task too, as queries leave it out). One
+    /// round trip.
     pub(crate) async fn read_run(
         &self,
         task_id: &str,

@@ -1,10 +1,14 @@
 //! Tokens by id for tasks of a session stored in Redis, wherever they run (contract §4, a token by id).
 //!
 //! A watched run is a run of a small in-memory tracker of this process, one per session mirror. The session's
-//! event stream fires it: one reader per session with watched runs, which reads the stream for as long as any
-//! run is watched and then lets its connection go. A watch is made before the task is read from Redis, so a
-//! cancel between the read and the watch is never missed: the reader marks the watch, and the read's outcome
-//! and the mark are settled together under the watches' lock.
+//! event stream fires it: one reader per session and process, which reads the stream while any run is watched
+//! and then lets it go. Cancels and ends in the stream name their run, so an event is applied to the run it is of
+//! and to no other run of the id.
+//!
+//! No cancel is missed: a `token` call makes sure the reader is subscribed before it reads the task, and marks
+//! the id as being read; what the reader sees of the id meanwhile is kept on the mark and applied, for the run the
+//! read found, when the read is settled under the same lock. A reader that must let its connection go (a read
+//! abandoned half way) reads on from where it stopped.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -12,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use subagent_tracker::{
     CancelCause, InMemorySubagentTaskTracker, SubagentEventKind, SubagentStatus,
     SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskStart, TrackerConfig,
+    DEFAULT_CANCEL_REASON,
 };
 use tokio::sync::Notify;
 
@@ -21,6 +26,8 @@ use crate::{RedisEventSubscription, RedisSession, RedisTrackerError};
 pub(crate) struct Watches {
     tracker: InMemorySubagentTaskTracker<String>,
     state: Mutex<State>,
+    /// Held while a `token` call opens the reader's subscription, so that a concurrent call waits for it.
+    subscribing: tokio::sync::Mutex<()>,
     /// Wakes the reader when the last watch has gone, so that it stops reading.
     emptied: Notify,
 }
@@ -31,14 +38,23 @@ struct State {
     reading: bool,
 }
 
+#[derive(Default)]
 struct Watch {
-    /// The run watched, once the read has told it.
+    /// The run watched, once a read has told it.
     run: Option<String>,
-    /// A cancel the reader saw before the run was known.
-    cancel_seen: bool,
-    /// How many `token` calls are still reading this id: the watch stays while any is.
-    reading_calls: usize,
     handle: Option<SubagentTaskHandle<String>>,
+    /// How many `token` calls are reading this id: the watch stays while any is.
+    reading_calls: usize,
+    /// What the reader saw of the id while its run was not known yet, to apply to the run the read finds.
+    seen: Vec<Seen>,
+}
+
+/// A cancel or an end of one run, as the stream told it.
+struct Seen {
+    run: String,
+    kind: SubagentEventKind,
+    status: SubagentStatus,
+    reason: Option<Arc<str>>,
 }
 
 impl Watches {
@@ -50,6 +66,7 @@ impl Watches {
                 TrackerConfig::default().with_max_finished_tasks(0),
             ),
             state: Mutex::new(State::default()),
+            subscribing: tokio::sync::Mutex::new(()),
             emptied: Notify::new(),
         }
     }
@@ -61,162 +78,97 @@ impl Watches {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Marks `task_id` as about to be read, and says whether a reader must be started.
+    /// Marks `task_id` as being read; true when no reader is reading the stream.
     fn begin(&self, task_id: &Arc<str>) -> bool {
         let mut state = self.lock();
-        let watch = state.watched.entry(task_id.clone()).or_insert(Watch {
-            run: None,
-            cancel_seen: false,
-            reading_calls: 0,
-            handle: None,
-        });
-        watch.reading_calls += 1;
-        !std::mem::replace(&mut state.reading, true)
+        state
+            .watched
+            .entry(task_id.clone())
+            .or_default()
+            .reading_calls += 1;
+        !state.reading
     }
 
-    /// Settles a read of `task_id`: the token of run `run` in `snapshot`'s state, kept watched while it is
-    /// pending, and the run to read again when the reader saw a cancel that the read may not show.
+    /// Settles a read of `task_id` (its run and snapshot, or `None` when it is not retained): the token of that
+    /// run, kept watched while it is pending.
     fn settle(
         &self,
         task_id: &Arc<str>,
         read: Option<(String, SubagentTaskSnapshot<String>)>,
-    ) -> (Option<SubagentTaskToken>, Option<String>) {
+    ) -> Option<SubagentTaskToken> {
         let mut state = self.lock();
-        let Some(watch) = state.watched.get_mut(task_id) else {
-            return (read.map(|(_, snapshot)| settled_token(&snapshot)), None);
+        let watch = state.watched.entry(task_id.clone()).or_default();
+        watch.reading_calls = watch.reading_calls.saturating_sub(1);
+        let seen = if watch.reading_calls == 0 {
+            std::mem::take(&mut watch.seen)
+        } else {
+            Vec::new()
         };
-        watch.reading_calls -= 1;
-        let mut read_again = None;
-        let Some((run, snapshot)) = read else {
-            return self.finish_settling(state, task_id, None, None);
-        };
-        if watch.run.as_deref() != Some(&*run) {
-            if let Some(old) = watch.handle.take() {
-                // The id names another run now: the one watched has ended.
-                old.complete(None);
-            }
-            watch.run = Some(run.clone());
-        } else if snapshot.finished {
-            if let Some(watched) = watch.handle.take() {
-                if snapshot.status == SubagentStatus::Cancelled {
-                    fire(&self.tracker, &snapshot);
+        let token = read.map(|(run, snapshot)| {
+            if watch.run.as_deref() != Some(&*run) {
+                if let Some(old_run) = watch.run.take() {
+                    // The id names a newer run: the one watched has ended. What was seen of it applies first.
+                    for event in seen.iter().filter(|event| event.run == old_run) {
+                        apply_to(&self.tracker, watch, task_id, event);
+                    }
+                    if let Some(old) = watch.handle.take() {
+                        old.complete(None);
+                    }
                 }
-                watched.complete(None);
+                watch.run = Some(run.clone());
             }
-        }
-        if snapshot.finished {
-            return self.finish_settling(state, task_id, Some(settled_token(&snapshot)), None);
-        }
-        let handle = match watch.handle.take() {
-            Some(handle) => Ok(handle),
-            None => self
-                .tracker
-                .start(TaskStart::new().task_id(task_id.clone())),
-        };
-        let outcome = match handle {
-            Ok(handle) => {
-                if snapshot.status == SubagentStatus::Cancelled {
-                    fire(&self.tracker, &snapshot);
-                } else if std::mem::take(&mut watch.cancel_seen) {
-                    // A cancel came as the read went: of this run (after the read), or of an earlier one.
-                    read_again = Some(run);
-                }
-                let token = handle.token();
-                watch.handle = Some(handle);
-                token
-            }
-            // The watch's own tracker refused the id (it cannot, holding no other run of it): a token of the
-            // state just read, which no later cancel reaches.
-            Err(_) => settled_token(&snapshot),
-        };
-        self.finish_settling(state, task_id, Some(outcome), read_again)
-    }
-
-    /// Drops the watch of `task_id` if nothing watches it any more, and wakes an idle reader.
-    fn finish_settling(
-        &self,
-        mut state: MutexGuard<'_, State>,
-        task_id: &Arc<str>,
-        outcome: Option<SubagentTaskToken>,
-        read_again: Option<String>,
-    ) -> (Option<SubagentTaskToken>, Option<String>) {
-        let watch = state.watched.get(task_id);
-        if watch.is_some_and(|watch| watch.handle.is_none() && watch.reading_calls == 0) {
-            state.watched.remove(task_id);
-        }
-        if state.watched.is_empty() {
-            self.emptied.notify_one();
-        }
-        (outcome, read_again)
-    }
-    /// What the reader does with one event of the session.
-    async fn apply(&self, session: &RedisSession, task_id: &Arc<str>, kind: SubagentEventKind) {
-        match kind {
-            SubagentEventKind::Cancelled => {
-                let known = {
-                    let mut state = self.lock();
-                    let Some(watch) = state.watched.get_mut(task_id) else {
-                        return;
-                    };
-                    watch.cancel_seen = true;
-                    watch.run.clone()
-                };
-                if let Some(run) = known {
-                    self.refresh(session, task_id, &run).await;
-                }
-            }
-            SubagentEventKind::Ended | SubagentEventKind::Started => {
-                // The watched run has ended, or a new run of the id began after it did.
-                let run = self
-                    .lock()
-                    .watched
-                    .get(task_id)
-                    .and_then(|watch| watch.run.clone());
-                if let Some(run) = run {
-                    self.refresh(session, task_id, &run).await;
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// Reads the watched run `run` of `task_id` again and applies what Redis says: a cancel fires its token, an
-    /// end (or a newer run in its place) ends the watch.
-    async fn refresh(&self, session: &RedisSession, task_id: &Arc<str>, run: &str) {
-        let Ok(read) = session.read_run(task_id).await else {
-            // Unreachable now: the next event, or a lag, reads again.
-            return;
-        };
-        let mut state = self.lock();
-        let Some(watch) = state.watched.get_mut(task_id) else {
-            return;
-        };
-        if watch.run.as_deref() != Some(run) {
-            return;
-        }
-        let current = read
-            .filter(|(stored_run, _)| stored_run == run)
-            .map(|(_, snapshot)| snapshot);
-        if let Some(snapshot) = &current {
+            let handle = match watch.handle.take() {
+                Some(handle) => Some(handle),
+                None if snapshot.finished => None,
+                None => self
+                    .tracker
+                    .start(TaskStart::new().task_id(task_id.clone()))
+                    .ok(),
+            };
+            let Some(handle) = handle else {
+                return settled_token(&snapshot);
+            };
             if snapshot.status == SubagentStatus::Cancelled {
-                fire(&self.tracker, snapshot);
+                fire(&self.tracker, &snapshot);
             }
-        }
-        if current.as_ref().is_none_or(|snapshot| snapshot.finished) {
-            if let Some(handle) = watch.handle.take() {
-                // A cancelled run keeps its fired token; any other end leaves it never to fire.
-                handle.complete(None);
+            let token = handle.token();
+            watch.handle = Some(handle);
+            for event in seen.iter().filter(|event| event.run == run) {
+                apply_to(&self.tracker, watch, task_id, event);
             }
-            if watch.reading_calls == 0 {
-                state.watched.remove(task_id);
+            if snapshot.finished {
+                end_watch(&self.tracker, watch, &snapshot);
             }
-            if state.watched.is_empty() {
-                self.emptied.notify_one();
-            }
-        }
+            token
+        });
+        forget_if_unwatched(&mut state, task_id, &self.emptied);
+        token
     }
 
-    /// Every watched run, read again: after the reader missed events.
+    /// What the reader does with one event of run `run` of `task_id`.
+    fn apply(&self, task_id: &Arc<str>, run: String, event: &subagent_tracker::SubagentEvent) {
+        let mut state = self.lock();
+        let Some(watch) = state.watched.get_mut(task_id) else {
+            return;
+        };
+        let seen = Seen {
+            run,
+            kind: event.kind,
+            status: event.status,
+            reason: event.reason.clone(),
+        };
+        if watch.run.as_deref() == Some(&*seen.run) {
+            apply_to(&self.tracker, watch, task_id, &seen);
+        } else if watch.reading_calls > 0 {
+            // A read is under way: it tells which run it found, and the event is applied if it is of that one.
+            watch.seen.push(seen);
+            return;
+        }
+        forget_if_unwatched(&mut state, task_id, &self.emptied);
+    }
+
+    /// Every watched run, read again: after the reader missed events (a lag the stream's trimming caused). A run
+    /// that was replaced meanwhile is ended unfired: its cancel, if any, is gone with the trimmed events.
     async fn refresh_all(&self, session: &RedisSession) {
         let watched: Vec<(Arc<str>, String)> = self
             .lock()
@@ -225,7 +177,32 @@ impl Watches {
             .filter_map(|(task_id, watch)| Some((task_id.clone(), watch.run.clone()?)))
             .collect();
         for (task_id, run) in watched {
-            self.refresh(session, &task_id, &run).await;
+            let Ok(read) = session.read_run(&task_id).await else {
+                continue;
+            };
+            let mut state = self.lock();
+            let Some(watch) = state.watched.get_mut(&task_id) else {
+                continue;
+            };
+            if watch.run.as_deref() != Some(&*run) {
+                continue;
+            }
+            match read.filter(|(stored_run, _)| *stored_run == run) {
+                Some((_, snapshot)) => {
+                    if snapshot.status == SubagentStatus::Cancelled {
+                        fire(&self.tracker, &snapshot);
+                    }
+                    if snapshot.finished {
+                        end_watch(&self.tracker, watch, &snapshot);
+                    }
+                }
+                None => {
+                    if let Some(handle) = watch.handle.take() {
+                        handle.complete(None);
+                    }
+                }
+            }
+            forget_if_unwatched(&mut state, &task_id, &self.emptied);
         }
     }
 
@@ -240,6 +217,58 @@ impl Watches {
     }
 }
 
+/// Applies one event of the watched run to its watch: a cancel fires its token, an end ends the watch.
+fn apply_to(
+    tracker: &InMemorySubagentTaskTracker<String>,
+    watch: &mut Watch,
+    task_id: &Arc<str>,
+    event: &Seen,
+) {
+    let cancelled = event.kind == SubagentEventKind::Cancelled
+        || (event.kind == SubagentEventKind::Ended && event.status == SubagentStatus::Cancelled);
+    if cancelled {
+        tracker.apply_remote_cancel(
+            task_id,
+            event.reason.as_deref().unwrap_or(DEFAULT_CANCEL_REASON),
+            CancelCause::Requested,
+            task_id,
+        );
+    }
+    if event.kind == SubagentEventKind::Ended {
+        if let Some(handle) = watch.handle.take() {
+            handle.complete(None);
+        }
+    }
+}
+
+/// Ends the watch of a run that has finished, its token fired if the run was cancelled.
+fn end_watch(
+    tracker: &InMemorySubagentTaskTracker<String>,
+    watch: &mut Watch,
+    snapshot: &SubagentTaskSnapshot<String>,
+) {
+    if snapshot.status == SubagentStatus::Cancelled {
+        fire(tracker, snapshot);
+    }
+    if let Some(handle) = watch.handle.take() {
+        handle.complete(None);
+    }
+}
+
+/// Drops the watch of `task_id` once no run of it is watched and no call reads it, and wakes an idle reader.
+fn forget_if_unwatched(state: &mut State, task_id: &Arc<str>, emptied: &Notify) {
+    if state
+        .watched
+        .get(task_id)
+        .is_some_and(|watch| watch.handle.is_none() && watch.reading_calls == 0)
+    {
+        state.watched.remove(task_id);
+    }
+    if state.watched.is_empty() {
+        emptied.notify_one();
+    }
+}
+
 /// Fires the watch of `snapshot`'s task with its cancel, as Redis recorded it.
 fn fire(tracker: &InMemorySubagentTaskTracker<String>, snapshot: &SubagentTaskSnapshot<String>) {
     tracker.apply_remote_cancel(
@@ -247,7 +276,7 @@ fn fire(tracker: &InMemorySubagentTaskTracker<String>, snapshot: &SubagentTaskSn
         snapshot
             .cancel_reason
             .as_deref()
-            .unwrap_or(subagent_tracker::DEFAULT_CANCEL_REASON),
+            .unwrap_or(DEFAULT_CANCEL_REASON),
         snapshot.cancel_cause.unwrap_or(CancelCause::Requested),
         snapshot
             .cancel_origin
@@ -275,9 +304,9 @@ fn settled_token(snapshot: &SubagentTaskSnapshot<String>) -> SubagentTaskToken {
 
 impl RedisSession {
     /// The cancellation token of the retained task `task_id`, wherever it runs (contract §4, a token by id): it
-    /// fires in this process when the task is cancelled in Redis, a notification later (the session's event
-    /// stream; a missed event is made up by reading again), or has fired if it was. A task that completed or
-    /// failed gives a token that never fires.
+    /// fires in this process when the task is cancelled in Redis, an event later (the session's event stream,
+    /// read while any task is watched), or has fired if it was. A task that completed or failed gives a token
+    /// that never fires.
     ///
     /// # Errors
     /// [`TrackerError::UnknownTask`](subagent_tracker::TrackerError::UnknownTask) (as
@@ -286,17 +315,20 @@ impl RedisSession {
         subagent_tracker::validate_task_id("task_id", task_id)?;
         let task_id: Arc<str> = Arc::from(task_id);
         let watches = &self.mirror().watches;
-        if watches.begin(&task_id) {
-            // Subscribed before the read: a cancel after the read comes as an event.
-            match self.subscribe().await {
-                Ok(events) => {
-                    let runtime = self.worker().runtime.clone();
-                    runtime.spawn(read_events(self.clone(), events));
-                }
-                Err(error) => {
-                    watches.lock().reading = false;
-                    watches.settle(&task_id, None);
-                    return Err(error);
+        {
+            // A concurrent call waits here until the reader is subscribed: its read then comes after.
+            let _subscribing = watches.subscribing.lock().await;
+            if watches.begin(&task_id) {
+                match self.subscribe().await {
+                    Ok(events) => {
+                        watches.lock().reading = true;
+                        let runtime = self.worker().runtime.clone();
+                        runtime.spawn(read_events(self.clone(), events));
+                    }
+                    Err(error) => {
+                        watches.settle(&task_id, None);
+                        return Err(error);
+                    }
                 }
             }
         }
@@ -307,11 +339,7 @@ impl RedisSession {
                 return Err(error);
             }
         };
-        let (token, read_again) = watches.settle(&task_id, read);
-        if let Some(run) = read_again {
-            watches.refresh(self, &task_id, &run).await;
-        }
-        token.ok_or_else(|| {
+        watches.settle(&task_id, read).ok_or_else(|| {
             subagent_tracker::TrackerError::UnknownTask {
                 task_id: task_id.clone(),
                 session_id: self.session_id().clone(),
@@ -322,37 +350,26 @@ impl RedisSession {
 }
 
 /// Reads the session's events for as long as any of its runs is watched in this process.
-async fn read_events(session: RedisSession, events: RedisEventSubscription) {
+async fn read_events(session: RedisSession, mut events: RedisEventSubscription) {
     let watches = &session.mirror().watches;
-    // `None` once a read was abandoned: its answer may still be on the connection, so a new subscription is made.
-    let mut events = Some(events);
     loop {
         if watches.stop_if_idle() {
             return;
         }
-        let Some(subscription) = events.as_mut() else {
-            match session.subscribe().await {
-                Ok(fresh) => {
-                    events = Some(fresh);
-                    // What happened while no subscription listened is read again.
-                    watches.refresh_all(&session).await;
-                }
-                Err(_) => tokio::time::sleep(RETRY).await,
-            }
-            continue;
-        };
         let event = tokio::select! {
-            event = subscription.next() => event,
+            event = events.next_with_run() => event,
             () = watches.emptied.notified() => {
-                events = None;
+                // The read was abandoned half way: its answer may be left on the connection.
+                events.drop_connection();
                 continue;
             }
         };
         match event {
-            Ok(event) if event.kind == SubagentEventKind::Lagged => {
+            Ok((event, _)) if event.kind == SubagentEventKind::Lagged => {
                 watches.refresh_all(&session).await;
             }
-            Ok(event) => watches.apply(&session, &event.task_id, event.kind).await,
+            Ok((event, Some(run))) => watches.apply(&event.task_id, run, &event),
+            Ok((_, None)) => {}
             Err(RedisTrackerError::Tracker(_)) => {
                 // The session's incarnation has ended: no watched run can change any more.
                 watches.refresh_all(&session).await;
@@ -362,9 +379,8 @@ async fn read_events(session: RedisSession, events: RedisEventSubscription) {
                 return;
             }
             Err(_) => {
-                // The subscription connects again on its next read; what it missed is read now.
+                // The subscription connects again on its next read and goes on where it stopped.
                 tokio::time::sleep(RETRY).await;
-                watches.refresh_all(&session).await;
             }
         }
     }

@@ -34,7 +34,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
           'origin', origin, 'cause', entry_cause)
         moved = moved + 1
         if moved_ids then moved_ids[task_id] = true end
-        emit_cancelled(base, task_id, at, reason)
+        emit_cancelled(base, task_id, run, at, reason)
         if status == 'queued' then
           -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.
           table.insert(unclaimed, { key = key, task_id = task_id, run = run, timed = state[5] or state[6] })

@@ -13,8 +13,9 @@ local function emit(base, task_id, kind, status, at, extra_name, extra)
   end
 end
 
--- A cascade's event for each task it cancels: untrimmed, since the cascade trims the stream once at its end.
-local function emit_cancelled(base, task_id, at, reason)
+-- A cascade's event for each task it cancels: untrimmed, since the cascade trims the stream once at its end. It
+-- names the run, as an end's event does, for the readers that watch one run (tokens by id).
+local function emit_cancelled(base, task_id, run, at, reason)
   redis.call('XADD', base .. 'events', event_id, 'task', task_id, 'kind', 'cancelled', 'status', 'cancelled',
-    'at', at, 'reason', reason)
+    'at', at, 'reason', reason, 'run', run)
 end

@@ -104,6 +104,6 @@ local function finish(base, session_key, key, task_id, run, at, ending)
   end
   redis.call('HSET', key, 'fin', '1', 'ended_at', at, unpack(ending.written or {}))
   redis.call('ZREM', base .. 'live', task_id)
-  emit(base, task_id, 'ended', ending.status, at)
+  emit(base, task_id, 'ended', ending.status, at, 'run', run)
   retain(base, session_key, task_id, run)
 end

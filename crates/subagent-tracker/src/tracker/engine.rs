@@ -423,6 +423,22 @@ impl<V: Clone> TrackerShared<V> {
         delivery: &mut Delivery,
     ) {
         let status = entry.status();
+        // Its own children first: a failing group's children end by its end, not by its parent's cancel.
+        if entry.structured && matches!(status, SubagentStatus::Completed | SubagentStatus::Failed)
+        {
+            let pending = effects
+                .orphans
+                .iter()
+                .filter(|child| child.status().is_pending())
+                .cloned();
+            self.cancel_trees(
+                pending,
+                &Arc::from(GROUP_ENDED_REASON),
+                CancelCause::Parent,
+                Some(&entry.task_id),
+                delivery,
+            );
+        }
         if status == SubagentStatus::Failed && !entry.detached {
             // The parent's current run is the one the child started under when it began before the child: a
             // later run of the id began after that one finished, which was after the child's start.
@@ -440,21 +456,6 @@ impl<V: Clone> TrackerShared<V> {
                     delivery,
                 );
             }
-        }
-        if entry.structured && matches!(status, SubagentStatus::Completed | SubagentStatus::Failed)
-        {
-            let pending = effects
-                .orphans
-                .iter()
-                .filter(|child| child.status().is_pending())
-                .cloned();
-            self.cancel_trees(
-                pending,
-                &Arc::from(GROUP_ENDED_REASON),
-                CancelCause::Parent,
-                Some(&entry.task_id),
-                delivery,
-            );
         }
     }
 
