@@ -168,3 +168,29 @@ def test_the_asyncio_redis_handle_reports_with_data(module_redis_server: RedisSe
         await handle.complete()
 
     asyncio.run(scenario())
+
+
+def test_data_leaving_the_log_is_dropped_with_no_lock_held() -> None:
+    """A report's data may be any object in memory; its finalizer, run as the report leaves the log, may read
+    the task without deadlocking."""
+    session = Session(progress_log_size=1)
+    handle = session.start_subagent_task("job")
+    seen: list[int] = []
+
+    class Finalized:
+        def __del__(self) -> None:
+            snapshot = handle.snapshot()
+            seen.append(snapshot.progress_count)
+
+    handle.progress("first", data={"owner": Finalized()})
+    finished = threading.Event()
+
+    def second_report() -> None:
+        handle.progress("second")
+        finished.set()
+
+    reporter = threading.Thread(target=second_report, daemon=True)
+    reporter.start()
+    assert finished.wait(5), "the finalizer deadlocked on the task's lock"
+    assert seen == [2]
+    handle.complete()

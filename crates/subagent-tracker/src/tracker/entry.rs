@@ -463,9 +463,10 @@ impl<V> TaskEntry<V> {
             return false;
         }
         let message: Arc<str> = Arc::from(kept_progress_message(message));
+        let mut dropped = None;
         if log_size > 0 {
             if record.progress_log.len() >= log_size {
-                record.progress_log.pop_front();
+                dropped = record.progress_log.pop_front();
             }
             record.progress_log.push_back(ProgressEntry {
                 at: SystemTime::now(),
@@ -479,6 +480,10 @@ impl<V> TaskEntry<V> {
             let event = self.event(SubagentEventKind::Progress, SystemTime::now(), &record);
             bus.publish(&event, delivery);
         }
+        // The report that left the log is dropped with no lock held: its data may own foreign objects, whose
+        // finalizers may read this task.
+        drop(record);
+        drop(dropped);
         true
     }
 
