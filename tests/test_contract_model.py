@@ -1022,21 +1022,24 @@ class ContractMachine(RuleBasedStateMachine):
         self._retain()
 
     def _settle_group(self, run: Run) -> None:
-        """The rules of task groups (§3) after ``run`` completed or failed: a failure of an attached child
-        cancels the group it started under, if still pending; a group's end cancels its pending
-        descendants."""
-        parent = run.parent
-        if run.status == FAILED and not run.detached and parent is not None and parent.structured:
-            if parent.status in PENDING:
-                event("group: a failing child cancelled its group")
-            self._observe(
-                self.model.cancel([parent], CHILD_FAILED_REASON, "child_failed", origin=run.task_id)
-            )
+        """The rules of task groups (§3) after ``run`` completed or failed: a group's end cancels its pending
+        descendants; then a failure of an attached child cancels the group it started under, if still
+        pending. A failing group that is itself a child of a group ends its own children first, so they
+        show the group's end, not its parent's cancel."""
         if run.structured and run.status in (COMPLETED, FAILED):
             pending = [below for below in run.in_reach() if below.status in PENDING]
             if pending:
                 event("group: its end cancelled pending children")
             self._observe(self.model.cancel(pending, GROUP_ENDED_REASON, "parent", origin=run.task_id))
+        parent = run.parent
+        if run.status == FAILED and not run.detached and parent is not None and parent.structured:
+            if parent.status in PENDING:
+                event("group: a failing child cancelled its group")
+            if run.structured:
+                event("group: a failing group cancelled the group above it")
+            self._observe(
+                self.model.cancel([parent], CHILD_FAILED_REASON, "child_failed", origin=run.task_id)
+            )
         # The stores apply these rules before they record the run's own end, and a link these cancels fire
         # acts after it: the run and the queued runs these rules finished finish together, in an order the
         # model leaves open.
