@@ -1,4 +1,5 @@
-# Sourced by the other scripts: makes .venv with the pinned tools, from nothing, on a fresh machine.
+# Sourced by the other scripts: makes .venv with the pinned tools, from nothing, on a fresh machine. A script
+# that needs fewer tools names its own list in SETUP_REQUIREMENTS (demo.sh installs no test tools).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PYTHON="${PYTHON:-python3}"
@@ -7,4 +8,4 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
-python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-dev.txt
+python -m pip install --quiet --disable-pip-version-check -r "${SETUP_REQUIREMENTS:-scripts/requirements-dev.txt}"

@@ -170,3 +170,28 @@ def test_an_unencodable_id_is_an_error_not_a_crash(session: Session) -> None:
     with pytest.raises(UnicodeEncodeError):
         session.start_subagent_task("\ud800")
     assert session.subagent_tasks() == []
+
+
+def test_errors_quote_ids_alike_and_a_default_reason_is_not_repeated() -> None:
+    session = Session("user-42")
+    with pytest.raises(UnknownTaskError) as unknown:
+        session.claim_subagent_task("summarise")
+    assert str(unknown.value).startswith('no task "summarise" is reserved in session "user-42" to be claimed')
+    assert "reserve it first" in str(unknown.value)
+    running = session.start_subagent_task("dup")
+    with pytest.raises(DuplicateTaskError, match='task "dup" is already running'):
+        session.start_subagent_task("dup")
+    running.complete()
+    assert str(TaskCancelledError("summarise")) == 'task "summarise" was cancelled'
+    assert str(TaskCancelledError("t1", "user pressed stop")) == 'task "t1" was cancelled: user pressed stop'
+    assert str(TaskCancelledError('say "hi"', "stop")) == 'task "say \\"hi\\"" was cancelled: stop'
+
+
+def test_a_url_that_does_not_parse_says_what_a_redis_url_looks_like() -> None:
+    from subagent_tracker import RedisRegistry
+
+    with pytest.raises(ValueError) as refused:
+        RedisRegistry("not a url", timeout=0.5)
+    message = str(refused.value)
+    assert message.startswith('"not a url" is not a Redis URL: expected redis://'), message
+    assert "InvalidClientConfig" not in message

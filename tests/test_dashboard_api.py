@@ -68,7 +68,7 @@ def test_sessions_tasks_and_one_task_are_listed_with_their_state(
         missing = client.get("/api/sessions/team%2Falpha/tasks/nothing")
         assert (missing.status_code, missing.json()) == (
             404,
-            {"error": "no task 'nothing' in session 'team/alpha'"},
+            {"error": 'no task "nothing" in session "team/alpha"'},
         )
     child.complete()
 
@@ -433,3 +433,35 @@ def test_bad_ids_and_an_unreachable_redis_get_json_errors() -> None:
             assert unreachable.status_code == 503 and "error" in unreachable.json()
     finally:
         served.stop()
+
+
+@pytest.mark.parametrize("task_id", [".", "..", "a/../b", "%2e"])
+def test_the_query_forms_reach_any_id_even_a_path_segment(
+    registry: Registry, served: ServedDashboard, task_id: str
+) -> None:
+    session = registry.session(".")
+    handle = session.start_subagent_task(task_id)
+    bystander = session.start_subagent_task("bystander")
+    with served.client() as client:
+        ids = {"session": ".", "task": task_id}
+        assert client.get("/api/task", params=ids).json()["task_id"] == task_id
+        assert client.get("/api/task/subtree", params=ids).json() == {"pending": 1}
+        listed = client.get("/api/session/tasks", params={"session": "."}).json()["tasks"]
+        assert {task["task_id"] for task in listed} == {task_id, "bystander"}
+        assert client.post("/api/task/cancel", params=ids).json() == {"cancelled": True}
+        assert handle.token.is_cancelled and not bystander.token.is_cancelled
+        missing = client.get("/api/task", params={"session": "."})
+        assert (missing.status_code, missing.json()) == (400, {"error": "the query needs ?task=<id>"})
+        assert client.post("/api/session/cancel", params={"session": "."}).json() == {"cancelled": 1}
+        assert bystander.token.is_cancelled
+    handle.complete()
+    bystander.complete()
+
+
+def test_a_query_form_cancel_needs_the_action_header_too(registry: Registry, served: ServedDashboard) -> None:
+    handle = registry.session("s").start_subagent_task("t")
+    with httpx.Client(base_url=served.url, timeout=10) as bare:
+        refused = bare.post("/api/task/cancel", params={"session": "s", "task": "t"})
+    assert refused.status_code == 403
+    assert not handle.token.is_cancelled
+    handle.complete()

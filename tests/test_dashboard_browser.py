@@ -187,6 +187,65 @@ def test_script_and_html_in_every_field_are_shown_as_text(page: Page, registry: 
         served.stop()
 
 
+def test_the_page_reads_well_for_a_first_user(page: Page, registry: Registry) -> None:
+    """Column headers; pending rows before finished ones; whole ids on hover and in the details; ids that a
+    URL parser would drop (``.``, ``..``) cancelled all the same; user text isolated for bidi; the sidebar's
+    counts in step with the tree; confirmations that read as sentences; a session cancel greyed once
+    nothing is pending."""
+    session = registry.session("first-hour")
+    for index in range(3):
+        session.start_subagent_task(f"done-{index}").complete()
+    long_id = "plan-0-step-" + "x" * 60 + "-last"
+    reversed_id = "\u202eevil"
+    handles = {task_id: session.start_subagent_task(task_id) for task_id in (".", "..", long_id, reversed_id)}
+    served = ServedDashboard(registry)
+    try:
+        page.goto(served.url + "/")
+        expect(row(page, long_id)).to_have_attribute("data-status", "running")
+        for header in ("Status", "Task", "Agent", "Description", "Age"):
+            expect(page.locator("#tree-header")).to_contain_text(header)
+        shown: list[str] = page.eval_on_selector_all(
+            "#tree .task",
+            "rows => rows.sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))"
+            ".map((row) => row.dataset.taskId)",
+        )
+        assert shown == [".", "..", long_id, reversed_id, "done-0", "done-1", "done-2"]
+        expect(row(page, long_id).locator(".task-id")).to_have_attribute("title", long_id)
+        row(page, long_id).locator(".task-id").click()
+        expect(page.locator("#details-title")).to_have_text(long_id)
+        isolation = "getComputedStyle(document.querySelector('#tree .task .task-id')).unicodeBidi"
+        assert page.evaluate(isolation) == "isolate"
+
+        chips = page.locator('#sessions [data-session-id="first-hour"] .chips')
+        for task_id in (".", ".."):
+            row(page, task_id).locator(".cancel").click()
+            expect(page.locator("#confirm-text")).to_have_text(f"Cancel \u2068{task_id}\u2069?")
+            page.locator("#confirm-yes").click()
+            page.wait_for_function(
+                "id => document.querySelector(`#tree .task[data-task-id='${id}']`)?.dataset.status"
+                " === 'cancelling'",
+                arg=task_id,
+            )
+            # Drawn in the same frame as the row, not a second later with the overview.
+            cancelled = 1 if task_id == "." else 2
+            assert f"{cancelled} cancelled" in chips.inner_text()
+            snapshot = session.subagent_task(task_id)
+            assert snapshot is not None and snapshot.status is SubagentStatus.CANCELLED
+        assert not handles[long_id].token.is_cancelled
+
+        page.locator("#cancel-session").click()
+        expect(page.locator("#confirm-text")).to_have_text(
+            "Cancel session \u2068first-hour\u2069? Its 2 pending tasks will be cancelled."
+        )
+        page.locator("#confirm-yes").click()
+        expect(page.locator("#cancel-session")).to_be_disabled()
+        assert handles[reversed_id].token.is_cancelled
+    finally:
+        for handle in handles.values():
+            handle.complete()
+        served.stop()
+
+
 def _css(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 
 import httpx
 
@@ -29,6 +30,13 @@ def test_a_fast_demo_run_ends_with_every_task_finished_and_nothing_running() -> 
     assert summary.counts[SubagentStatus.RUNNING] == 0
     assert summary.counts[SubagentStatus.CANCELLED] > 0
     assert any("by id" in entry for entry in summary.log)
+    # The log counts the whole tree, not only the top-level subagents, and says why each failed task failed.
+    fanned_out = next(entry for entry in summary.log if "fanned out" in entry)
+    assert f"tracks {sum(summary.counts.values())} tasks" in fanned_out
+    failures = [entry for entry in summary.log if "failed on purpose" in entry]
+    assert len(failures) == summary.counts[SubagentStatus.FAILED]
+    # Nothing goes quiet for long while the slow subagents run.
+    assert sum("tasks finished," in entry for entry in summary.log) == 3
 
 
 def test_the_multi_process_demo_stops_work_across_processes_and_ends_clean() -> None:
@@ -67,9 +75,35 @@ def test_the_web_demo_serves_its_session_on_the_dashboard_and_prints_the_address
         assert demo.stdout is not None
         address = demo.stdout.readline().split()
         assert address[0] == "dashboard:" and address[1].startswith("http://127.0.0.1:")
-        sessions = httpx.get(address[1] + "api/sessions", timeout=10).json()["sessions"]
+        assert demo.stdout.readline().startswith("the demo starts when the page connects")
+        # The first request starts the demo (it waits up to 5 s for one): its session shows soon after.
+        sessions: list[dict[str, object]] = []
+        for _ in range(100):
+            sessions = httpx.get(address[1] + "api/sessions", timeout=10).json()["sessions"]
+            if sessions:
+                break
+            time.sleep(0.05)
         assert [view["session_id"] for view in sessions] == ["demo"]
         output, _ = demo.communicate(timeout=120)
     finally:
         demo.kill()
     assert demo.returncode == 0 and "every task finished: yes" in output
+    assert "the page connected: starting the demo" in output
+
+
+def test_the_web_demo_starts_by_itself_when_no_page_connects() -> None:
+    started = time.monotonic()
+    finished = subprocess.run(
+        [
+            *(sys.executable, "-m", "subagent_tracker", "demo", "--web", "--speed", "8", "--linger", "0"),
+            *("--subagents", "20", "--start-wait", "0.5"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "no page connected within 0.5 s: starting the demo" in finished.stdout
+    assert "every task finished: yes" in finished.stdout
+    assert time.monotonic() - started >= 0.5

@@ -22,6 +22,7 @@ from subagent_tracker import (
     SubagentTaskHandle,
     UnknownTaskError,
 )
+from subagent_tracker.integrations._support import BlockingSession
 
 _T = TypeVar("_T")
 
@@ -304,3 +305,10 @@ def test_a_cancel_racing_a_claim_is_never_lost(session: Session) -> None:
 def test_a_bad_id_to_claim_is_refused(session: Session, task_id: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="task_id"):
         session.claim_subagent_task(task_id)  # type: ignore[arg-type]
+
+
+def test_a_claim_of_an_id_never_reserved_says_to_reserve_it_first(tracked_session: BlockingSession) -> None:
+    """On both stores: the refusal names the id and the session, and says what a claim needs."""
+    with pytest.raises(UnknownTaskError, match="reserve it first") as refused:
+        tracked_session.claim_subagent_task("summarise")
+    assert f'no task "summarise" is reserved in session "{tracked_session.session_id}"' in str(refused.value)

@@ -5,6 +5,7 @@ session's life, never a network call), ``is_closed()`` (a round trip on Redis, a
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import time
 from collections.abc import Callable
@@ -163,3 +164,18 @@ def test_every_public_class_and_function_has_a_docstring() -> None:
         if callable(item := getattr(subagent_tracker, name)) and not (item.__doc__ or "").strip()
     ]
     assert undocumented == []
+
+
+def test_help_shows_the_session_s_real_defaults_and_no_private_keyword() -> None:
+    parameters = inspect.signature(subagent_tracker.Session).parameters
+    assert "_state" not in parameters
+    defaults = {name: parameter.default for name, parameter in parameters.items()}
+    assert defaults == {
+        "session_id": None,
+        "max_finished_tasks": subagent_tracker.DEFAULT_MAX_FINISHED_TASKS,
+        "event_buffer": 4096,
+        "max_finished_age": None,
+        "early_cancel_ttl": 60,
+        "progress_log_size": 16,
+    }
+    assert "claimed" in (subagent_tracker.Session.events.__doc__ or "")

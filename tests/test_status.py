@@ -97,7 +97,7 @@ def test_a_late_failure_is_kept_too(session: Session) -> None:
 
 def test_a_dropped_handle_fails_its_running_task_and_warns(session: Session) -> None:
     """§2: nothing stays running with no runner; dropping the handle warns as an unclosed file does."""
-    with pytest.warns(ResourceWarning, match="'orphan' of session 'test-session' was never ended"):
+    with pytest.warns(ResourceWarning, match='"orphan" of session "test-session" was never ended'):
         session.start_subagent_task("orphan")  # handle discarded at once
     snapshot = session.subagent_task("orphan")
     assert snapshot is not None

@@ -8,11 +8,16 @@ import os
 import sys
 
 from subagent_tracker import _demo, _demo_workers
+from subagent_tracker._errors import RegistryUnavailableError
+
+#: The modules of the ``server`` extra: without them ``serve`` and ``demo --web`` cannot run.
+SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "prometheus_client"})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m subagent_tracker")
-    commands = parser.add_subparsers(dest="command", required=True)
+    # The metavar lists the public commands only: argparse would list the hidden worker command too.
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,serve}")
     demo = commands.add_parser("demo", help="run a simulated orchestrator and cancel parts of it live")
     demo.add_argument(
         "--subagents", type=int, default=300, help="how many subagents to fan out (default 300)"
@@ -38,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         "--port", type=int, default=0, help="the dashboard's port with --web (default: a free one)"
     )
     demo.add_argument(
+        "--start-wait",
+        type=float,
+        default=None,
+        help="with --web, start the demo once the page connects or after this many seconds (default 5)",
+    )
+    demo.add_argument(
         "--linger",
         type=float,
         default=None,
@@ -54,9 +65,27 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--details", action="store_true", help="show tasks' metadata, results and errors (may hold user data)"
     )
-    worker = commands.add_parser("_demo-worker", help=argparse.SUPPRESS)
+    worker = commands.add_parser("_demo-worker")
     worker.add_argument("parameters", nargs=4)
     arguments = parser.parse_args(argv)
+    # A first user meets these two before anything else: one line that says what to do, not a traceback.
+    try:
+        return _run(parser, arguments)
+    except RegistryUnavailableError as unavailable:
+        parser.exit(
+            1, f"{parser.prog} {arguments.command}: cannot reach Redis at {arguments.redis}: {unavailable}\n"
+        )
+    except ModuleNotFoundError as missing:
+        if missing.name not in SERVER_EXTRA_MODULES:
+            raise
+        parser.exit(
+            1,
+            f"{parser.prog} {arguments.command}: the dashboard needs the 'server' extra "
+            f"(no module named {missing.name!r}): pip install 'subagent-tracker[server]'\n",
+        )
+
+
+def _run(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
     if arguments.command == "_demo-worker":
         _demo_workers.worker_main(arguments.parameters)
         return 0
@@ -80,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--subagents must be at least 10")
     if arguments.speed <= 0:
         parser.error("--speed must be positive")
+    if arguments.start_wait is not None and not 0 <= arguments.start_wait <= 3600:
+        parser.error("--start-wait must be between 0 and 3600 seconds")
     if arguments.workers:
         if arguments.workers < 2:
             parser.error("--workers must be at least 2 (one of them is killed to show leases)")
@@ -100,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.web:
         from subagent_tracker.dashboard import _demo_web
 
-        summary = asyncio.run(_demo_web.run_demo_with_dashboard(options, arguments.port, arguments.linger))
+        start_wait = _demo_web.START_WAIT_SECONDS if arguments.start_wait is None else arguments.start_wait
+        summary = asyncio.run(
+            _demo_web.run_demo_with_dashboard(options, arguments.port, arguments.linger, start_wait)
+        )
     else:
         summary = asyncio.run(_demo.run_demo(options))
     return 0 if summary.all_finished else 1

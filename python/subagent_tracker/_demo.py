@@ -25,6 +25,8 @@ from subagent_tracker import CancellationToken, Registry, Session, SubagentStatu
 _T = TypeVar("_T")
 
 AGENTS = ("researcher", "coder", "reviewer", "summarizer", "tool-runner")
+#: The share of subagents whose plan fails with a simulated model error, to show failures beside cancels.
+FAILURE_SHARE = 0.03
 TOOLS = ("web_search", "read_file", "run_tests", "query_db", "fetch_url")
 COLOUR = sys.stdout.isatty()
 STATUS_COLOURS = {
@@ -67,7 +69,7 @@ def plan_for(seed: int, task_id: str, depth: int) -> tuple[Plan, random.Random]:
         chunks=chunks,
         tool_chunks=frozenset(generator.sample(range(chunks), generator.randint(1, 3))),
         children=generator.randint(3, 6) if depth == 0 and generator.random() < 0.25 else 0,
-        fails=generator.random() < 0.03,
+        fails=generator.random() < FAILURE_SHARE,
     )
     return plan, generator
 
@@ -143,8 +145,11 @@ class Orchestrator:
                         token.raise_if_cancelled()
                 if plan.fails:
                     raise RuntimeError(f"{plan.agent} hit a simulated model error")
-        except (TaskCancelledError, RuntimeError):
+        except TaskCancelledError:
             pass  # The handle already recorded the outcome; a runner just stops.
+        except RuntimeError as error:
+            # The handle recorded the failure; the log says why, so that a failed task is no mystery.
+            self.note(f"{task_id} failed on purpose ({FAILURE_SHARE:.0%} of plans do): {error}")
 
     def spawn(self, task_id: str, parent_id: str, depth: int) -> None:
         self.runners.append(asyncio.ensure_future(self.run_subagent(task_id, parent_id, depth)))
@@ -154,7 +159,21 @@ class Orchestrator:
             self.spawn(f"sub-{index:03d}", "orchestrator", 0)
             if index % 20 == 19:
                 await asyncio.sleep(self.scaled(0.03))
-        self.note(f"fanned out {self.options.subagents} subagents (some with children of their own)")
+        self.note(
+            f"fanned out {self.options.subagents} subagents; {self.planned_children()} more are their "
+            f"children, so the session tracks {self.planned_tasks()} tasks with the orchestrator"
+        )
+
+    def planned_children(self) -> int:
+        """How many children the top-level subagents' plans start (one level: children start none)."""
+        seed = self.options.seed
+        return sum(
+            plan_for(seed, f"sub-{index:03d}", 0)[0].children for index in range(self.options.subagents)
+        )
+
+    def planned_tasks(self) -> int:
+        """Every task of the run: the orchestrator, its subagents and their children."""
+        return 1 + self.options.subagents + self.planned_children()
 
     def targets(self) -> tuple[str | None, str | None]:
         """The subagents the scenario cancels, chosen from the seeded plans: a slow one with no children (by
@@ -186,12 +205,21 @@ class Orchestrator:
                     self.session.cancel_subagent_task(subtree, reason="its branch is no longer needed")
                     moved = self.count(SubagentStatus.CANCELLED) - before
                     self.note(f"cancelled the subtree under {subtree}: {moved} tasks in one call")
-                await asyncio.sleep(self.scaled(9.0))
+                self.note("letting the rest run: slow subagents' tool calls take 8 to 14 s")
+                for _ in range(3):
+                    await asyncio.sleep(self.scaled(3.0))
+                    self.note(f"{self.finished_count()} tasks finished, {self.pending_count()} still running")
                 stragglers = len(self.session.pending_subagent_tasks())
                 moved = self.session.cancel(reason="deadline for the whole request passed")
                 self.note(f"cancelled the session's stragglers: {moved} of {stragglers} still running")
             finally:
                 await asyncio.gather(*self.runners, return_exceptions=True)
+
+    def finished_count(self) -> int:
+        return sum(1 for task in self.session.subagent_tasks() if task.finished)
+
+    def pending_count(self) -> int:
+        return len(self.session.pending_subagent_tasks())
 
     def count(self, status: SubagentStatus) -> int:
         return sum(1 for task in self.session.subagent_tasks() if task.status is status)
@@ -263,6 +291,10 @@ def print_summary(summary: DemoSummary, total: int, elapsed: float) -> None:
     print(f"  {'status':<12}{'tasks':>7}")
     for status in SubagentStatus:
         print(f"  {STATUS_COLOURS[status]}{status.value:<12}{summary.counts[status]:>7}{RESET}")
+    if summary.counts[SubagentStatus.FAILED]:
+        print(
+            f"  {DIM}(the failed ones hit a simulated model error: {FAILURE_SHARE:.0%} of plans fail){RESET}"
+        )
     latencies = summary.latencies_ms
     if latencies:
         print(f"\n  cancel-to-stopped latency, cancel call → runner's end, over {len(latencies)} tasks:")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from subagent_tracker._native import DEFAULT_CANCEL_REASON
+
+
+def quoted(text: str) -> str:
+    """``text`` in double quotes, escaped: how every message of the package quotes an id, as the core's do."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 class SubagentTrackerError(Exception):
@@ -32,7 +38,10 @@ class TaskCancelledError(SubagentTrackerError):
         self.partial = partial
 
     def __str__(self) -> str:
-        return f"task {self.task_id!r} was cancelled: {self.reason}"
+        # The default reason says nothing the sentence does not: "was cancelled: cancelled" read as a stutter.
+        if self.reason == DEFAULT_CANCEL_REASON:
+            return f"task {quoted(self.task_id)} was cancelled"
+        return f"task {quoted(self.task_id)} was cancelled: {self.reason}"
 
 
 class DuplicateTaskError(SubagentTrackerError, ValueError):

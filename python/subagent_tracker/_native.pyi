@@ -248,12 +248,11 @@ class Session:
         cls,
         session_id: str | None = None,
         *,
-        max_finished_tasks: int | None = None,
-        event_buffer: int | None = None,
+        max_finished_tasks: int | None = 10_000,
+        event_buffer: int | None = 4096,
         max_finished_age: float | None = None,
-        early_cancel_ttl: float | None = None,
-        progress_log_size: int | None = None,
-        _state: _SessionState | None = None,
+        early_cancel_ttl: float | None = 60,
+        progress_log_size: int | None = 16,
     ) -> Session: ...
     @property
     def session_id(self) -> str: ...

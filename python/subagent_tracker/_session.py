@@ -9,7 +9,7 @@ import logging
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
+from subagent_tracker._errors import TaskCancelledError, UnknownTaskError, quoted
 from subagent_tracker._native import _EVENT_STREAM_BUSY, _check_seconds
 from subagent_tracker._native import Session as _NativeSession
 
@@ -159,7 +159,8 @@ class Session(_NativeSession):
                 await asyncio.wait_for(finished, timeout)
             except asyncio.TimeoutError:
                 raise TimeoutError(
-                    f"task {task_id!r} did not finish within {timeout} seconds; its runner is still running"
+                    f"task {quoted(task_id)} did not finish within {timeout} seconds; "
+                    "its runner is still running"
                 ) from None
         return watch.snapshot()
 
@@ -170,7 +171,8 @@ class Session(_NativeSession):
         """An async iterator of lifecycle events from this call on (the subscription starts here, not at
         the first ``await``).
 
-        Each event has ``task_id``, ``kind`` (``"started"``, ``"progress"``, ``"cancelled"``, ``"ended"``),
+        Each event has ``task_id``, ``kind`` (``"started"``, ``"claimed"``, ``"progress"``, ``"cancelled"``,
+        ``"ended"``),
         ``status``, ``timestamp`` and, where it applies, ``reason`` or ``message``. A subscriber that falls
         more than its buffer behind gets one ``"lagged"`` event carrying ``missed``; producers never wait.
         """
@@ -236,7 +238,7 @@ class SpawnedSubagent:
         snapshot = await _resolved(handle.snapshot())
         if snapshot is None:
             # Only a Redis task can be gone: its session kept no finished task (`max_finished_tasks=0`).
-            raise UnknownTaskError(f"task {handle.task_id!r} finished and is no longer retained")
+            raise UnknownTaskError(f"task {quoted(handle.task_id)} finished and is no longer retained")
         return snapshot
 
     @property

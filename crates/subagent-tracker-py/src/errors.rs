@@ -20,9 +20,9 @@ pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
         TrackerError::DuplicateTask { .. } | TrackerError::NotClaimable { .. } => {
             "DuplicateTaskError"
         }
-        TrackerError::UnknownTask { .. } | TrackerError::ParentFinished { .. } => {
-            "UnknownTaskError"
-        }
+        TrackerError::UnknownTask { .. }
+        | TrackerError::NotReserved { .. }
+        | TrackerError::ParentFinished { .. } => "UnknownTaskError",
         TrackerError::SessionClosed { .. } => "SessionClosedError",
         _ => return PyValueError::new_err(error.to_string()),
     };

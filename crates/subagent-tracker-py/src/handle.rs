@@ -187,10 +187,10 @@ impl Drop for SubagentTaskHandle {
         }
         Python::try_attach(|py| {
             let message = format!(
-                "subagent task {} of session {} was never ended: its handle was dropped while the task was {}, \
+                "subagent task {:?} of session {:?} was never ended: its handle was dropped while the task was {}, \
                  so the task is marked finished ({})",
-                python_repr(Some(self.handle.task_id())),
-                python_repr(Some(self.handle.session_id())),
+                self.handle.task_id(),
+                self.handle.session_id(),
                 self.handle.status(),
                 subagent_tracker::DROPPED_HANDLE_ERROR,
             );

@@ -55,6 +55,10 @@ fn snapshots(
 impl Session {
     #[new]
     #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, progress_log_size=None, _state=None))]
+    // What `help(Session)` shows: the core's defaults, and not `_state`, which only `Registry.session` passes.
+    #[pyo3(
+        text_signature = "(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096, max_finished_age=None, early_cancel_ttl=60, progress_log_size=16)"
+    )]
     fn new(
         session_id: Option<Id<SessionIdArgument>>,
         max_finished_tasks: Option<&Bound<'_, PyAny>>,

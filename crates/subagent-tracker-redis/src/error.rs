@@ -157,8 +157,13 @@ pub(crate) fn configuration_error(url: &str, error: &redis::RedisError) -> Redis
         },
     );
     let problem = if error.kind() == redis::ErrorKind::InvalidClientConfig {
+        // redis-rs's own words add something only when it names what is wrong (a port, a database): its
+        // generic "Redis URL did not parse - InvalidClientConfig" repeats this sentence in its own jargon.
+        let detail = error
+            .detail()
+            .map_or_else(String::new, |detail| format!(" ({detail})"));
         format!(
-            "{shown} is not a Redis URL ({error}): expected redis://[[user]:password@]host[:port][/db], \
+            "{shown} is not a Redis URL{detail}: expected redis://[[user]:password@]host[:port][/db], \
              rediss://... or unix:///path/to/socket"
         )
     } else if error.kind() == redis::ErrorKind::AuthenticationFailed

@@ -432,7 +432,7 @@ impl RedisSession {
     /// Claims a reserved task for a runner in this process (section 18).
     ///
     /// # Errors
-    /// [`TrackerError::UnknownTask`] and [`TrackerError::NotClaimable`] as
+    /// [`TrackerError::NotReserved`] and [`TrackerError::NotClaimable`] as
     /// [`RedisTrackerError::Tracker`]; [`RedisTrackerError::Unavailable`].
     pub async fn claim(&self, task_id: &str) -> Result<RedisTaskHandle, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
@@ -445,7 +445,18 @@ impl RedisSession {
         let reply: Vec<String> = match self.call("claim", &args).await {
             Ok(reply) => reply,
             Err(error) => {
-                let error = self.refusal(error, &task_id, None);
+                let error = match self.refusal(error, &task_id, None) {
+                    // The claim's own refusal for an id it cannot find, as the core's says.
+                    RedisTrackerError::Tracker(TrackerError::UnknownTask {
+                        task_id,
+                        session_id,
+                    }) => TrackerError::NotReserved {
+                        task_id,
+                        session_id,
+                    }
+                    .into(),
+                    other => other,
+                };
                 if matches!(error, RedisTrackerError::Tracker(_)) {
                     call.settle();
                 }

@@ -245,7 +245,7 @@ async fn a_cancel_before_a_claim_in_another_worker_is_never_lost() {
     ));
     assert!(matches!(
         pickup.claim("nobody").await,
-        Err(RedisTrackerError::Tracker(TrackerError::UnknownTask { .. }))
+        Err(RedisTrackerError::Tracker(TrackerError::NotReserved { .. }))
     ));
     // The claimed run is this worker's: a cancel from the API server reaches it.
     assert!(queue.cancel("kept", None).await.unwrap());

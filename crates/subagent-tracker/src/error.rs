@@ -31,6 +31,15 @@ pub enum TrackerError {
         /// The session looked in.
         session_id: Arc<str>,
     },
+    /// A claim of an id under which no task is retained: nothing was reserved under it, or its reservation
+    /// has been forgotten. A claim takes over a reserved task; it never starts one.
+    #[error("no task {task_id:?} is reserved in session {session_id:?} to be claimed: reserve it first (a claim takes over a reserved task, it never starts one)")]
+    NotReserved {
+        /// The id claimed.
+        task_id: Arc<str>,
+        /// The session looked in.
+        session_id: Arc<str>,
+    },
     /// The parent named at a start has already finished.
     #[error("parent task {parent_id:?} has already finished in session {session_id:?}; children can only be started under a live task")]
     ParentFinished {

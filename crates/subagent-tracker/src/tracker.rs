@@ -211,7 +211,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     /// task is already finished), so the runner stops at its first checkpoint.
     ///
     /// # Errors
-    /// - [`TrackerError::UnknownTask`] for an id that is not retained;
+    /// - [`TrackerError::NotReserved`] for an id that is not retained;
     /// - [`TrackerError::NotClaimable`] for a task claimed before, started with a runner, or ended unclaimed
     ///   (its claim timeout passed, or its end was recorded by id).
     pub fn claim(&self, task_id: &str) -> Result<SubagentTaskHandle<V>, TrackerError> {
@@ -221,7 +221,12 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             Some(Run::Finished(run)) => {
                 return Err(shared.not_claimable(&run.task_id, run.claim_refusal(), run.status()))
             }
-            None => return Err(TrackerError::unknown_task(task_id, &shared.session_id)),
+            None => {
+                return Err(TrackerError::NotReserved {
+                    task_id: Arc::from(task_id),
+                    session_id: shared.session_id.clone(),
+                })
+            }
         };
         let mut delivery = Delivery::default();
         let claimed = entry.claim(&shared.bus, &mut delivery);

@@ -78,7 +78,7 @@ fn claims_of_unknown_claimed_or_started_tasks_are_refused() {
     let tracker = tracker();
     assert!(matches!(
         tracker.claim("nobody"),
-        Err(TrackerError::UnknownTask { .. })
+        Err(TrackerError::NotReserved { .. })
     ));
     reserve(&tracker, TaskStart::new().task_id("job"));
     let handle = tracker.claim("job").unwrap();

@@ -22,7 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from subagent_tracker._errors import RegistryUnavailableError
+from subagent_tracker._errors import RegistryUnavailableError, quoted
 from subagent_tracker._native import SubagentTask
 from subagent_tracker._protocols import SessionProtocol
 from subagent_tracker._status import SubagentStatus
@@ -69,7 +69,7 @@ class Dashboard:
     async def session(self, session_id: str) -> SessionProtocol:
         session = await run_in_threadpool(self.registry.get_session, session_id)
         if session is None:
-            raise _Problem(404, f"no session {session_id!r}")
+            raise _Problem(404, f"no session {quoted(session_id)}")
         return session  # type: ignore[no-any-return]
 
     async def tasks(self, session: SessionProtocol) -> list[SubagentTask]:
@@ -129,7 +129,7 @@ class Dashboard:
         if await run_in_threadpool(session.cancel_subagent_task, task_id, reason):
             return JSONResponse({"cancelled": True})
         task = await self._task(session, task_id)
-        raise _Problem(409, f"task {task_id!r} is not pending: it is {task.status.value}")
+        raise _Problem(409, f"task {quoted(task_id)} is not pending: it is {task.status.value}")
 
     async def cancel_session(self, request: Request) -> Response:
         session = await self.session(_id(request, "session_id"))
@@ -144,7 +144,7 @@ class Dashboard:
     async def _task(self, session: SessionProtocol, task_id: str) -> SubagentTask:
         task = await run_in_threadpool(session.subagent_task, task_id)
         if task is None:
-            raise _Problem(404, f"no task {task_id!r} in session {session.session_id!r}")
+            raise _Problem(404, f"no task {quoted(task_id)} in session {quoted(session.session_id)}")
         return task
 
     # --- the live stream
@@ -252,8 +252,20 @@ class _TaskGauges(Collector):
         yield GaugeMetricFamily("subagent_tracker_sessions", "Sessions in the registry.", value=len(sessions))
 
 
+#: The query parameter that carries each id in the query forms of the routes (``api/task?session=&task=``),
+#: which the page uses: a path segment of ``.`` or ``..`` is removed by every URL parser before it is sent,
+#: even percent-encoded, so an id in the path cannot be any string.
+_QUERY_NAMES = {"session_id": "session", "task_id": "task"}
+
+
 def _id(request: Request, name: str) -> str:
-    return unquote(request.path_params[name])
+    """The id ``name`` of a request: from the path (``api/sessions/{session_id}/...``), or from the query."""
+    if name in request.path_params:
+        return unquote(request.path_params[name])
+    value = request.query_params.get(_QUERY_NAMES[name])
+    if value is None:
+        raise _Problem(400, f"the query needs ?{_QUERY_NAMES[name]}=<id>")
+    return value
 
 
 def _event(name: str, data: object) -> str:
@@ -326,6 +338,12 @@ def app(
         Route(session_path + "/tasks/{task_id}/subtree", dashboard.subtree),
         Route(session_path + "/tasks/{task_id}/cancel", dashboard.cancel_task, methods=["POST"]),
         Route(session_path + "/cancel", dashboard.cancel_session, methods=["POST"]),
+        # The same, with the ids in the query: any id works, `.` and `..` included.
+        Route("/api/session/tasks", dashboard.list_tasks),
+        Route("/api/session/cancel", dashboard.cancel_session, methods=["POST"]),
+        Route("/api/task", dashboard.get_task),
+        Route("/api/task/subtree", dashboard.subtree),
+        Route("/api/task/cancel", dashboard.cancel_task, methods=["POST"]),
         Route("/metrics", dashboard.metrics),
         Mount("/static", StaticFiles(directory=_STATIC), name="static"),
     ]

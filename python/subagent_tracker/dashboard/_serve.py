@@ -36,13 +36,37 @@ def check_binding(host: str, token: str | None) -> None:
         )
 
 
-def server(registry: Any, *, host: str, port: int, token: str | None, details: bool) -> uvicorn.Server:
-    """A uvicorn server of the dashboard over ``registry``; ``await server.serve()`` runs it."""
+def server(
+    registry: Any,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    details: bool,
+    first_request: asyncio.Event | None = None,
+) -> uvicorn.Server:
+    """A uvicorn server of the dashboard over ``registry``; ``await server.serve()`` runs it. With
+    ``first_request``, the event is set when the first HTTP request arrives (a page or an API call)."""
     check_binding(host, token)
     allowed = None if token is not None else {*LOOPBACK_HOSTS, f"[{host}]" if ":" in host else host}
-    dashboard = app(registry, token=token, details=details, allowed_hosts=allowed)
+    dashboard: Any = app(registry, token=token, details=details, allowed_hosts=allowed)
+    if first_request is not None:
+        dashboard = _SignalsFirstRequest(dashboard, first_request)
     config = uvicorn.Config(dashboard, host=host, port=port, log_level="warning", lifespan="on")
     return uvicorn.Server(config)
+
+
+class _SignalsFirstRequest:
+    """ASGI middleware: sets ``arrived`` on the first HTTP request, then passes every call on unchanged."""
+
+    def __init__(self, inner: Any, arrived: asyncio.Event) -> None:
+        self.inner = inner
+        self.arrived = arrived
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            self.arrived.set()
+        await self.inner(scope, receive, send)
 
 
 def serve(*, redis_url: str | None, host: str, port: int, token: str | None, details: bool) -> None:

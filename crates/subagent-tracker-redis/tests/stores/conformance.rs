@@ -482,7 +482,7 @@ async fn a_queued_task_is_cancelled_claimed_and_ended_by_the_rules(store: Store)
     ));
     assert!(matches!(
         store.claim("nobody").await,
-        Err(TrackerError::UnknownTask { .. })
+        Err(TrackerError::NotReserved { .. })
     ));
 }
 

@@ -6,7 +6,10 @@
  * Rules this file keeps:
  * - Escaping: server data reaches the DOM only through textContent, value, title and dataset; never
  *   through HTML parsing, event-handler attributes, href or src. URLs are relative constants plus ids
- *   passed through encodeURIComponent, so the app also works mounted under a prefix.
+ *   passed through encodeURIComponent, so the app also works mounted under a prefix. Ids travel in the
+ *   query, never in the path, where a URL parser drops an id of "." or "..".
+ * - User text (ids, reasons) is isolated for bidi: by CSS in its own elements, and by U+2068/U+2069
+ *   (isolate()) inside a sentence, so a direction override in it cannot reorder the page's own text.
  * - Budget: stream updates are queued and applied in requestAnimationFrame callbacks, about 8 ms of
  *   work per frame. The visible-row list is flattened at most once per frame and only after a change of
  *   shape; otherwise a frame re-renders just the rows in the viewport, the only rows in the DOM.
@@ -101,6 +104,10 @@
   const hasDetails = (task) => DETAIL_KEYS.some((key) => key in task);
   const isTask = (item) => item !== null && typeof item === "object" && typeof item.task_id === "string";
   const countText = (n, noun) => `${n.toLocaleString("en")} ${noun}`;
+  const plural = (n, one, many) => countText(n, n === 1 ? one : many);
+  // First strong isolate ... pop directional isolate: user text inside a sentence keeps its own direction.
+  const isolate = (text) => `\u2068${text}\u2069`;
+  const query = (ids) => Object.entries(ids).map(([key, value]) => `${key}=${enc(value)}`).join("&");
 
   function syncClock(now) {
     if (typeof now === "number" && Number.isFinite(now)) state.clockOffset = now - Date.now() / 1000;
@@ -133,6 +140,7 @@
       tasks: new Map(), // task id -> task as last sent
       children: new Map(), // parent id -> Set of child ids (an evicted parent's children are roots)
       pending: new Set(), // ids of queued or running tasks
+      counts: new Map(), // status -> how many tasks have it: the selected session's counts in the sidebar
       agents: new Set(),
       pendingAncestors: null, // ids with a pending descendant; built lazily, dropped on any change
     };
@@ -143,17 +151,28 @@
     const previous = m.tasks.get(id);
     if (!previous) return;
     m.tasks.delete(id);
+    count(m, previous.status, -1);
     m.children.get(previous.parent_id ?? null)?.delete(id);
     m.pending.delete(id);
     m.pendingAncestors = null;
   }
 
-  /** Inserts or replaces a task in O(1); says whether the tree's shape changed and a new agent came. */
+  function count(m, status, delta) {
+    const key = String(status);
+    m.counts.set(key, (m.counts.get(key) || 0) + delta);
+  }
+
+  /**
+   * Inserts or replaces a task in O(1); says whether the tree's shape changed (a pending task joins the
+   * pending first among its siblings, so a change of pending moves it), and whether a new agent came.
+   */
   function upsertTask(m, task) {
     const id = task.task_id;
     const previous = m.tasks.get(id);
     const parent = task.parent_id ?? null;
     m.tasks.set(id, task);
+    if (previous) count(m, previous.status, -1);
+    count(m, task.status, 1);
 
     const structural = !previous || (previous.parent_id ?? null) !== parent;
     if (previous && structural) m.children.get(previous.parent_id)?.delete(id);
@@ -165,11 +184,12 @@
     const wasPending = m.pending.has(id);
     if (isPending(task)) m.pending.add(id);
     else m.pending.delete(id);
-    if (structural || wasPending !== isPending(task)) m.pendingAncestors = null;
+    const pendingChanged = wasPending !== isPending(task);
+    if (structural || pendingChanged) m.pendingAncestors = null;
 
     const newAgent = typeof task.agent === "string" && task.agent !== "" && !m.agents.has(task.agent);
     if (newAgent) m.agents.add(task.agent);
-    return { structural, newAgent };
+    return { structural: structural || pendingChanged, newAgent };
   }
 
   /**
@@ -370,11 +390,18 @@
     const { matches, keep } = filtering ? collectFiltered(m) : { matches: null, keep: null };
     const roots = [];
     for (const [id, task] of m.tasks) if (isRoot(m, task) && (!keep || keep.has(id))) roots.push(id);
+    // Siblings in start order, the pending ones first: running work never hides among finished rows.
+    const pendingFirst = (ids) => {
+      const pending = [];
+      const finished = [];
+      for (const id of ids) (m.pending.has(id) ? pending : finished).push(id);
+      return pending.concat(finished).values();
+    };
 
     const ids = [];
     const depths = [];
     const context = [];
-    const stack = [{ children: roots.values(), depth: 0 }];
+    const stack = [{ children: pendingFirst(roots), depth: 0 }];
     while (stack.length) {
       const level = stack[stack.length - 1];
       const next = level.children.next();
@@ -385,7 +412,9 @@
       depths.push(level.depth);
       context.push(matches !== null && !matches.has(id));
       const kids = m.children.get(id);
-      if (kids && kids.size && isExpanded(id, filtering)) stack.push({ children: kids.values(), depth: level.depth + 1 });
+      if (kids && kids.size && isExpanded(id, filtering)) {
+        stack.push({ children: pendingFirst(kids), depth: level.depth + 1 });
+      }
     }
     view = { ids, depths, context, matches: matches ? matches.size : m.tasks.size };
     dom.treeSizer.style.height = `${ids.length * ROW_HEIGHT}px`;
@@ -538,6 +567,17 @@
     if (model.pending.size) parts.push(countText(model.pending.size, "pending"));
     if (filterActive()) parts.push(countText(view.matches, "matching"));
     setText(dom.treeCount, parts.join(" · "));
+    renderSelectedSessionItem();
+    dom.cancelSession.disabled = state.selected === null || pendingInSelectedSession() === 0;
+    dom.cancelSession.title = dom.cancelSession.disabled ? "Nothing is pending in this session" : "";
+  }
+
+  // The selected session's counts in the sidebar come from the tree once it is loaded, so the two agree;
+  // the once-a-second overview lags the stream.
+  function renderSelectedSessionItem() {
+    const item = state.selected === null ? undefined : sessionItems.get(state.selected);
+    const session = state.sessions.find((s) => s.session_id === state.selected);
+    if (item && session) fillSessionItem(item, session);
   }
 
   function onTreeClick(event) {
@@ -559,12 +599,14 @@
 
   function renderDetails() {
     const task = state.selectedTaskId === null ? undefined : model.tasks.get(state.selectedTaskId);
-    if (!task || !hasDetails(task)) { dom.details.hidden = true; return; }
+    if (!task) { dom.details.hidden = true; return; }
     const parts = [];
     for (const key of DETAIL_KEYS) {
       if (key in task) parts.push(make("h4", null, key), make("pre", null, JSON.stringify(task[key], null, 2) ?? "null"));
     }
-    dom.detailsTitle.textContent = task.task_id;
+    // The whole id, which a row may cut: sibling ids often differ only at the end.
+    dom.detailsTitle.textContent = dom.detailsTitle.title = task.task_id;
+    if (!parts.length) parts.push(make("p", "details-none", `${task.status}; no metadata, result or error to show`));
     dom.detailsBody.replaceChildren(...parts);
     dom.details.hidden = false;
   }
@@ -612,8 +654,13 @@
   }
 
   function fillSessionItem(item, session) {
-    const counts = session.counts && typeof session.counts === "object" ? session.counts : {};
-    const total = Number(session.total) || 0;
+    const fromTree = session.session_id === state.selected && state.loaded;
+    let counts = session.counts && typeof session.counts === "object" ? session.counts : {};
+    let total = Number(session.total) || 0;
+    if (fromTree) {
+      counts = Object.fromEntries(model.counts);
+      total = model.tasks.size;
+    }
     setText(item.total, countText(total, total === 1 ? "task" : "tasks"));
     // Rebuilt only when a count changed: the overview comes every second for every session.
     const numbers = STATUSES.map((status) => Number(counts[status]) || 0);
@@ -1013,7 +1060,7 @@
     state.goneSessions.add(id);
     state.sessions = state.sessions.filter((s) => s.session_id !== id);
     if (id === state.selected) {
-      showMessage(`Session ${id} no longer exists.`, "info");
+      showMessage(`Session ${isolate(id)} no longer exists.`, "info");
       const next = state.sessions.find((s) => !state.goneSessions.has(s.session_id));
       selectSession(next ? next.session_id : null);
     }
@@ -1025,15 +1072,19 @@
   async function cancelTask(taskId) {
     const sid = state.selected;
     if (sid === null) return;
-    const base = `api/sessions/${enc(sid)}/tasks/${enc(taskId)}`;
+    const ids = query({ session: sid, task: taskId });
+    const shown = isolate(taskId);
     try {
-      const pending = Number((await api(`${base}/subtree`))?.pending) || 0;
-      if (pending === 0) { showMessage(`${taskId} has already finished.`, "info"); return; }
-      if (!(await confirmAction(`Cancel ${pending} task(s)? ${taskId} and its pending descendants`))) return;
-      await api(`${base}/cancel`, { method: "POST", body: { reason: CANCEL_REASON } });
-      showMessage(`Cancelled ${taskId}.`, "info");
+      const pending = Number((await api(`api/task/subtree?${ids}`))?.pending) || 0;
+      if (pending === 0) { showMessage(`${shown} has already finished.`, "info"); return; }
+      const question = pending === 1
+        ? `Cancel ${shown}?`
+        : `Cancel ${pending} tasks? ${shown} and its ${plural(pending - 1, "pending descendant", "pending descendants")}.`;
+      if (!(await confirmAction(question))) return;
+      await api(`api/task/cancel?${ids}`, { method: "POST", body: { reason: CANCEL_REASON } });
+      showMessage(`Cancelled ${shown}.`, "info");
     } catch (error) {
-      showMessage(`Could not cancel ${taskId}: ${error.message}`);
+      showMessage(`Could not cancel ${shown}: ${error.message}`);
     }
   }
 
@@ -1047,12 +1098,16 @@
     const sid = state.selected;
     if (sid === null) return;
     const pending = pendingInSelectedSession();
-    if (!(await confirmAction(`Cancel session ${sid}? Its ${pending} pending task(s) will be cancelled.`))) return;
+    const shown = isolate(sid);
+    const question = `Cancel session ${shown}? Its ${plural(pending, "pending task", "pending tasks")} will be cancelled.`;
+    if (!(await confirmAction(question))) return;
     try {
-      const result = await api(`api/sessions/${enc(sid)}/cancel`, { method: "POST", body: { reason: CANCEL_REASON } });
-      showMessage(`Cancelled ${Number(result?.cancelled) || 0} task(s) of ${sid}.`, "info");
+      const result = await api(`api/session/cancel?${query({ session: sid })}`, {
+        method: "POST", body: { reason: CANCEL_REASON },
+      });
+      showMessage(`Cancelled ${plural(Number(result?.cancelled) || 0, "task", "tasks")} of ${shown}.`, "info");
     } catch (error) {
-      showMessage(`Could not cancel session ${sid}: ${error.message}`);
+      showMessage(`Could not cancel session ${shown}: ${error.message}`);
     }
   }
 

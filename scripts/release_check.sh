@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Before a release: what check.sh does not build, since each compiles the workspace once more. Run it after
+# ./scripts/check.sh (it reuses its .venv):
+# - the sdist builds and installs into a fresh virtualenv, where the package imports and runs a task;
+# - `cargo publish --dry-run` packages and builds the core and the Redis crate together (the Redis crate depends
+#   on a core that is not yet published, hence the one multi-package call);
+# - `cargo doc` of the published crates has no warnings (missing docs on public items included).
+set -euo pipefail
+. "$(dirname "$0")/_setup.sh"
+
+step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
+
+step "the sdist: build it, install it into a fresh virtualenv, import it"
+rm -rf target/sdist target/sdist-venv
+maturin sdist --out target/sdist
+python -m venv target/sdist-venv
+# The sdist's build runs in a directory of its own; its crates' dependencies come from this workspace's cache.
+CARGO_TARGET_DIR="$PWD/target/sdist-build" target/sdist-venv/bin/python -m pip install --quiet \
+  --disable-pip-version-check target/sdist/subagent_tracker-*.tar.gz
+target/sdist-venv/bin/python -c "
+import subagent_tracker
+session = subagent_tracker.Session()
+handle = session.start_subagent_task('t')
+assert session.cancel_subagent_task('t')
+print('the sdist installs and imports:', subagent_tracker.__version__)
+"
+
+step "cargo publish --dry-run of the core and the Redis crate"
+cargo publish --dry-run --allow-dirty -p subagent-tracker -p subagent-tracker-redis
+
+step "cargo doc of the published crates, warnings denied"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps -p subagent-tracker -p subagent-tracker-redis
+
+step "done"
