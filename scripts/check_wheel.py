@@ -21,7 +21,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from elftools.elf.elffile import ELFFile  # type: ignore[import-untyped]  # installed with auditwheel
+from elftools.elf.elffile import ELFFile  # installed with auditwheel
 
 POLICY = "manylinux_2_17_x86_64"
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
