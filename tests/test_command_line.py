@@ -44,6 +44,20 @@ def test_an_unreachable_redis_is_one_line_that_names_its_url(arguments: list[str
     assert "Traceback" not in finished.stderr
 
 
+def test_the_unreachable_url_is_shown_without_its_password() -> None:
+    url = f"redis://:hunter2@127.0.0.1:{free_port()}/0"
+    finished = subprocess.run(
+        [sys.executable, "-m", "subagent_tracker", "serve", "--redis", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == 1
+    assert "hunter2" not in finished.stderr
+    assert "cannot reach Redis at redis://:***@127.0.0.1:" in finished.stderr
+
+
 def test_a_missing_server_extra_says_which_extra_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
+from urllib.parse import urlsplit, urlunsplit
 
 from subagent_tracker import _demo, _demo_workers
 from subagent_tracker._errors import RegistryUnavailableError
@@ -72,9 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(parser, arguments)
     except RegistryUnavailableError as unavailable:
-        parser.exit(
-            1, f"{parser.prog} {arguments.command}: cannot reach Redis at {arguments.redis}: {unavailable}\n"
-        )
+        url = _without_password(arguments.redis)
+        parser.exit(1, f"{parser.prog} {arguments.command}: cannot reach Redis at {url}: {unavailable}\n")
     except ModuleNotFoundError as missing:
         if missing.name not in SERVER_EXTRA_MODULES:
             raise
@@ -83,6 +83,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{parser.prog} {arguments.command}: the dashboard needs the 'server' extra "
             f"(no module named {missing.name!r}): pip install 'subagent-tracker[server]'\n",
         )
+
+
+def _without_password(url: str) -> str:
+    """``url`` as the user gave it, its password (if any) shown as ``***``: a terminal is often shared."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
 
 
 def _run(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
