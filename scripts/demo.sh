@@ -4,8 +4,8 @@ set -euo pipefail
 echo "== setting up .venv with the build tool and the dashboard's server (the first time only; under a minute)"
 SETUP_REQUIREMENTS=scripts/requirements-demo.txt
 . "$(dirname "$0")/_setup.sh"
-echo "== building the Rust core and its Python extension in release mode (about 90 s on a fresh machine;"
-echo "   cargo shows each crate as it compiles)"
+echo "== building the Rust core and its Python extension in release mode (about two minutes on a fresh machine:"
+echo "   cargo shows each crate as it compiles; the last, the extension itself, takes about a minute alone)"
 # pip would print a line for each optional dependency of each extra it skips (issue 21 counted 12, the
 # framework extras added 4 more): PIP_QUIET keeps them out of a newcomer's first screen. Cargo's own progress
 # (one line per crate) stays, so that the build is never silent.
