@@ -30,7 +30,7 @@ step "clippy (with the MSRV of clippy.toml)"
 cargo clippy --workspace --all-targets -- -D warnings
 step "build the abi3 wheel for manylinux2014 (zig links it against glibc 2.17), check it, and install it"
 rm -rf target/wheels
-maturin build --release --quiet --zig --compatibility manylinux2014 --out target/wheels
+maturin build --release --zig --compatibility manylinux2014 --out target/wheels
 # Its tags, auditwheel's verdict, its stripped extension, and an import on each CPython 3.10-3.13 here.
 python scripts/check_wheel.py target/wheels/*.whl
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/*.whl
