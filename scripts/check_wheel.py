@@ -69,11 +69,12 @@ def check_stripped(extension: Path) -> None:
 
 
 def interpreters() -> dict[str, str | None]:
-    """Each CPython of ``PYTHONS``: pyenv's newest of that version, else ``pythonX.Y`` on PATH, else None."""
+    """Each CPython of ``PYTHONS``: one of pyenv's builds of that version, else ``pythonX.Y`` on PATH, else None."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found: dict[str, str | None] = {}
     for version in PYTHONS:
-        candidates = sorted(glob.glob(os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")))
+        pattern = os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")
+        candidates = sorted(glob.glob(pattern))
         if candidates:
             found[version] = candidates[-1]
             continue
