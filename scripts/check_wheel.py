@@ -69,7 +69,7 @@ def check_stripped(extension: Path) -> None:
 
 
 def interpreters() -> dict[str, str | None]:
-    """Each CPython of ``PYTHONS``: one of pyenv's builds of that version, else ``pythonX.Y`` on PATH, else None."""
+    """Each CPython of ``PYTHONS``: a pyenv build of that version, else ``pythonX.Y`` on PATH, else None."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found: dict[str, str | None] = {}
     for version in PYTHONS:
