@@ -81,6 +81,8 @@ step "smoke runs, in two lanes (sizes for a smoke test; the figures are not judg
   python benches/redis_server_profile.py --smoke >/dev/null
 ) >target/smoke-lane.log 2>&1 &
 lane=$!
+# If the Python lane fails, set -e ends the script here: stop the other lane and show what it printed.
+trap 'pkill -P "$lane" 2>/dev/null; kill "$lane" 2>/dev/null; cat target/smoke-lane.log' EXIT
 echo "-- the Python blocks of the README and docs/integrations.md, as written; the demo, the examples and the"
 echo "   Python benchmarks"
 python scripts/run_doc_examples.py
@@ -95,6 +97,7 @@ python benches/integrations_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 1000 --rounds 1 >/dev/null
 lane_status=0
 wait "$lane" || lane_status=$?
+trap - EXIT
 cat target/smoke-lane.log
 [ "$lane_status" -eq 0 ] || { echo "the smoke lane of the Rust examples and Redis benchmarks failed"; exit 1; }
 step "done"

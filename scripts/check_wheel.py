@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -68,13 +69,19 @@ def check_stripped(extension: Path) -> None:
     print(f"{extension.name}: stripped, {extension.stat().st_size / 1e6:.1f} MB")
 
 
+def _version_numbers(path: str) -> list[int]:
+    return [int(number) for number in re.findall(r"\d+", path)]
+
+
 def interpreters() -> dict[str, str | None]:
-    """Each CPython of ``PYTHONS``: a pyenv build of that version, else ``pythonX.Y`` on PATH, else None."""
+    """Each CPython of ``PYTHONS``: pyenv's newest build of that version, else ``pythonX.Y`` on PATH, else
+    None."""
     root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
     found: dict[str, str | None] = {}
     for version in PYTHONS:
         pattern = os.path.join(root, "versions", f"{version}.*", "bin", f"python{version}")
-        candidates = sorted(glob.glob(pattern))
+        # By version number, so that 3.10.14 comes after 3.10.9: the newest build is taken.
+        candidates = sorted(glob.glob(pattern), key=_version_numbers)
         if candidates:
             found[version] = candidates[-1]
             continue

@@ -185,6 +185,11 @@ def test_errors_quote_ids_alike_and_a_default_reason_is_not_repeated() -> None:
     assert str(TaskCancelledError("summarise")) == 'task "summarise" was cancelled'
     assert str(TaskCancelledError("t1", "user pressed stop")) == 'task "t1" was cancelled: user pressed stop'
     assert str(TaskCancelledError('say "hi"', "stop")) == 'task "say \\"hi\\"" was cancelled: stop'
+    # A character that does not print is escaped as the core escapes it: it can neither hide nor reorder text.
+    assert str(TaskCancelledError("\u202eevil")) == 'task "\\u{202e}evil" was cancelled'
+    with pytest.raises(UnknownTaskError) as reversed_id:
+        session.claim_subagent_task("\u202eevil")
+    assert '"\\u{202e}evil"' in str(reversed_id.value)
 
 
 def test_a_url_that_does_not_parse_says_what_a_redis_url_looks_like() -> None:

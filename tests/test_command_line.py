@@ -58,6 +58,19 @@ def test_the_unreachable_url_is_shown_without_its_password() -> None:
     assert "cannot reach Redis at redis://:***@127.0.0.1:" in finished.stderr
 
 
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://user:pw@host/0?protocol=resp3", "redis://user:***@host/0?protocol=resp3"),
+        ("unix:///run/redis.sock?db=1&pass=secret", "unix:///run/redis.sock?db=1&pass=***"),
+        ("redis+unix:///s?password=p&db=2", "redis+unix:///s?password=***&db=2"),
+    ],
+)
+def test_a_shown_url_keeps_everything_but_its_passwords(url: str, shown: str) -> None:
+    assert command_line._without_password(url) == shown
+
+
 def test_a_missing_server_extra_says_which_extra_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

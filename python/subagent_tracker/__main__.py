@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from subagent_tracker import _demo, _demo_workers
 from subagent_tracker._errors import RegistryUnavailableError
@@ -73,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _run(parser, arguments)
     except RegistryUnavailableError as unavailable:
-        url = _without_password(arguments.redis)
-        parser.exit(1, f"{parser.prog} {arguments.command}: cannot reach Redis at {url}: {unavailable}\n")
+        url = getattr(arguments, "redis", None)
+        where = f"at {_without_password(url)}" if url else "(the local redis-server the demo started)"
+        parser.exit(1, f"{parser.prog} {arguments.command}: cannot reach Redis {where}: {unavailable}\n")
     except ModuleNotFoundError as missing:
         if missing.name not in SERVER_EXTRA_MODULES:
             raise
@@ -85,12 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         )
 
 
+#: A password in a Redis URL's query (``unix:///run/redis.sock?pass=...``), up to the next parameter.
+PASSWORD_IN_QUERY = re.compile(r"([?&](?:pass|password)=)[^&#]*")
+
+
 def _without_password(url: str) -> str:
-    """``url`` as the user gave it, its password (if any) shown as ``***``: a terminal is often shared."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)))
+    """``url`` as the user gave it, its passwords (in the authority or the query) shown as ``***``: a terminal
+    is often shared."""
+    password = urlsplit(url).password
+    if password is not None:
+        url = url.replace(f":{password}@", ":***@", 1)
+    return PASSWORD_IN_QUERY.sub(r"\1***", url)
 
 
 def _run(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:

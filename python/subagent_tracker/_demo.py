@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from subagent_tracker import CancellationToken, Registry, Session, SubagentStatus, TaskCancelledError
+from subagent_tracker._errors import quoted
 
 _T = TypeVar("_T")
 
@@ -144,6 +145,8 @@ class Orchestrator:
                         )
                         token.raise_if_cancelled()
                 if plan.fails:
+                    # A cancel that came with the last chunk wins: the task is cancelled, not failed.
+                    token.raise_if_cancelled()
                     raise RuntimeError(f"{plan.agent} hit a simulated model error")
         except TaskCancelledError:
             pass  # The handle already recorded the outcome; a runner just stops.
@@ -231,7 +234,7 @@ class Orchestrator:
         stopping = sum(1 for task in tasks if task.status is SubagentStatus.CANCELLED and not task.finished)
         width = 40
         lines = [
-            f"{BOLD}subagent-tracker demo{RESET}  session {self.session.session_id!r}  "
+            f"{BOLD}subagent-tracker demo{RESET}  session {quoted(self.session.session_id)}  "
             f"{time.perf_counter() - self.started:5.2f}s  {len(tasks)} tasks",
             "",
         ]

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from subagent_tracker._native import DEFAULT_CANCEL_REASON
 
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\r": "\\r", "\n": "\\n", "\0": "\\0"}
+
 
 def quoted(text: str) -> str:
-    """``text`` in double quotes, escaped: how every message of the package quotes an id, as the core's do."""
-    return json.dumps(text, ensure_ascii=False)
+    """``text`` in double quotes, escaped as the core's messages escape it (Rust's ``{:?}``): quotes,
+    backslashes and control characters, and every character that does not print (a direction override, a
+    zero-width space) as ``\\u{...}``, so that an id can neither hide in a message nor reorder it."""
+    escaped = (
+        _ESCAPES.get(character) or (character if character.isprintable() else f"\\u{{{ord(character):x}}}")
+        for character in text
+    )
+    return f'"{"".join(escaped)}"'
 
 
 class SubagentTrackerError(Exception):

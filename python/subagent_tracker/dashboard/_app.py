@@ -180,7 +180,8 @@ class Dashboard:
                     yield overview
                     next_overview = time.monotonic() + 1.0
                 wake = feed.wake.wait() if feed is not None else asyncio.sleep(3600)
-                with contextlib.suppress(TimeoutError):
+                # asyncio's own class: on Python 3.10 it is not the builtin TimeoutError.
+                with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(wake, max(0.0, next_overview - time.monotonic()))
                 # Gather what else changes meanwhile: one message per tick, however many tasks changed.
                 await asyncio.sleep(STREAM_TICK_SECONDS)

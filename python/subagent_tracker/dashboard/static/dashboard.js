@@ -12,7 +12,8 @@
  *   (isolate()) inside a sentence, so a direction override in it cannot reorder the page's own text.
  * - Budget: stream updates are queued and applied in requestAnimationFrame callbacks, about 8 ms of
  *   work per frame. The visible-row list is flattened at most once per frame and only after a change of
- *   shape; otherwise a frame re-renders just the rows in the viewport, the only rows in the DOM.
+ *   shape (a task that appears, moves, or starts or stops being pending, which moves it among its
+ *   siblings); otherwise a frame re-renders just the rows in the viewport, the only rows in the DOM.
  */
 (() => {
   const ROW_HEIGHT = 28; // px, equal to --row-height in dashboard.css
@@ -568,6 +569,12 @@
     if (filterActive()) parts.push(countText(view.matches, "matching"));
     setText(dom.treeCount, parts.join(" · "));
     renderSelectedSessionItem();
+    renderCancelSession();
+  }
+
+  // Greyed while nothing is pending: on every frame that draws rows, and on every overview before the
+  // session's tasks have loaded.
+  function renderCancelSession() {
     dom.cancelSession.disabled = state.selected === null || pendingInSelectedSession() === 0;
     dom.cancelSession.title = dom.cancelSession.disabled ? "Nothing is pending in this session" : "";
   }
@@ -622,6 +629,7 @@
       if (first) selectSession(first.session_id);
     }
     renderSessions();
+    renderCancelSession();
   }
 
   // Keyed by session id, so an overview each second updates the items in place.
@@ -729,7 +737,7 @@
     dom.tree.scrollTop = state.scrollTop = 0;
     dom.sessionTitle.textContent = state.selected ?? "No session selected";
     dom.sessionTitle.title = state.selected ?? "";
-    dom.cancelSession.disabled = state.selected === null;
+    renderCancelSession();
     markAllDirty();
     scheduleFrame();
   }
