@@ -445,18 +445,7 @@ impl RedisSession {
         let reply: Vec<String> = match self.call("claim", &args).await {
             Ok(reply) => reply,
             Err(error) => {
-                let error = match self.refusal(error, &task_id, None) {
-                    // The claim's own refusal for an id it cannot find, as the core's says.
-                    RedisTrackerError::Tracker(TrackerError::UnknownTask {
-                        task_id,
-                        session_id,
-                    }) => TrackerError::NotReserved {
-                        task_id,
-                        session_id,
-                    }
-                    .into(),
-                    other => other,
-                };
+                let error = self.refusal(error, &task_id, None);
                 if matches!(error, RedisTrackerError::Tracker(_)) {
                     call.settle();
                 }
@@ -1001,7 +990,7 @@ impl RedisSession {
                 task_id: Arc::from(parent_id.unwrap_or_default()),
                 session_id,
             },
-            "UNKNOWN" => TrackerError::UnknownTask {
+            "NOT_RESERVED" => TrackerError::NotReserved {
                 task_id,
                 session_id,
             },

@@ -1,5 +1,5 @@
 -- stv2_claim(session_key; inc, task_id, process): a runner takes a reserved task. Returns {run, status,
--- reason}; errors GONE, UNKNOWN, CLAIMED or ENDED <status>.
+-- reason}; errors GONE, NOT_RESERVED, CLAIMED or ENDED <status>.
 local function st_claim(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
@@ -7,7 +7,7 @@ local function st_claim(keys, args)
   local base = base_of(session_key)
   local key = task_key(base, task_id)
   local state = fields(key, 'run', 'status', 'reserved', 'claimed_at', 'reason')
-  if not state[1] then return redis.error_reply('UNKNOWN') end
+  if not state[1] then return redis.error_reply('NOT_RESERVED') end
   if state[3] ~= '1' or state[4] then return redis.error_reply('CLAIMED') end
   local status = state[2]
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
