@@ -51,6 +51,20 @@ def _keys_per_primary(cluster: RedisCluster) -> dict[int, int]:
     return counts
 
 
+def test_a_cluster_setting_the_node_contradicts_is_refused_with_what_to_do(
+    redis_cluster: RedisCluster, module_redis_server: RedisServer
+) -> None:
+    """A one-server client on a cluster node would retry its MOVED answers until its timeout; a cluster client
+    on a plain server cannot start. Both are set-up mistakes: ValueErrors that say what to set."""
+    with pytest.raises(ValueError, match="is a node of a Redis Cluster, but the cluster setting says"):
+        RedisRegistry(redis_cluster.url, cluster=False, timeout=2)
+    with pytest.raises(ValueError, match="is not a node of a Redis Cluster, but the cluster setting"):
+        RedisRegistry(module_redis_server.url, cluster=True, timeout=2)
+    # Unset, the registry asks each node which it is.
+    RedisRegistry(redis_cluster.url).session("asked").start_subagent_task("t").complete()
+    RedisRegistry(module_redis_server.url).session("asked").start_subagent_task("t").complete()
+
+
 def test_a_thousand_sessions_spread_evenly_across_the_primaries(redis_cluster: RedisCluster) -> None:
     """Counted with ``INFO keyspace`` on each primary, before and after: the keys the 1,000 sessions added."""
     registry = RedisRegistry(redis_cluster.url, cluster=True, key_prefix="spread:")

@@ -137,11 +137,9 @@ fn set_up_problem(error: &redis::RedisError) -> Option<String> {
     }
 }
 
-/// The error for a URL or server that cannot work as configured, naming the URL; otherwise the error's own class
-/// (see [`RedisTrackerError`]).
-pub(crate) fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerError {
-    // The URL as the user wrote it, but never its password.
-    let shown = redis::parse_redis_url(url).map_or_else(
+/// The URL as the user wrote it, for a message, but never its password.
+pub(crate) fn shown_url(url: &str) -> String {
+    redis::parse_redis_url(url).map_or_else(
         || {
             if url.contains('@') {
                 "the URL".to_owned()
@@ -155,7 +153,32 @@ pub(crate) fn configuration_error(url: &str, error: &redis::RedisError) -> Redis
             }
             format!("{parsed}")
         },
-    );
+    )
+}
+
+/// The refusal of a `cluster` setting that the node contradicts. A one-server client on a cluster node would
+/// retry its `MOVED` answers until the timeout, and a cluster client on a plain server cannot start: neither
+/// is a state that a retry can fix.
+pub(crate) fn cluster_mismatch(url: &str, is_cluster_node: bool) -> RedisTrackerError {
+    let shown = shown_url(url);
+    let problem = if is_cluster_node {
+        format!(
+            "the Redis at {shown} is a node of a Redis Cluster, but the cluster setting says it is one server: \
+             set it to true, or leave it unset so that the registry asks the node"
+        )
+    } else {
+        format!(
+            "the Redis at {shown} is not a node of a Redis Cluster, but the cluster setting says it is: set it \
+             to false, or leave it unset so that the registry asks the node"
+        )
+    };
+    RedisTrackerError::InvalidOption(problem.into())
+}
+
+/// The error for a URL or server that cannot work as configured, naming the URL; otherwise the error's own class
+/// (see [`RedisTrackerError`]).
+pub(crate) fn configuration_error(url: &str, error: &redis::RedisError) -> RedisTrackerError {
+    let shown = shown_url(url);
     let problem = if error.kind() == redis::ErrorKind::InvalidClientConfig {
         // redis-rs's own words add something only when it names what is wrong (a port, a database): its
         // generic "Redis URL did not parse - InvalidClientConfig" repeats this sentence in its own jargon.

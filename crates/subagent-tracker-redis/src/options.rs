@@ -106,7 +106,8 @@ impl RedisOptions {
     }
 
     /// These settings for a Redis Cluster reached through the node the URL names (`true`), or for one server
-    /// (`false`), rather than asking the server which it is.
+    /// (`false`), rather than asking the server which it is. A server that answers `INFO` and says otherwise
+    /// is refused when connecting ([`RedisTrackerError::InvalidOption`]).
     #[must_use]
     pub fn with_cluster(mut self, cluster: bool) -> Self {
         self.cluster = Some(cluster);

@@ -11,7 +11,7 @@ use super::listener::{listen, reconcile};
 use super::timers::TIMER_TICK;
 use super::{lock, Runs, Worker};
 use crate::connection::{Client, Connection};
-use crate::error::{configuration_error, timeout_error};
+use crate::error::{cluster_mismatch, configuration_error, timeout_error};
 use crate::mirrors::Mirrors;
 use crate::store::{self, Keys};
 use crate::{RedisOptions, RedisTrackerError};
@@ -30,6 +30,11 @@ impl Worker {
             .await
             .map_err(|_| timeout_error())?
             .map_err(|error| configuration_error(url, &error))?;
+        if let (Some(wanted), Some(is_cluster_node)) = (options.cluster, probed) {
+            if wanted != is_cluster_node {
+                return Err(cluster_mismatch(url, is_cluster_node));
+            }
+        }
         // A user who may not run INFO says which it is, or is taken to use one server.
         let cluster = options.cluster.or(probed).unwrap_or(false);
         let client = Client::open(url, cluster, options.timeout)

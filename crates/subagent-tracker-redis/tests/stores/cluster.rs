@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::common::{eventually, RedisCluster};
+use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
-use subagent_tracker_redis::{RedisOptions, RedisRegistry};
+use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError};
 
 fn options(worker_id: &str) -> RedisOptions {
     RedisOptions::default()
@@ -73,4 +73,37 @@ async fn a_cluster_spreads_sessions_carries_cancels_and_confirms_them_on_a_repli
         "the close is confirmed by a replica"
     );
     assert!(runner.sessions().await.unwrap().len() >= 300);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_setting_that_the_node_contradicts_is_refused() {
+    fn refusal(result: Result<RedisRegistry, RedisTrackerError>) -> String {
+        match result {
+            Err(RedisTrackerError::InvalidOption(message)) => message.into_owned(),
+            Err(other) => panic!("expected an InvalidOption, got {other}"),
+            Ok(_) => panic!("expected an InvalidOption, got a registry"),
+        }
+    }
+    let cluster = RedisCluster::start("mismatch");
+    let server = RedisServer::start();
+    // A one-server client would retry the cluster's MOVED answers until its timeout.
+    let on_cluster = RedisRegistry::connect(&cluster.url(), options("a").with_cluster(false)).await;
+    assert!(
+        refusal(on_cluster).contains("is a node of a Redis Cluster, but the cluster setting says")
+    );
+    let on_server = RedisRegistry::connect(&server.url(), options("b").with_cluster(true)).await;
+    assert!(
+        refusal(on_server).contains("is not a node of a Redis Cluster, but the cluster setting")
+    );
+    // Agreeing settings connect.
+    assert!(
+        RedisRegistry::connect(&cluster.url(), options("c").with_cluster(true))
+            .await
+            .is_ok()
+    );
+    assert!(
+        RedisRegistry::connect(&server.url(), options("d").with_cluster(false))
+            .await
+            .is_ok()
+    );
 }
