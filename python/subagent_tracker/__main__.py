@@ -47,8 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument(
         "--start-wait",
         type=float,
-        default=None,
-        help="with --web, start the demo once the page connects or after this many seconds (default 5)",
+        default=_demo.WEB_START_WAIT_SECONDS,
+        help="with --web, start the demo once the page connects or after this many seconds "
+        f"(default {_demo.WEB_START_WAIT_SECONDS:g})",
     )
     demo.add_argument(
         "--linger",
@@ -124,7 +125,7 @@ def _run(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
         parser.error("--subagents must be at least 10")
     if arguments.speed <= 0:
         parser.error("--speed must be positive")
-    if arguments.start_wait is not None and not 0 <= arguments.start_wait <= 3600:
+    if not 0 <= arguments.start_wait <= 3600:
         parser.error("--start-wait must be between 0 and 3600 seconds")
     if arguments.workers:
         if arguments.workers < 2:
@@ -146,9 +147,8 @@ def _run(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
     if arguments.web:
         from subagent_tracker.dashboard import _demo_web
 
-        start_wait = _demo_web.START_WAIT_SECONDS if arguments.start_wait is None else arguments.start_wait
         summary = asyncio.run(
-            _demo_web.run_demo_with_dashboard(options, arguments.port, arguments.linger, start_wait)
+            _demo_web.run_demo_with_dashboard(options, arguments.port, arguments.linger, arguments.start_wait)
         )
     else:
         summary = asyncio.run(_demo.run_demo(options))

@@ -21,11 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from subagent_tracker import CancellationToken, Registry, Session, SubagentStatus, TaskCancelledError
-from subagent_tracker._errors import quoted
+from subagent_tracker._native import _quoted  # how every message quotes an id: the core's rule
 
 _T = TypeVar("_T")
 
 AGENTS = ("researcher", "coder", "reviewer", "summarizer", "tool-runner")
+#: How long ``demo --web`` waits for the page before it starts anyway: long enough to switch to the browser,
+#: short enough for a run with no browser (never a key press, which would hang a run with no terminal).
+WEB_START_WAIT_SECONDS = 5.0
 #: The share of subagents whose plan fails with a simulated model error, to show failures beside cancels.
 FAILURE_SHARE = 0.03
 TOOLS = ("web_search", "read_file", "run_tests", "query_db", "fetch_url")
@@ -162,21 +165,13 @@ class Orchestrator:
             self.spawn(f"sub-{index:03d}", "orchestrator", 0)
             if index % 20 == 19:
                 await asyncio.sleep(self.scaled(0.03))
+        # The plans say how many children the subagents start (one level: children start none).
+        seed, subagents = self.options.seed, self.options.subagents
+        children = sum(plan_for(seed, f"sub-{index:03d}", 0)[0].children for index in range(subagents))
         self.note(
-            f"fanned out {self.options.subagents} subagents; {self.planned_children()} more are their "
-            f"children, so the session tracks {self.planned_tasks()} tasks with the orchestrator"
+            f"fanned out {subagents} subagents; {children} more are their children, so the session tracks "
+            f"{1 + subagents + children} tasks with the orchestrator"
         )
-
-    def planned_children(self) -> int:
-        """How many children the top-level subagents' plans start (one level: children start none)."""
-        seed = self.options.seed
-        return sum(
-            plan_for(seed, f"sub-{index:03d}", 0)[0].children for index in range(self.options.subagents)
-        )
-
-    def planned_tasks(self) -> int:
-        """Every task of the run: the orchestrator, its subagents and their children."""
-        return 1 + self.options.subagents + self.planned_children()
 
     def targets(self) -> tuple[str | None, str | None]:
         """The subagents the scenario cancels, chosen from the seeded plans: a slow one with no children (by
@@ -234,7 +229,7 @@ class Orchestrator:
         stopping = sum(1 for task in tasks if task.status is SubagentStatus.CANCELLED and not task.finished)
         width = 40
         lines = [
-            f"{BOLD}subagent-tracker demo{RESET}  session {quoted(self.session.session_id)}  "
+            f"{BOLD}subagent-tracker demo{RESET}  session {_quoted(self.session.session_id)}  "
             f"{time.perf_counter() - self.started:5.2f}s  {len(tasks)} tasks",
             "",
         ]

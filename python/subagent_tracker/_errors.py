@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from subagent_tracker._native import DEFAULT_CANCEL_REASON
-
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "\t": "\\t", "\r": "\\r", "\n": "\\n", "\0": "\\0"}
-
-
-def quoted(text: str) -> str:
-    """``text`` in double quotes, escaped as the core's messages escape it (Rust's ``{:?}``): quotes,
-    backslashes and control characters, and every character that does not print (a direction override, a
-    zero-width space) as ``\\u{...}``, so that an id can neither hide in a message nor reorder it."""
-    escaped = (
-        _ESCAPES.get(character) or (character if character.isprintable() else f"\\u{{{ord(character):x}}}")
-        for character in text
-    )
-    return f'"{"".join(escaped)}"'
+from subagent_tracker._native import (
+    DEFAULT_CANCEL_REASON,
+    _quoted,  # how every message quotes an id: the core's rule
+)
 
 
 class SubagentTrackerError(Exception):
@@ -47,8 +37,8 @@ class TaskCancelledError(SubagentTrackerError):
     def __str__(self) -> str:
         # The default reason says nothing the sentence does not: "was cancelled: cancelled" read as a stutter.
         if self.reason == DEFAULT_CANCEL_REASON:
-            return f"task {quoted(self.task_id)} was cancelled"
-        return f"task {quoted(self.task_id)} was cancelled: {self.reason}"
+            return f"task {_quoted(self.task_id)} was cancelled"
+        return f"task {_quoted(self.task_id)} was cancelled: {self.reason}"
 
 
 class DuplicateTaskError(SubagentTrackerError, ValueError):

@@ -9,8 +9,12 @@ import logging
 from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from subagent_tracker._errors import TaskCancelledError, UnknownTaskError, quoted
-from subagent_tracker._native import _EVENT_STREAM_BUSY, _check_seconds
+from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
+from subagent_tracker._native import (
+    _EVENT_STREAM_BUSY,
+    _check_seconds,
+    _quoted,  # how every message quotes an id: the core's rule
+)
 from subagent_tracker._native import Session as _NativeSession
 
 if TYPE_CHECKING:
@@ -159,7 +163,7 @@ class Session(_NativeSession):
                 await asyncio.wait_for(finished, timeout)
             except asyncio.TimeoutError:
                 raise TimeoutError(
-                    f"task {quoted(task_id)} did not finish within {timeout} seconds; "
+                    f"task {_quoted(task_id)} did not finish within {timeout} seconds; "
                     "its runner is still running"
                 ) from None
         return watch.snapshot()
@@ -238,7 +242,7 @@ class SpawnedSubagent:
         snapshot = await _resolved(handle.snapshot())
         if snapshot is None:
             # Only a Redis task can be gone: its session kept no finished task (`max_finished_tasks=0`).
-            raise UnknownTaskError(f"task {quoted(handle.task_id)} finished and is no longer retained")
+            raise UnknownTaskError(f"task {_quoted(handle.task_id)} finished and is no longer retained")
         return snapshot
 
     @property

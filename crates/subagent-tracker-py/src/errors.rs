@@ -8,6 +8,14 @@ use subagent_tracker::TrackerError;
 
 use crate::package_imports::error_class;
 
+/// `_quoted(text)`: `text` as the core's messages quote an id (`{:?}`: in double quotes, with quotes,
+/// backslashes and every character that does not print escaped), so that the Python layer's messages quote ids
+/// by the same rule and a direction override in an id can neither hide in a message nor reorder it.
+#[pyfunction]
+pub(crate) fn _quoted(text: &str) -> String {
+    format!("{text:?}")
+}
+
 /// The message of the `RuntimeError` raised by a second concurrent `__anext__` on one event stream, in memory
 /// and on Redis.
 pub(crate) const EVENT_STREAM_BUSY: &str =

@@ -65,6 +65,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     )?)?;
     module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
+    module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The core's rule of which statuses are pending, for the Python enum and the dashboard's views.
     let pending: Vec<&str> = subagent_tracker::SubagentStatus::ALL

@@ -76,10 +76,14 @@ fn a_claim_makes_the_task_running_for_its_runner() {
 #[test]
 fn claims_of_unknown_claimed_or_started_tasks_are_refused() {
     let tracker = tracker();
-    assert!(matches!(
-        tracker.claim("nobody"),
-        Err(TrackerError::NotReserved { .. })
-    ));
+    let Err(refused) = tracker.claim("nobody") else {
+        panic!("nothing was reserved, yet the claim succeeded")
+    };
+    assert!(matches!(refused, TrackerError::NotReserved { .. }));
+    assert!(
+        refused.to_string().contains("reserve it first"),
+        "the refusal says what a claim needs: {refused}"
+    );
     reserve(&tracker, TaskStart::new().task_id("job"));
     let handle = tracker.claim("job").unwrap();
     let second = tracker.claim("job").err().unwrap();

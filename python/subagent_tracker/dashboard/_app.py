@@ -22,8 +22,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from subagent_tracker._errors import RegistryUnavailableError, quoted
-from subagent_tracker._native import SubagentTask
+from subagent_tracker._errors import RegistryUnavailableError
+from subagent_tracker._native import (
+    SubagentTask,
+    _quoted,  # how every message quotes an id: the core's rule
+)
 from subagent_tracker._protocols import SessionProtocol
 from subagent_tracker._status import SubagentStatus
 from subagent_tracker.dashboard._security import Guard
@@ -69,7 +72,7 @@ class Dashboard:
     async def session(self, session_id: str) -> SessionProtocol:
         session = await run_in_threadpool(self.registry.get_session, session_id)
         if session is None:
-            raise _Problem(404, f"no session {quoted(session_id)}")
+            raise _Problem(404, f"no session {_quoted(session_id)}")
         return session  # type: ignore[no-any-return]
 
     async def tasks(self, session: SessionProtocol) -> list[SubagentTask]:
@@ -129,7 +132,7 @@ class Dashboard:
         if await run_in_threadpool(session.cancel_subagent_task, task_id, reason):
             return JSONResponse({"cancelled": True})
         task = await self._task(session, task_id)
-        raise _Problem(409, f"task {quoted(task_id)} is not pending: it is {task.status.value}")
+        raise _Problem(409, f"task {_quoted(task_id)} is not pending: it is {task.status.value}")
 
     async def cancel_session(self, request: Request) -> Response:
         session = await self.session(_id(request, "session_id"))
@@ -144,7 +147,7 @@ class Dashboard:
     async def _task(self, session: SessionProtocol, task_id: str) -> SubagentTask:
         task = await run_in_threadpool(session.subagent_task, task_id)
         if task is None:
-            raise _Problem(404, f"no task {quoted(task_id)} in session {quoted(session.session_id)}")
+            raise _Problem(404, f"no task {_quoted(task_id)} in session {_quoted(session.session_id)}")
         return task
 
     # --- the live stream
@@ -254,8 +257,8 @@ class _TaskGauges(Collector):
 
 
 #: The query parameter that carries each id in the query forms of the routes (``api/task?session=&task=``),
-#: which the page uses: a path segment of ``.`` or ``..`` is removed by every URL parser before it is sent,
-#: even percent-encoded, so an id in the path cannot be any string.
+#: which the page uses: browsers remove a path segment of ``.`` or ``..`` before a request is sent, even
+#: percent-encoded, so an id in the path cannot be any string.
 _QUERY_NAMES = {"session_id": "session", "task_id": "task"}
 
 

@@ -6,17 +6,13 @@ import asyncio
 import contextlib
 
 from subagent_tracker import Registry
-from subagent_tracker._demo import DemoOptions, DemoSummary, run_demo
+from subagent_tracker._demo import WEB_START_WAIT_SECONDS, DemoOptions, DemoSummary, run_demo
 from subagent_tracker._loopback import free_port
 from subagent_tracker.dashboard._serve import server, start_serving
 
-#: How long the demo waits for the page before it starts anyway: long enough to switch to the browser, short
-#: enough for a run with no browser (never a key press, which would hang a run with no terminal).
-START_WAIT_SECONDS = 5.0
-
 
 async def run_demo_with_dashboard(
-    options: DemoOptions, port: int, linger: float | None, start_wait: float = START_WAIT_SECONDS
+    options: DemoOptions, port: int, linger: float | None, start_wait: float = WEB_START_WAIT_SECONDS
 ) -> DemoSummary:
     """Runs the demo on a registry that the dashboard shows, once the page (or any client) has connected or
     ``start_wait`` seconds have passed, then keeps the dashboard up for ``linger`` seconds (``None``: until

@@ -9,6 +9,7 @@ import socket
 from typing import Any
 
 import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from subagent_tracker.dashboard._app import app
 from subagent_tracker.dashboard._security import LOOPBACK_HOSTS
@@ -49,7 +50,7 @@ def server(
     ``first_request``, the event is set when the first HTTP request arrives (a page or an API call)."""
     check_binding(host, token)
     allowed = None if token is not None else {*LOOPBACK_HOSTS, f"[{host}]" if ":" in host else host}
-    dashboard: Any = app(registry, token=token, details=details, allowed_hosts=allowed)
+    dashboard: ASGIApp = app(registry, token=token, details=details, allowed_hosts=allowed)
     if first_request is not None:
         dashboard = _SignalsFirstRequest(dashboard, first_request)
     config = uvicorn.Config(dashboard, host=host, port=port, log_level="warning", lifespan="on")
@@ -59,11 +60,11 @@ def server(
 class _SignalsFirstRequest:
     """ASGI middleware: sets ``arrived`` on the first HTTP request, then passes every call on unchanged."""
 
-    def __init__(self, inner: Any, arrived: asyncio.Event) -> None:
+    def __init__(self, inner: ASGIApp, arrived: asyncio.Event) -> None:
         self.inner = inner
         self.arrived = arrived
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             self.arrived.set()
         await self.inner(scope, receive, send)
