@@ -39,6 +39,10 @@ def run_command(registry: Any, handles: dict[str, Any], command: dict[str, Any])
         return {"cancelled": token.wait(command["timeout"]), "reason": token.reason}
     if operation == "complete":
         return handles.pop(command["task"]).complete(command.get("result"))
+    if operation == "pause":
+        return handles[command["task"]].pause(command.get("reason"))
+    if operation == "wait_resumed":
+        return {"value": handles[command["task"]].wait_resumed(command["timeout"])}
     if operation == "progress":
         return handles[command["task"]].progress(command["message"])
     if operation == "fail":

@@ -65,7 +65,8 @@ from subagent_tracker import (
 )
 
 QUEUED, RUNNING, COMPLETED, FAILED, CANCELLED = "queued", "running", "completed", "failed", "cancelled"
-PENDING = (QUEUED, RUNNING)
+PAUSED = "paused"
+PENDING = (QUEUED, RUNNING, PAUSED)
 DEFAULT_REASON = "cancelled"
 DEADLINE_REASON = "deadline exceeded"
 TIMEOUT = 3600.0  # never passes during a test
@@ -162,6 +163,8 @@ class Run:
         self.cancel_cause: str | None = None
         self.result: object = None
         self.error: str | None = None
+        # Why its runner paused it (§5): cleared by a resume, kept by a cancel or an end.
+        self.pause_reason: str | None = None
         self.token = Token(run=self)
 
     def __repr__(self) -> str:
@@ -570,6 +573,7 @@ def _observed_fields(snapshot: SubagentTask) -> dict[str, object]:
         "cancel_cause": snapshot.cancel_cause,
         "result": snapshot.result,
         "error": snapshot.error,
+        "pause_reason": snapshot.pause_reason,
         "cancelled_at is set": snapshot.cancelled_at is not None,
         "ended_at is set": snapshot.ended_at is not None,
         "deadline is set": snapshot.deadline is not None,
@@ -590,6 +594,7 @@ def _expected_fields(run: Run) -> dict[str, object]:
         "cancel_cause": run.cancel_cause,
         "result": run.result,
         "error": run.error,
+        "pause_reason": run.pause_reason,
         "cancelled_at is set": run.status == CANCELLED,
         "ended_at is set": run.finished,
         "deadline is set": run.deadline is not None,
@@ -1048,6 +1053,41 @@ class ContractMachine(RuleBasedStateMachine):
         together = [finished_run for group in finished[ended_with:] for finished_run in group]
         del finished[ended_with:]
         finished.append(together)
+
+    @rule(started=runs, reason=st.sampled_from([None, "approval"]))
+    def pause(self, started: Started, reason: str | None) -> None:
+        """The runner of a run started or claimed before pauses it (§5): only a running run pauses."""
+        run = started.run
+        expected = run.status == RUNNING and not run.finished
+        event(f"pause: of a {run.status} run" + (", finished" if run.finished else ""))
+        assert started.handle.pause(reason) is expected
+        if expected:
+            run.status, run.pause_reason = PAUSED, reason
+
+    @rule(aim=st.sampled_from([*MAIN_IDS, UNKNOWN_ID]) | runs, value=st.integers(0, 2))
+    def resume(self, aim: str | Started, value: int) -> None:
+        """The session resumes by id (§5): only a paused run resumes, and its runner is handed ``value``."""
+        task_id = aim.run.task_id if isinstance(aim, Started) else aim
+        session_name = aim.run.session.name if isinstance(aim, Started) else "main"
+        run = self._model_session(session_name).retained.get(task_id)
+        expected = run is not None and run.status == PAUSED
+        assert self.sessions[session_name].resume_subagent_task(task_id, value) is expected
+        if run is not None and expected:
+            event("resume: of a paused run")
+            run.status, run.pause_reason = RUNNING, None
+            handle = self.handles.get(run)
+            if handle is not None:
+                self._settled(lambda: self._check_resumed(handle, value))
+
+    @staticmethod
+    def _check_resumed(handle: TaskHandleProtocol, value: int) -> None:
+        """The runner is handed the value (on Redis, once the resume has reached its process)."""
+        try:
+            resumed = handle.wait_resumed(timeout=0)
+        except TimeoutError:
+            raise AssertionError("the resume has not reached the runner") from None
+        # A cancel would raise instead; none comes between the resume and this check.
+        assert resumed == value
 
     @rule(
         aim=st.sampled_from([*MAIN_IDS, *EXTERNAL_IDS, UNKNOWN_ID]) | runs | reserved,

@@ -45,7 +45,14 @@ def test_sessions_tasks_and_one_task_are_listed_with_their_state(
         assert sessions == [
             {
                 "session_id": "team/alpha",
-                "counts": {"queued": 0, "running": 1, "completed": 1, "failed": 0, "cancelled": 0},
+                "counts": {
+                    "queued": 0,
+                    "running": 1,
+                    "paused": 0,
+                    "completed": 1,
+                    "failed": 0,
+                    "cancelled": 0,
+                },
                 "pending": 1,
                 "total": 2,
             }
@@ -464,4 +471,23 @@ def test_a_query_form_cancel_needs_the_action_header_too(registry: Registry, ser
         refused = bare.post("/api/task/cancel", params={"session": "s", "task": "t"})
     assert refused.status_code == 403
     assert not handle.token.is_cancelled
+    handle.complete()
+
+
+def test_a_paused_task_shows_its_status_and_what_it_waits_for(
+    registry: Registry, served: ServedDashboard
+) -> None:
+    session = registry.session("approvals")
+    handle = session.start_subagent_task("deploy", agent="coder")
+    assert handle.pause("approve the deploy to production")
+    with served.client() as client:
+        (overview,) = client.get("/api/sessions").json()["sessions"]
+        assert (overview["counts"]["paused"], overview["pending"]) == (1, 1)
+        shown = client.get("/api/task", params={"session": "approvals", "task": "deploy"}).json()
+        assert (shown["status"], shown["pending"], shown["pause_reason"]) == (
+            "paused",
+            True,
+            "approve the deploy to production",
+        )
+    assert session.resume_subagent_task("deploy")
     handle.complete()

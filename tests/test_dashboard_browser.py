@@ -187,6 +187,30 @@ def test_script_and_html_in_every_field_are_shown_as_text(page: Page, registry: 
         served.stop()
 
 
+def test_a_paused_task_and_a_structured_failure_show_what_they_are(page: Page, registry: Registry) -> None:
+    """``PAUSED`` is a status of its own, with the pause reason on the row and a count in the sidebar; a
+    failure shows its type and code in the details."""
+    session = registry.session("approvals")
+    paused = session.start_subagent_task("deploy")
+    assert paused.pause("approve the deploy")
+    session.start_subagent_task("call").fail("slow down", error_type="RateLimitError", error_code=429)
+    served = ServedDashboard(registry, details=True)
+    try:
+        page.goto(served.url + "/")
+        expect(row(page, "deploy")).to_have_attribute("data-status", "paused")
+        expect(row(page, "deploy").locator(".cancel-info")).to_have_text("paused: approve the deploy")
+        expect(page.locator('#sessions [data-session-id="approvals"] .chips')).to_contain_text("1 paused")
+        row(page, "call").locator(".task-id").click()
+        expect(page.locator("#details")).to_contain_text("RateLimitError")
+        expect(page.locator("#details")).to_contain_text("429")
+        assert session.resume_subagent_task("deploy")
+        expect(row(page, "deploy")).to_have_attribute("data-status", "running")
+        expect(row(page, "deploy").locator(".cancel-info")).to_have_text("")
+    finally:
+        paused.complete()
+        served.stop()
+
+
 def test_the_page_reads_well_for_a_first_user(page: Page, registry: Registry) -> None:
     """Column headers; pending rows before finished ones; whole ids on hover and in the details; ids that a
     URL parser would drop (``.``, ``..``) cancelled all the same; user text isolated for bidi; the sidebar's

@@ -433,3 +433,45 @@ def test_spawned_subagents_run_on_redis_as_in_memory_and_escalate_after_their_gr
     with pytest.raises(RuntimeError):
         session.spawn_subagent_task(answers, "outside-a-loop")
     assert session.subagent_task("outside-a-loop") is None
+
+
+def test_a_resume_from_another_process_reaches_the_paused_runner(
+    redis_server: RedisTarget, session_id: str
+) -> None:
+    """Contract §5, pause and resume: the runner's process waits; any process resumes, with a value."""
+    runner = Worker(redis_server.url, "runner")
+    try:
+        runner.ask(op="start", session=session_id, task="needs-approval")
+        assert runner.ask(op="pause", session=session_id, task="needs-approval", reason="approve the plan")
+        session = RedisRegistry(redis_server.url, worker_id="reviewer").session(session_id)
+        task = session.subagent_task("needs-approval")
+        assert task is not None and task.status is SubagentStatus.PAUSED
+        assert task.pause_reason == "approve the plan"
+        runner.send(op="wait_resumed", session=session_id, task="needs-approval", timeout=10)
+        assert session.resume_subagent_task("needs-approval", {"approved": True, "by": "ana"})
+        assert runner.answer() == {"value": {"approved": True, "by": "ana"}}
+        resumed = session.subagent_task("needs-approval")
+        assert resumed is not None and (resumed.status, resumed.pause_reason) == (
+            SubagentStatus.RUNNING,
+            None,
+        )
+        assert runner.ask(op="complete", session=session_id, task="needs-approval")
+    finally:
+        runner.stop()
+
+
+def test_a_paused_task_of_a_killed_worker_fails_within_a_lease(
+    redis_server: RedisTarget, session_id: str
+) -> None:
+    doomed = Worker(redis_server.url, "doomed", lease=0.6)
+    doomed.ask(op="start", session=session_id, task="paused")
+    assert doomed.ask(op="pause", session=session_id, task="paused")
+    session = RedisRegistry(redis_server.url, worker_id="survivor", lease=0.6).session(session_id)
+    doomed.process.kill()
+    doomed.process.wait(timeout=10)
+
+    async def main() -> None:
+        paused = await session.wait_subagent_task("paused", timeout=10)
+        assert (paused.status, paused.error) == (SubagentStatus.FAILED, WORKER_LOST_ERROR)
+
+    asyncio.run(asyncio.wait_for(main(), 20))

@@ -18,6 +18,7 @@ def test_status_is_an_enum_with_lowercase_values() -> None:
     assert [member.name for member in SubagentStatus] == [
         "QUEUED",
         "RUNNING",
+        "PAUSED",
         "COMPLETED",
         "FAILED",
         "CANCELLED",
@@ -25,6 +26,7 @@ def test_status_is_an_enum_with_lowercase_values() -> None:
     assert [member.value for member in SubagentStatus] == [
         "queued",
         "running",
+        "paused",
         "completed",
         "failed",
         "cancelled",
@@ -35,7 +37,7 @@ def test_status_is_an_enum_with_lowercase_values() -> None:
 def test_pending_and_terminal_are_the_cores_rule_and_split_the_statuses() -> None:
     pending = [status.value for status in SubagentStatus if status.is_pending]
     terminal = [status.value for status in SubagentStatus if status.is_terminal]
-    assert pending == ["queued", "running"]
+    assert pending == ["queued", "running", "paused"]
     assert terminal == ["completed", "failed", "cancelled"]
     # Python holds no copy of the rule: it asks the core.
     assert tuple(pending) == subagent_tracker._native._PENDING_STATUSES

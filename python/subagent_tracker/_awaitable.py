@@ -54,6 +54,12 @@ class AwaitableTaskHandle:
     ) -> bool:
         return self.handle.fail(error, error_type=error_type, error_code=error_code)
 
+    async def pause(self, reason: str | None = None) -> bool:
+        return self.handle.pause(reason)
+
+    def resumed(self) -> Awaitable[Any]:
+        return self.handle.resumed()
+
     async def record_escalation(self) -> None:
         self.handle.record_escalation()
 
@@ -172,6 +178,9 @@ class AwaitableSession:
         self, task_id: str, reason: str | None = None, *, before_start: bool = False
     ) -> bool:
         return self.session.cancel_subagent_task(task_id, reason, before_start=before_start)
+
+    async def resume_subagent_task(self, task_id: str, value: Any = None) -> bool:
+        return self.session.resume_subagent_task(task_id, value)
 
     async def end_subagent_task(
         self,

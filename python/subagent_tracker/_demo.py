@@ -36,6 +36,7 @@ COLOUR = sys.stdout.isatty()
 STATUS_COLOURS = {
     SubagentStatus.QUEUED: "\x1b[2m" if COLOUR else "",
     SubagentStatus.RUNNING: "\x1b[36m" if COLOUR else "",
+    SubagentStatus.PAUSED: "\x1b[35m" if COLOUR else "",
     SubagentStatus.COMPLETED: "\x1b[32m" if COLOUR else "",
     SubagentStatus.FAILED: "\x1b[31m" if COLOUR else "",
     SubagentStatus.CANCELLED: "\x1b[33m" if COLOUR else "",

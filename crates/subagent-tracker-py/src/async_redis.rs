@@ -22,6 +22,7 @@ use crate::arguments::{
 use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
 use crate::filter_arguments::FilterArguments;
+use crate::package_imports::pause_function;
 use crate::ready::Ready;
 use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
 use crate::redis_handle::handle_repr;
@@ -328,6 +329,22 @@ impl AsyncRedisSession {
         self.calls.cancel_task(py, task_id, reason, before_start)
     }
 
+    /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (JSON-serialisable)
+    /// wherever it runs. True exactly when this call resumed it: false for an unknown id or a task not paused.
+    #[pyo3(signature = (task_id, value=None))]
+    fn resume_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        value: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = value
+            .filter(|value| !value.is_none())
+            .map(|value| arguments::json_text(value, "value"))
+            .transpose()?;
+        self.calls.resume_task(py, task_id, value)
+    }
+
     /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if
     /// given), otherwise it completes with `result`.
     #[pyo3(signature = (task_id, *, result=None, error=None, error_type=None, error_code=None))]
@@ -539,6 +556,51 @@ impl AsyncRedisTaskHandle {
         error_code: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.calls.fail(py, error, error_type, error_code)
+    }
+
+    /// Pauses the running task (to wait for a person's approval, say), in Redis for every process and here for
+    /// the runner; snapshots show `reason` as `pause_reason`. False if the task is not running.
+    #[pyo3(signature = (reason=None))]
+    fn pause<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        self.calls.pause(py, reason)
+    }
+
+    /// `await handle.resumed()`: waits while the task is paused and returns the value the session resumed it
+    /// with, from any process; raises `TaskCancelledError` if the task is cancelled while paused.
+    fn resumed<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        pause_function(slf.py(), "resumed")?.call1((slf,))
+    }
+
+    /// The blocking form of `resumed()`, for threads; raises `TimeoutError` if `timeout` seconds pass first.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_resumed<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        pause_function(slf.py(), "wait_resumed")?.call1((slf, timeout))
+    }
+
+    fn _resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.calls.resume_future(py)
+    }
+
+    #[pyo3(signature = (timeout))]
+    fn _wait_for_resume(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+    ) -> PyResult<bool> {
+        self.calls
+            .wait_for_resume(py, timeout.map(|timeout| timeout.0))
+    }
+
+    fn _resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {
+        self.calls.resumption(py)
     }
 
     /// Records that the runner did not stop within its grace period after a cancel and is being stopped by

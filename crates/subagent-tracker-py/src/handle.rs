@@ -4,10 +4,13 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
-use crate::arguments;
+use crate::arguments::{self, Seconds, TimeoutArgument};
 use crate::asyncio_waker::with_wake_batch;
+use crate::blocking_wait::wait_interruptibly;
+use crate::package_imports::pause_function;
 use crate::python_types::{python_repr, PyValue};
 use crate::ready::Ready;
+use crate::resume_wait::{resumption_for_python, ResumeWait};
 use crate::runner_exit::{runner_exit, RunnerExit};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
@@ -24,6 +27,7 @@ pub(crate) struct SubagentTaskHandle {
     // Made on first access, then the same object every time.
     // (A std `OnceLock`, readable without the interpreter, as `__traverse__` must.)
     token: std::sync::OnceLock<Py<CancellationToken>>,
+    resume_wait: ResumeWait,
 }
 
 impl SubagentTaskHandle {
@@ -35,6 +39,7 @@ impl SubagentTaskHandle {
             handle,
             session,
             token: std::sync::OnceLock::new(),
+            resume_wait: ResumeWait::default(),
         }
     }
 
@@ -119,6 +124,52 @@ impl SubagentTaskHandle {
     ) -> PyResult<bool> {
         let failure = arguments::failure(error, error_type, error_code)?;
         with_wake_batch(py, || self.handle.fail_with(failure))
+    }
+
+    /// Pauses the running task (to wait for a person's approval, say): running becomes paused, which is
+    /// pending, so a cancel or a deadline still reaches it. Snapshots show `reason` as `pause_reason`. False if
+    /// the task is not running.
+    #[pyo3(signature = (reason=None))]
+    fn pause(&self, py: Python<'_>, reason: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        with_wake_batch(py, || self.handle.pause(reason.as_deref()))
+    }
+
+    /// `await handle.resumed()`: waits while the task is paused and returns the value the session resumed it
+    /// with; raises `TaskCancelledError` if the task is cancelled while paused.
+    fn resumed<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        pause_function(slf.py(), "resumed")?.call1((slf,))
+    }
+
+    /// The blocking form of `resumed()`, for threads; raises `TimeoutError` if `timeout` seconds pass first.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_resumed<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        pause_function(slf.py(), "wait_resumed")?.call1((slf, timeout))
+    }
+
+    fn _resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.resume_wait
+            .future(py, self.handle.resume_watch().wait_for_resume())
+    }
+
+    #[pyo3(signature = (timeout))]
+    fn _wait_for_resume(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+    ) -> PyResult<bool> {
+        wait_interruptibly(py, timeout.map(|timeout| timeout.0), |slice| {
+            self.handle
+                .resume_watch()
+                .wait_for_resume_blocking(Some(slice))
+        })
+    }
+
+    fn _resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {
+        resumption_for_python(py, self.handle.resumption(), |value| Ok(value.get(py)))
     }
 
     /// Records that the runner was stopped by force after its grace period (shown as `escalated`).

@@ -21,6 +21,13 @@ pub(crate) fn checkpoints(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     module(py, &MODULE, "subagent_tracker._checkpoints")
 }
 
+/// A function of `subagent_tracker._pause`, which finishes the waits for a resume (shared by both stores'
+/// handles).
+pub(crate) fn pause_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    module(py, &MODULE, "subagent_tracker._pause")?.getattr(name)
+}
+
 /// An exception class of `subagent_tracker._errors`.
 pub(crate) fn error_class<'py>(
     py: Python<'py>,

@@ -12,18 +12,23 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
-use subagent_tracker::{SubagentTaskSnapshot, TaskFailure, TaskFilter, TaskStart, TrackerConfig};
+use subagent_tracker::{
+    ResumeWatch, Resumption, SubagentTaskSnapshot, TaskFailure, TaskFilter, TaskStart,
+    TrackerConfig,
+};
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
 };
 
 use crate::arguments::{self, from_json_text, json_text, Id, TaskIdArgument};
+use crate::blocking_wait::wait_interruptibly;
 use crate::errors::redis_error;
 use crate::filter_arguments::FilterArguments;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
 use crate::python_types::PyValue;
 use crate::redis_events::RedisEventReader;
+use crate::resume_wait::{resumption_for_python, ResumeWait};
 use crate::runner_exit::RunnerExit;
 use crate::runtime::{block_on, MadeIn};
 use crate::snapshot::SubagentTask;
@@ -298,6 +303,21 @@ impl SessionCalls {
         )
     }
 
+    pub(crate) fn resume_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        value: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.resume(&task_id.0, value.as_deref()).await },
+            |py, resumed| object(py, resumed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
     pub(crate) fn end_task<'py>(
         &self,
         py: Python<'py>,
@@ -550,6 +570,9 @@ pub(crate) struct HandleCalls {
     run: Arc<str>,
     pub(crate) session_id: String,
     pub(crate) token: Py<CancellationToken>,
+    /// The runner's wait for a resume, which needs no lock on the handle (a pause may wait for long).
+    resume_watch: Option<ResumeWatch<String>>,
+    resume_wait: ResumeWait,
     made_in: MadeIn,
     delivery: Delivery,
 }
@@ -567,6 +590,8 @@ impl HandleCalls {
             run: Arc::from(handle.run()),
             session_id: handle.session_id().to_owned(),
             token: Py::new(py, CancellationToken::new(handle.token()))?,
+            resume_watch: handle.resume_watch(),
+            resume_wait: ResumeWait::default(),
             handle: Arc::new(tokio::sync::Mutex::new(handle)),
             session,
             made_in,
@@ -663,6 +688,49 @@ impl HandleCalls {
             },
             |py, recorded| object(py, recorded.map_err(|error| redis_error(py, error))?),
         )
+    }
+
+    pub(crate) fn pause<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let handle = self.handle.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { handle.lock().await.pause(reason.as_deref()).await },
+            |py, paused| object(py, paused.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        match &self.resume_watch {
+            Some(watch) => self.resume_wait.future(py, watch.wait_for_resume()),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn wait_for_resume(
+        &self,
+        py: Python<'_>,
+        timeout: Option<std::time::Duration>,
+    ) -> PyResult<bool> {
+        let Some(watch) = &self.resume_watch else {
+            return Ok(true);
+        };
+        wait_interruptibly(py, timeout, |slice| {
+            watch.wait_for_resume_blocking(Some(slice))
+        })
+    }
+
+    /// The resume value decoded from JSON, as results are.
+    pub(crate) fn resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {
+        let resumption = match &self.resume_watch {
+            Some(watch) => watch.resumption(),
+            None => Resumption::Ended,
+        };
+        resumption_for_python(py, resumption, |value| from_json_text(py, &value, false))
     }
 
     pub(crate) fn record_escalation<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -3,6 +3,8 @@
 
 use pyo3::prelude::*;
 
+use crate::arguments::{self, Seconds, TimeoutArgument};
+use crate::package_imports::pause_function;
 use crate::python_types::python_repr;
 use crate::ready::Ready;
 use crate::redis_calls::HandleCalls;
@@ -69,6 +71,51 @@ impl RedisTaskHandle {
         error_code: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.calls.fail(py, error, error_type, error_code)
+    }
+
+    /// Pauses the running task (to wait for a person's approval, say), in Redis for every process and here for
+    /// the runner; snapshots show `reason` as `pause_reason`. False if the task is not running.
+    #[pyo3(signature = (reason=None))]
+    fn pause<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        self.calls.pause(py, reason)
+    }
+
+    /// `await handle.resumed()`: waits while the task is paused and returns the value the session resumed it
+    /// with, from any process; raises `TaskCancelledError` if the task is cancelled while paused.
+    fn resumed<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        pause_function(slf.py(), "resumed")?.call1((slf,))
+    }
+
+    /// The blocking form of `resumed()`, for threads; raises `TimeoutError` if `timeout` seconds pass first.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_resumed<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        pause_function(slf.py(), "wait_resumed")?.call1((slf, timeout))
+    }
+
+    fn _resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        self.calls.resume_future(py)
+    }
+
+    #[pyo3(signature = (timeout))]
+    fn _wait_for_resume(
+        &self,
+        py: Python<'_>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+    ) -> PyResult<bool> {
+        self.calls
+            .wait_for_resume(py, timeout.map(|timeout| timeout.0))
+    }
+
+    fn _resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {
+        self.calls.resumption(py)
     }
 
     /// Records that the runner did not stop within its grace period after a cancel and is being stopped by

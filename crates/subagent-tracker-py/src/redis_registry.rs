@@ -340,6 +340,22 @@ impl RedisSession {
         self.calls.cancel_task(py, task_id, reason, before_start)
     }
 
+    /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (JSON-serialisable)
+    /// wherever it runs. True exactly when this call resumed it: false for an unknown id or a task not paused.
+    #[pyo3(signature = (task_id, value=None))]
+    fn resume_subagent_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        value: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let value = value
+            .filter(|value| !value.is_none())
+            .map(|value| arguments::json_text(value, "value"))
+            .transpose()?;
+        self.calls.resume_task(py, task_id, value)
+    }
+
     /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if
     /// given), otherwise it completes with `result`.
     #[pyo3(signature = (task_id, *, result=None, error=None, error_type=None, error_code=None))]

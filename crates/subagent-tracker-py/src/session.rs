@@ -267,6 +267,19 @@ impl Session {
         })
     }
 
+    /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (what `handle.resumed()`
+    /// returns). True exactly when this call resumed it: false for an unknown id or a task not paused.
+    #[pyo3(signature = (task_id, value=None))]
+    fn resume_subagent_task(
+        &self,
+        py: Python<'_>,
+        task_id: Id<TaskIdArgument>,
+        value: Option<Py<PyAny>>,
+    ) -> PyResult<bool> {
+        let value = value.filter(|value| !value.is_none(py)).map(PyValue::new);
+        with_wake_batch(py, || self.tracker.resume(&task_id.0, value))
+    }
+
     /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if
     /// given), otherwise it completes with `result`. True exactly when this call moved the task out of running
     /// (the first transition wins).

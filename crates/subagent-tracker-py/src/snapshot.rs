@@ -116,6 +116,12 @@ impl SubagentTask {
             .map(subagent_tracker::CancelCause::as_str)
     }
 
+    /// Why the runner paused the task: while it is paused, and on a task that ended while paused.
+    #[getter]
+    fn pause_reason(&self) -> Option<&str> {
+        self.snapshot.pause_reason.as_deref()
+    }
+
     #[getter]
     fn deadline(&self) -> Option<f64> {
         self.snapshot.deadline.map(epoch)

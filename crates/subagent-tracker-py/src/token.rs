@@ -1,7 +1,5 @@
 //! `CancellationToken`: the runner's view of a cancel, for sync and async Python code.
 
-use std::time::{Duration, Instant};
-
 use parking_lot::Mutex;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -12,13 +10,11 @@ use pyo3::exceptions::PyTypeError;
 
 use crate::arguments::{type_name, Seconds, TimeoutArgument};
 use crate::asyncio_waker::future_for;
+use crate::blocking_wait::wait_interruptibly;
 use crate::cancel_callback::{CancelCallbackRegistration, PythonCallback};
 use crate::errors::task_cancelled_error;
 use crate::package_imports::checkpoints;
 use crate::python_types::python_repr;
-
-/// How long a blocking wait sleeps between checks for Python signals (so Ctrl-C still works).
-const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Fires when its task becomes cancelled, and never after the task completed or failed.
 ///
@@ -136,22 +132,9 @@ impl CancellationToken {
     /// Blocks until the task is cancelled (True) or `timeout` seconds pass (False), releasing the GIL.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<Seconds<TimeoutArgument>>) -> PyResult<bool> {
-        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout.0));
-        loop {
-            let slice = match deadline {
-                Some(deadline) => deadline
-                    .saturating_duration_since(Instant::now())
-                    .min(SIGNAL_CHECK_INTERVAL),
-                None => SIGNAL_CHECK_INTERVAL,
-            };
-            if py.detach(|| self.token.wait_blocking(Some(slice))) {
-                return Ok(true);
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Ok(false);
-            }
-            py.check_signals()?;
-        }
+        wait_interruptibly(py, timeout.map(|timeout| timeout.0), |slice| {
+            self.token.wait_blocking(Some(slice))
+        })
     }
 
     /// Runs `callback()` once when the task is cancelled (at once if it already is); a coroutine function is

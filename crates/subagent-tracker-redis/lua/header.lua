@@ -19,6 +19,7 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_cancel_matching          RedisSession::cancel_matching
     stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop); RedisSession::end, fail
     stv2_progress                 RedisTaskHandle::progress
+    stv2_pause, stv2_resume       RedisTaskHandle::pause; RedisSession::resume
     stv2_escalate                 RedisTaskHandle::record_escalation
     stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending
     stv2_forget_finished          RedisSession::forget_finished
@@ -84,16 +85,20 @@ A worker process is named by its own key: the worker id users gave, a slash and 
 process's lease, its runs (their `worker` field) and its channel, so that two processes given one id never take
 each other's runs for their own; snapshots show the id alone.
 
-Task fields: id, run, status (queued|running|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
+Task fields: id, run, status (queued|running|paused|completed|failed|cancelled), fin ("1" once finished), parent, lp/lr
 (the task whose children set holds this one, and its run), agent, description, metadata, detached, structured, reserved,
 worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result,
 error, error_type, error_code, progress, progress_count, pl<n> (the progress log: report number n, as
 "<at>:<message's byte length>:<message><data>", the latest log_size kept), deadline (seconds) and due_ms,
-claim_error, parent_of ("1" once it has had attached children).
+claim_error, parent_of ("1" once it has had attached children), pause_reason (while paused, and kept when a
+paused run ends), pauses (how many times the run paused), resume_value (JSON text: what the latest resume handed
+the runner).
 
 Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
 process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see
-`fields_message`); a lost message is found by the process's reconcile (`stv2_status`).
+`fields_message`); a lost message is found by the process's reconcile (`stv2_status`). A resume goes the same
+way, with the value (or "") as its reason, the number of the pause it ends as its origin and "resume" as its
+cause; so does an end by id of a paused run, with "ended" as its cause, for the runner that waits for its resume.
 
 Every session function takes as its first argument the incarnation that the caller's session object belongs to
 ('' where the caller follows whatever incarnation is there: a worker's housekeeping). A transition or query for

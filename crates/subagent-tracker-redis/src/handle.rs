@@ -1,7 +1,8 @@
 //! The runner's side of a task kept in Redis.
 
 use subagent_tracker::{
-    CancelCallback, SubagentTaskHandle, SubagentTaskToken, TaskFailure, DEFAULT_CANCEL_REASON,
+    CancelCallback, ResumeWatch, SubagentTaskHandle, SubagentTaskToken, TaskFailure,
+    DEFAULT_CANCEL_REASON,
 };
 
 use crate::session::Outcome;
@@ -97,6 +98,46 @@ impl RedisTaskHandle {
         self.session
             .record_progress(&self.run.task_id, &self.run.run, message, Some(data))
             .await
+    }
+
+    /// Pauses the running task, as the in-memory handle does (contract §5, pause and resume): in Redis, where
+    /// every process sees it, and in this process, where the runner waits for the resume. False, changing
+    /// nothing, when the task is not running.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`]: the pause may not have been recorded; the task runs on here.
+    pub async fn pause(&self, reason: Option<&str>) -> Result<bool, RedisTrackerError> {
+        let Some(local) = &self.local else {
+            return Ok(false);
+        };
+        // Paused here first, and numbered: a resume notified right after Redis records the pause must find it
+        // paused, and a resume of an earlier pause must not end it.
+        let worker = self.session.worker();
+        let number = worker.begin_pause(&self.run);
+        if !local.pause(reason) {
+            worker.abandon_pause(&self.run, number);
+            return Ok(false);
+        }
+        let recorded = self
+            .session
+            .pause_run(&self.run.task_id, &self.run.run, reason)
+            .await;
+        if let Ok(recorded @ 1..) = recorded {
+            // Redis's count, should an earlier pause have been recorded there unknown to this process.
+            worker.number_pause(&self.run, number, recorded);
+            return Ok(true);
+        }
+        // Refused (the run was cancelled or ended there) or unknown: the runner must not wait here.
+        worker.abandon_pause(&self.run, number);
+        local.resume();
+        recorded.map(|_| false)
+    }
+
+    /// What the runner needs to wait for the resume in this process, where a resume or a cancel from any
+    /// process reaches it (kept valid past the handle's end, when the watch tells the pause ended).
+    #[must_use]
+    pub fn resume_watch(&self) -> Option<ResumeWatch<String>> {
+        self.local.as_ref().map(SubagentTaskHandle::resume_watch)
     }
 
     /// Records that the runner did not stop within its grace period after a cancel and is being stopped by

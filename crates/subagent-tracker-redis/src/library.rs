@@ -30,7 +30,7 @@ const INCLUDES: [&str; 12] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 30] = [
+const FUNCTIONS: [&str; 32] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
@@ -52,8 +52,10 @@ const FUNCTIONS: [&str; 30] = [
     include_str!("../lua/functions/open.lua"),
     include_str!("../lua/functions/open_batch.lua"),
     include_str!("../lua/functions/orphans.lua"),
+    include_str!("../lua/functions/pause.lua"),
     include_str!("../lua/functions/progress.lua"),
     include_str!("../lua/functions/reap.lua"),
+    include_str!("../lua/functions/resume.lua"),
     include_str!("../lua/functions/retime.lua"),
     include_str!("../lua/functions/schedule.lua"),
     include_str!("../lua/functions/session.lua"),

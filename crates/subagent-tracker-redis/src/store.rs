@@ -397,6 +397,7 @@ impl TaskFields {
             .0
             .get("cause")
             .and_then(|cause| CancelCause::from_name(cause));
+        snapshot.pause_reason = self.text("pause_reason");
         snapshot.deadline = self.time("deadline");
         snapshot.detached = self.flag("detached");
         snapshot.escalated = self.flag("escalated");

@@ -93,6 +93,9 @@ struct Runs {
     held: HashSet<RunKey>,
     /// Notifications that arrived before their run was registered, oldest first.
     unmatched: VecDeque<RunKey>,
+    /// The number of the latest pause of each held run that paused, counted as Redis counts them (its
+    /// `pauses` field), so that a resume applies to the pause it ended and never to a later one.
+    pauses: HashMap<RunKey, u64>,
     /// What this process has to do with each session it uses; an entry leaves once nothing is left to do, so
     /// the worker's memory and its periodic work follow what it runs now, not every session it ever touched.
     sessions: HashMap<Arc<str>, SessionUse>,
@@ -243,10 +246,57 @@ impl Worker {
 
     pub(crate) fn release(&self, run: &RunKey) {
         let mut runs = lock(&self.runs);
+        runs.pauses.remove(run);
         if runs.held.remove(run) {
             if let Some(session) = runs.sessions.get_mut(&run.session_id) {
                 session.held = session.held.saturating_sub(1);
             }
+        }
+    }
+
+    /// Numbers the pause `run` is about to record in Redis, one past its last.
+    pub(crate) fn begin_pause(&self, run: &RunKey) -> u64 {
+        let mut runs = lock(&self.runs);
+        let number = runs.pauses.get(run).copied().unwrap_or_default() + 1;
+        runs.pauses.insert(run.clone(), number);
+        number
+    }
+
+    /// Forgets pause `number` of `run`, which Redis refused (or may not have recorded).
+    pub(crate) fn abandon_pause(&self, run: &RunKey, number: u64) {
+        self.number_pause(run, number, number - 1);
+    }
+
+    /// Renumbers the pause of `run` numbered `expected` as Redis numbered it.
+    pub(crate) fn number_pause(&self, run: &RunKey, expected: u64, recorded: u64) {
+        let mut runs = lock(&self.runs);
+        if runs.pauses.get(run) == Some(&expected) {
+            runs.pauses.insert(run.clone(), recorded);
+        }
+    }
+
+    /// Applies to this process's mirror a resume that Redis recorded for pause `number` of `run` (told by a
+    /// notification or found by the reconcile), unless `run` has paused again since (a later pause is not
+    /// resumed by it). `value` is the resume's JSON text, "" for none.
+    pub(crate) fn apply_resume(&self, run: &RunKey, number: &str, value: &str) {
+        let current = lock(&self.runs).pauses.get(run).copied();
+        if current.is_none() || number.parse::<u64>().ok() != current {
+            return;
+        }
+        if let Some(mirror) = self.mirrors.get(&run.session_id) {
+            let value = (!value.is_empty()).then(|| value.to_owned());
+            mirror.tracker.resume(&run.task_id, value);
+        }
+    }
+
+    /// Applies to this process's mirror the end of `run` recorded in Redis by id (by another process, say),
+    /// so that a runner waiting for its resume learns that none will come.
+    pub(crate) fn apply_end(&self, run: &RunKey) {
+        if !lock(&self.runs).held.contains(run) {
+            return;
+        }
+        if let Some(mirror) = self.mirrors.get(&run.session_id) {
+            mirror.tracker.end(&run.task_id, Ok(None));
         }
     }
 

@@ -19,12 +19,17 @@ pub enum SubagentEventKind {
     Cancelled,
     /// The runner reported its end, or its handle was closed: the task is finished.
     Ended,
+    /// The runner paused the task (status `Paused`); the event carries the pause reason.
+    Paused,
+    /// The session resumed the paused task (status `Running` again).
+    Resumed,
     /// Not about a task: the subscriber fell behind and missed [`SubagentEvent::missed`] events.
     Lagged,
 }
 
 impl SubagentEventKind {
-    /// The lowercase name: `"started"`, `"claimed"`, `"progress"`, `"cancelled"`, `"ended"` or `"lagged"`.
+    /// The lowercase name: `"started"`, `"claimed"`, `"progress"`, `"cancelled"`, `"ended"`, `"paused"`,
+    /// `"resumed"` or `"lagged"`.
     #[must_use]
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -33,6 +38,8 @@ impl SubagentEventKind {
             SubagentEventKind::Progress => "progress",
             SubagentEventKind::Cancelled => "cancelled",
             SubagentEventKind::Ended => "ended",
+            SubagentEventKind::Paused => "paused",
+            SubagentEventKind::Resumed => "resumed",
             SubagentEventKind::Lagged => "lagged",
         }
     }
@@ -46,6 +53,8 @@ impl SubagentEventKind {
             SubagentEventKind::Progress,
             SubagentEventKind::Cancelled,
             SubagentEventKind::Ended,
+            SubagentEventKind::Paused,
+            SubagentEventKind::Resumed,
             SubagentEventKind::Lagged,
         ]
         .into_iter()
@@ -65,7 +74,8 @@ pub struct SubagentEvent {
     pub status: SubagentStatus,
     /// When it happened.
     pub timestamp: SystemTime,
-    /// The cancel reason, on `Cancelled` events and on the `Started` event of a task that started cancelled.
+    /// The cancel reason, on `Cancelled` events and on the `Started` event of a task that started cancelled; the
+    /// pause reason, if one was given, on `Paused` events.
     pub reason: Option<Arc<str>>,
     /// The progress message, on `Progress` events.
     pub message: Option<Arc<str>>,

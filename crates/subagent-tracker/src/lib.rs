@@ -92,14 +92,14 @@ pub use time::{
 };
 pub use token::callback::CancelCallback;
 pub use token::delivery::OnCancel;
-pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish};
+pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish, WaitForResume};
 pub use tokio_util::sync::CancellationToken;
 pub use tracker::config::TrackerConfig;
 pub use tracker::deadline_timer::{fork, pending_deadlines};
 pub use tracker::early_cancels::{DEFAULT_EARLY_CANCEL_TTL, MAX_EARLY_CANCELS};
-pub use tracker::entry::{kept_progress_message, MAX_PROGRESS_MESSAGE_BYTES};
+pub use tracker::entry::{kept_progress_message, Resumption, MAX_PROGRESS_MESSAGE_BYTES};
 pub use tracker::event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
-pub use tracker::handle::{SubagentTaskHandle, DROPPED_HANDLE_ERROR};
+pub use tracker::handle::{ResumeWatch, SubagentTaskHandle, DROPPED_HANDLE_ERROR};
 pub use tracker::reasons::{
     claim_timeout_error, BATCH_REFUSED_REASON, CHILD_FAILED_REASON, CLAIM_TIMEOUT_ERROR,
     DEADLINE_REASON, DEFAULT_CANCEL_REASON, GROUP_ENDED_REASON,

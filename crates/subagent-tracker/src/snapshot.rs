@@ -43,6 +43,9 @@ pub struct SubagentTaskSnapshot<V = String> {
     pub cancel_origin: Option<Arc<str>>,
     /// What cancelled the task: a request, its parent, its session, its deadline or a linked token.
     pub cancel_cause: Option<CancelCause>,
+    /// Why the runner paused the task, while it is `Paused`, and on a task that ended while paused (contract
+    /// §5, pause and resume); a resume clears it.
+    pub pause_reason: Option<Arc<str>>,
     /// True when the runner did not stop within its grace period after a cancel and was stopped by force.
     pub escalated: bool,
     /// When the task's effective deadline falls (its own, bounded by its parent's unless detached).
@@ -94,6 +97,7 @@ impl<V> SubagentTaskSnapshot<V> {
             cancel_reason: None,
             cancel_origin: None,
             cancel_cause: None,
+            pause_reason: None,
             escalated: false,
             deadline: None,
             detached: false,
@@ -128,6 +132,7 @@ impl<V> SubagentTaskSnapshot<V> {
             cancel_reason: self.cancel_reason,
             cancel_origin: self.cancel_origin,
             cancel_cause: self.cancel_cause,
+            pause_reason: self.pause_reason,
             escalated: self.escalated,
             deadline: self.deadline,
             detached: self.detached,

@@ -257,3 +257,29 @@ impl Future for WaitForFinish {
         self.poll_finished(context)
     }
 }
+
+/// The future of a paused task's resume ([`SubagentTaskHandle::wait_for_resume`](crate::SubagentTaskHandle::wait_for_resume)):
+/// ready once the task is no longer paused, whether resumed, cancelled or ended. Dropping it takes its
+/// registration back.
+#[must_use = "futures do nothing unless polled"]
+pub struct WaitForResume(Waiter);
+
+impl WaitForResume {
+    pub(crate) fn new(signal: Arc<CancelSignal>) -> WaitForResume {
+        WaitForResume(Waiter { signal, key: None })
+    }
+
+    /// Polls for the resume without pinning (the future is `Unpin`).
+    pub fn poll_resumed(&mut self, context: &mut Context<'_>) -> Poll<()> {
+        let waiter = &mut self.0;
+        waiter.signal.poll_resumed(context, &mut waiter.key)
+    }
+}
+
+impl Future for WaitForResume {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, context: &mut Context<'_>) -> Poll<()> {
+        self.poll_resumed(context)
+    }
+}

@@ -325,6 +325,19 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         moved > 0
     }
 
+    /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (contract §5, pause and
+    /// resume): `Paused` becomes `Running`. True exactly when this call resumed it: false for an unknown id or a
+    /// task that is not paused (never paused, resumed already, cancelled or finished).
+    pub fn resume(&self, task_id: &str, value: Option<V>) -> bool {
+        let Some(entry) = self.shared.live_entry(task_id) else {
+            return false;
+        };
+        let mut delivery = Delivery::default();
+        let resumed = entry.resume(value, &self.shared.bus, &mut delivery);
+        delivery.deliver();
+        resumed
+    }
+
     /// Records the end of the task `task_id` without its handle, as its runner would: `Ok(result)` completes
     /// it, `Err(error)` fails it. For trackers fed by an event stream of starts and ends.
     ///

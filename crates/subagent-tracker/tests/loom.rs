@@ -262,3 +262,45 @@ fn close_races_the_last_end() {
         assert!(registry.get_session("session").is_none());
     });
 }
+
+/// A resume and a cancel race on a paused task whose runner waits: the runner is woken whichever comes first,
+/// the cancel always ends the pause, and a resume never undoes it (contract §5, pause and resume).
+#[test]
+fn resume_races_cancel_of_a_paused_task() {
+    use std::task::{Context, Wake, Waker};
+
+    struct Flag(loom::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        assert!(handle.pause(Some("approval")));
+        let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut wait = handle.resume_watch().wait_for_resume();
+        assert!(wait
+            .poll_resumed(&mut Context::from_waker(&waker))
+            .is_pending());
+        let resumer = tracker.clone();
+        let resume = thread::spawn(move || resumer.resume("task", Some("yes".into())));
+        assert!(tracker.cancel("task", None));
+        resume.join().unwrap();
+        assert!(
+            flag.0.load(Ordering::SeqCst),
+            "the waiting runner was woken"
+        );
+        assert!(wait
+            .poll_resumed(&mut Context::from_waker(&waker))
+            .is_ready());
+        assert_eq!(handle.resumption(), subagent_tracker::Resumption::Cancelled);
+        assert_eq!(
+            tracker.get("task").unwrap().status,
+            SubagentStatus::Cancelled
+        );
+    });
+}

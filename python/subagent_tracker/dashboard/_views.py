@@ -31,6 +31,7 @@ _ALWAYS = (
     "cancel_reason",
     "cancel_origin",
     "cancel_cause",
+    "pause_reason",
     "worker",
     "detached",
     "escalated",

@@ -4,6 +4,8 @@
 -- only a queued task).
 -- Returns {transitioned, finished_now}: {0, 0} when the run had already finished or is not the current one. An end
 -- by id through an object of an ended incarnation is refused with GONE; a runner's end of such a run is {0, 0}.
+-- An end by id of a paused run tells its worker process ("ended" as a notification's cause), whose runner waits
+-- for a resume that will not come.
 local function st_end(keys, args)
   local session_key = keys[1]
   local task_id, run, outcome, value = args[2], args[3], args[4], args[5]
@@ -14,6 +16,7 @@ local function st_end(keys, args)
   local base = base_of(session_key)
   local key = task_key(base, task_id)
   local state = fields(key, 'run', 'status', 'fin', 'due_ms', 'claim_error', unpack(GROUP_FIELDS))
+  local paused_runner = run == '' and state[2] == 'paused' and redis.call('HGET', key, 'worker')
   if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then
     touch(session_key)
     return { 0, 0 }
@@ -63,6 +66,9 @@ local function st_end(keys, args)
   end
   finish(base, session_key, key, task_id, state[1], at,
     { status = status, timed = state[4] or state[5], written = written })
+  if paused_runner then
+    redis.call('PUBLISH', channel_of(base, paused_runner), worker_message(base, task_id, state[1], '', '', 'ended'))
+  end
   return { transitioned, 1 }
 end
 

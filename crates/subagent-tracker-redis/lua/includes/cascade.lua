@@ -8,6 +8,18 @@ local function fields_message(...)
   return table.concat(parts)
 end
 
+-- The session as its keys encode it (between `{s:` and `}:`), framed as a message's first field; the worker
+-- decodes it.
+local function session_field_of(base)
+  return fields_message(string.sub(base, string.find(base, '{', 1, true) + 3, -3))
+end
+
+-- One notification to a worker about run `run` of `task_id`: a cancel with its reason, origin and cause, or a
+-- resume ("resume" as the cause, the value as the reason).
+local function worker_message(base, task_id, run, reason, origin, cause)
+  return session_field_of(base) .. fields_message(task_id, run, reason, origin, cause)
+end
+
 -- Cancels pending roots and their pending descendants. Returns how many moved. `cause` is recorded on each
 -- root, "parent" on descendants (naming the root as origin, or `origin` when given); "session" makes every task its
 -- own origin. With `moved_ids` (a table), each moved task's id is set in it.
@@ -16,8 +28,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
   -- One message per worker, however many of its runs the cancel reaches.
   local notifications = {}
   local unclaimed = {}
-  -- The session as its keys encode it (between `{s:` and `}:`); the worker decodes it.
-  local session_field = fields_message(string.sub(base, string.find(base, '{', 1, true) + 3, -3))
+  local session_field = session_field_of(base)
   for _, root in ipairs(roots) do
     local tails = {}
     local stack = { root }

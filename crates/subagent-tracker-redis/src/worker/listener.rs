@@ -49,6 +49,18 @@ impl Worker {
                 continue;
             };
             for (run, status) in runs.iter().zip(statuses) {
+                if let [status, resume_value, pauses, _] = status.as_slice() {
+                    if status == "running" {
+                        self.apply_resume(run, pauses, resume_value);
+                        continue;
+                    }
+                }
+                if let [status, ..] = status.as_slice() {
+                    if matches!(status.as_str(), "completed" | "failed") {
+                        self.apply_end(run);
+                        continue;
+                    }
+                }
                 if let [status, reason, origin, cause] = status.as_slice() {
                     if status == "cancelled" && lock(&self.runs).held.contains(run) {
                         let cause = CancelCause::from_name(cause).unwrap_or(CancelCause::Requested);
@@ -115,8 +127,21 @@ impl Worker {
         Ok(())
     }
 
-    /// A notification that run `run` was cancelled in Redis, with the cancel's details.
+    /// A notification that run `run` was cancelled in Redis, with the cancel's details, or resumed.
     fn notified(&self, notification: Notification) {
+        if notification.cause == ENDED_CAUSE {
+            self.apply_end(&notification.run);
+            return;
+        }
+        if notification.cause == RESUME_CAUSE {
+            // The value travels as the reason, and the number of the pause it ends as the origin.
+            self.apply_resume(
+                &notification.run,
+                &notification.origin,
+                &notification.reason,
+            );
+            return;
+        }
         let run = notification.run;
         {
             let mut runs = lock(&self.runs);
@@ -141,7 +166,13 @@ impl Worker {
     }
 }
 
-/// A cancel of a run this worker executes, as the functions publish it.
+/// The cause a notification of a resume carries in a cancel's place (`stv2_resume`).
+const RESUME_CAUSE: &str = "resume";
+
+/// The cause a notification of a paused run's end by id carries in a cancel's place (`stv2_end`).
+const ENDED_CAUSE: &str = "ended";
+
+/// A cancel of a run this worker executes, as the functions publish it (or a resume, in its framing).
 struct Notification {
     run: RunKey,
     reason: String,

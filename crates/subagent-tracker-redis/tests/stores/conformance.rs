@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{
-    CancelCause, ClaimProblem, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
-    SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter, TaskStart, TrackerConfig,
-    TrackerError,
+    CancelCause, ClaimProblem, InMemorySubagentTaskTracker, Resumption, SubagentStatus,
+    SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter,
+    TaskStart, TrackerConfig, TrackerError,
 };
 use subagent_tracker_redis::{RedisRegistry, RedisSession, RedisTaskHandle, RedisTrackerError};
 
@@ -119,6 +119,13 @@ impl Store {
                 .await
                 .map(Runner::Redis)
                 .map_err(refusal),
+        }
+    }
+
+    async fn resume(&self, task_id: &str, value: Option<&str>) -> bool {
+        match self {
+            Store::Memory(tracker) => tracker.resume(task_id, value.map(str::to_owned)),
+            Store::Redis { session, .. } => session.resume(task_id, value).await.unwrap(),
         }
     }
 
@@ -241,6 +248,24 @@ impl Runner {
         }
     }
 
+    async fn pause(&self, reason: Option<&str>) -> bool {
+        match self {
+            Runner::Memory(handle) => handle.pause(reason),
+            Runner::Redis(handle) => handle.pause(reason).await.unwrap(),
+        }
+    }
+
+    /// How the pause ended, once it has (within the time a notification takes to reach the runner).
+    async fn resumed(&self) -> Resumption<String> {
+        let watch = match self {
+            Runner::Memory(handle) => handle.resume_watch(),
+            Runner::Redis(handle) => handle.resume_watch().unwrap(),
+        };
+        tokio::time::timeout(Duration::from_secs(10), watch.resumed())
+            .await
+            .expect("the pause ended")
+    }
+
     fn is_cancelled(&self) -> bool {
         match self {
             Runner::Memory(handle) => handle.is_cancelled(),
@@ -315,6 +340,64 @@ on_every_store! {
     a_task_group_is_cancelled_by_a_failing_child_and_its_end_cancels_its_children(1000);
     the_progress_log_keeps_the_latest_reports_with_their_data(1000);
     a_token_by_id_fires_with_its_task_and_never_for_an_end(1000);
+    a_paused_task_is_resumed_with_a_value_or_ended_by_a_cancel(1000);
+}
+
+async fn a_paused_task_is_resumed_with_a_value_or_ended_by_a_cancel(store: Store) {
+    let mut approved = store
+        .start(TaskStart::new().task_id("approved"))
+        .await
+        .unwrap();
+    assert!(!store.resume("approved", None).await, "not paused");
+    assert!(approved.pause(Some("approve the plan")).await);
+    assert!(!approved.pause(None).await, "paused already");
+    let paused = store.get("approved").await.unwrap();
+    assert_eq!(paused.status, SubagentStatus::Paused);
+    assert_eq!(paused.pause_reason.as_deref(), Some("approve the plan"));
+    assert!(store.resume("approved", Some("\"yes\"")).await);
+    assert!(!store.resume("approved", None).await, "resumed once");
+    assert_eq!(
+        approved.resumed().await,
+        Resumption::Resumed(Some("\"yes\"".to_owned()))
+    );
+    let resumed = store.get("approved").await.unwrap();
+    assert_eq!(
+        (resumed.status, resumed.pause_reason),
+        (SubagentStatus::Running, None)
+    );
+    // A second pause is not ended by the first one's resume.
+    assert!(approved.pause(None).await);
+    assert_eq!(store.status("approved").await, Some(SubagentStatus::Paused));
+    assert!(approved.complete("done").await);
+
+    let parent = store
+        .start(TaskStart::new().task_id("parent"))
+        .await
+        .unwrap();
+    let child = store
+        .start(TaskStart::new().task_id("child").parent_id("parent"))
+        .await
+        .unwrap();
+    assert!(child.pause(Some("waiting")).await);
+    assert!(store.cancel("parent", Some("stop")).await);
+    assert_eq!(child.resumed().await, Resumption::Cancelled);
+    assert!(
+        !store.resume("child", None).await,
+        "a resume never undoes a cancel"
+    );
+    let cancelled = store.get("child").await.unwrap();
+    assert_eq!(cancelled.status, SubagentStatus::Cancelled);
+    assert_eq!(cancelled.pause_reason.as_deref(), Some("waiting"));
+    drop((parent, child));
+
+    let ended = store
+        .start(TaskStart::new().task_id("ended"))
+        .await
+        .unwrap();
+    assert!(ended.pause(None).await);
+    assert!(store.end("ended", Err("rejected")).await);
+    assert_eq!(ended.resumed().await, Resumption::Ended);
+    assert_eq!(store.status("ended").await, Some(SubagentStatus::Failed));
 }
 
 async fn an_end_and_a_cancel_racing_have_exactly_one_winner(store: Store) {

@@ -7,7 +7,8 @@
 //! # Invariants
 //!
 //! - The status word moves forward only: `Queued` to `Running`, a pending status to a terminal one, and
-//!   `finished` is set once. Both live in one atomic byte, so a lock-free reader sees them together. Every
+//!   `finished` is set once. The one move back and forth is a pause: `Running` to `Paused` and back, each
+//!   woken in the resume waiters, which also wake when the signal fires or finishes. Both live in one atomic byte, so a lock-free reader sees them together. Every
 //!   write happens under the lock.
 //! - A signal fires (a pending status to `Cancelled`) at most once. A `Queued` signal has no runner to wait
 //!   for, so firing it finishes it too. Firing takes its waiters, callbacks and dependents
@@ -72,6 +73,8 @@ struct SignalState {
     next_registration: u64,
     cancel_waiters: Vec<(u64, Waker)>,
     finish_waiters: Vec<(u64, Waker)>,
+    /// Woken when a paused signal leaves `Paused`: a resume, a cancel or an end.
+    resume_waiters: Vec<(u64, Waker)>,
     callbacks: Vec<(u64, Callback)>,
     dependents: Vec<(u64, Weak<dyn Dependent>)>,
     /// This signal's registrations on the signals it depends on.
@@ -171,6 +174,7 @@ impl CancelSignal {
             delivery.cancel_bridge(token.clone());
         }
         delivery.wake_waiters(std::mem::take(&mut state.cancel_waiters));
+        delivery.wake_waiters(std::mem::take(&mut state.resume_waiters));
         if finished != 0 {
             delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
         }
@@ -204,6 +208,7 @@ impl CancelSignal {
         };
         self.word.store(status as u8 | FINISHED, Ordering::Release);
         delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
+        delivery.wake_waiters(std::mem::take(&mut state.resume_waiters));
         if status != SubagentStatus::Cancelled {
             // The token never fires now: what waited for it is released unrun.
             delivery.release(std::mem::take(&mut state.cancel_waiters));
@@ -216,12 +221,38 @@ impl CancelSignal {
 
     /// A runner takes a reserved task: `Queued` becomes `Running`. False if it was not queued.
     pub(crate) fn claim(&self) -> bool {
-        let _state = self.state.lock();
-        if self.word().0 != SubagentStatus::Queued as u8 {
+        self.move_unfinished(SubagentStatus::Queued, SubagentStatus::Running, None)
+    }
+
+    /// The runner pauses its task: `Running` becomes `Paused`. False if it was not running (or has finished).
+    pub(crate) fn pause(&self) -> bool {
+        self.move_unfinished(SubagentStatus::Running, SubagentStatus::Paused, None)
+    }
+
+    /// The session resumes a paused task: `Paused` becomes `Running`, and the resume waiters go to `delivery`.
+    /// False if it was not paused.
+    pub(crate) fn resume(&self, delivery: &mut Delivery) -> bool {
+        self.move_unfinished(
+            SubagentStatus::Paused,
+            SubagentStatus::Running,
+            Some(delivery),
+        )
+    }
+
+    fn move_unfinished(
+        &self,
+        from: SubagentStatus,
+        to: SubagentStatus,
+        delivery: Option<&mut Delivery>,
+    ) -> bool {
+        let mut state = self.state.lock();
+        if self.word().0 != from as u8 {
             return false;
         }
-        self.word
-            .store(SubagentStatus::Running as u8, Ordering::Release);
+        self.word.store(to as u8, Ordering::Release);
+        if let Some(delivery) = delivery {
+            delivery.wake_waiters(std::mem::take(&mut state.resume_waiters));
+        }
         true
     }
 
@@ -372,23 +403,64 @@ impl CancelSignal {
         Poll::Pending
     }
 
+    /// Ready once the signal is not paused (resumed, cancelled or finished); registers like
+    /// [`poll_cancelled`](Self::poll_cancelled).
+    pub(crate) fn poll_resumed(
+        &self,
+        context: &mut Context<'_>,
+        key: &mut Option<u64>,
+    ) -> Poll<()> {
+        if self.word().0 != SubagentStatus::Paused as u8 {
+            return Poll::Ready(());
+        }
+        let replaced = {
+            let mut state = self.state.lock();
+            if self.word().0 != SubagentStatus::Paused as u8 {
+                return Poll::Ready(());
+            }
+            let state = &mut *state;
+            register(
+                &mut state.resume_waiters,
+                &mut state.next_registration,
+                context.waker(),
+                key,
+            )
+        };
+        drop(replaced);
+        Poll::Pending
+    }
+
     /// Takes back a waiter's registration; the waker is dropped with no lock held.
     pub(crate) fn remove_waiter(&self, key: u64) {
         let removed = {
             let mut state = self.state.lock();
             take_waiter(&mut state.cancel_waiters, key)
                 .or_else(|| take_waiter(&mut state.finish_waiters, key))
+                .or_else(|| take_waiter(&mut state.resume_waiters, key))
         };
         drop(removed);
     }
 
     /// Blocks the calling thread until the signal fires (true) or `deadline` passes (false).
     pub(crate) fn wait_cancelled_blocking(&self, deadline: Option<Instant>) -> bool {
+        self.wait_blocking(deadline, Self::poll_cancelled)
+    }
+
+    /// Blocks the calling thread until the signal is not paused (true) or `deadline` passes (false).
+    pub(crate) fn wait_resumed_blocking(&self, deadline: Option<Instant>) -> bool {
+        self.wait_blocking(deadline, Self::poll_resumed)
+    }
+
+    fn wait_blocking(
+        &self,
+        deadline: Option<Instant>,
+        poll: impl Fn(&Self, &mut Context<'_>, &mut Option<u64>) -> Poll<()>,
+    ) -> bool {
         let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
         let mut context = Context::from_waker(&waker);
         let mut key = None;
         let fired = loop {
-            if self.poll_cancelled(&mut context, &mut key).is_ready() {
+            if poll(self, &mut context, &mut key).is_ready() {
                 break true;
             }
             match deadline {

@@ -80,6 +80,10 @@ struct TaskRecord<V> {
     progress_log: VecDeque<ProgressEntry<V>>,
     result: Option<V>,
     failure: Option<Arc<TaskFailure>>,
+    /// Why the runner paused the task; cleared by the resume.
+    pause_reason: Option<Arc<str>>,
+    /// What the latest resume handed the runner.
+    resume_value: Option<V>,
     /// Running attached children by sequence; a child removes itself when it finishes.
     children: Option<HashMap<u64, Arc<TaskEntry<V>>>>,
     /// The ancestor that holds this task among its children (the nearest unfinished one when adopted). Kept
@@ -119,6 +123,21 @@ pub(crate) struct EndEffects<V> {
     pub(crate) orphans: Vec<Arc<TaskEntry<V>>>,
     pub(crate) deadline_key: Option<DeadlineKey>,
     pub(crate) claim_timeout_key: Option<DeadlineKey>,
+}
+
+/// Where a task that its runner paused stands (contract §5, pause and resume), as
+/// [`SubagentTaskHandle::resumption`](crate::SubagentTaskHandle::resumption) tells its runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Resumption<V> {
+    /// Still paused.
+    Paused,
+    /// Resumed (or never paused): running, with the value the latest resume handed over, if any.
+    Resumed(Option<V>),
+    /// Cancelled, while paused or since: the runner stops.
+    Cancelled,
+    /// Ended by the session (`end` by id) while paused: the runner's own end will change nothing.
+    Ended,
 }
 
 /// What [`TaskEntry::cancel`] did.
@@ -196,6 +215,8 @@ impl<V> TaskEntry<V> {
                 progress_log: VecDeque::new(),
                 result: None,
                 failure: None,
+                pause_reason: None,
+                resume_value: None,
                 children: None,
                 // A detached child is not among its parent's children, so no cascade or adoption links them.
                 parent: if detached { None } else { parent },
@@ -487,6 +508,47 @@ impl<V> TaskEntry<V> {
         true
     }
 
+    /// The runner pauses its running task with `reason` (contract §5, pause and resume). False, changing nothing,
+    /// if the task is not running.
+    pub(crate) fn pause(
+        &self,
+        reason: Option<Arc<str>>,
+        bus: &EventBus,
+        delivery: &mut Delivery,
+    ) -> bool {
+        let mut record = self.record.lock();
+        if !self.signal.pause() {
+            return false;
+        }
+        record.pause_reason = reason;
+        if bus.has_subscribers() {
+            let event = self.event(SubagentEventKind::Paused, SystemTime::now(), &record);
+            bus.publish(&event, delivery);
+        }
+        true
+    }
+
+    /// The session resumes the paused task, handing its runner `value`. False, changing nothing, if the task
+    /// is not paused.
+    pub(crate) fn resume(&self, value: Option<V>, bus: &EventBus, delivery: &mut Delivery) -> bool {
+        let mut record = self.record.lock();
+        if !self.signal.resume(delivery) {
+            // Dropped with no lock held: it may own foreign objects.
+            drop(record);
+            drop(value);
+            return false;
+        }
+        record.pause_reason = None;
+        let replaced = std::mem::replace(&mut record.resume_value, value);
+        if bus.has_subscribers() {
+            let event = self.event(SubagentEventKind::Resumed, SystemTime::now(), &record);
+            bus.publish(&event, delivery);
+        }
+        drop(record);
+        drop(replaced);
+        true
+    }
+
     /// Lets `children` in, unless this task has finished; a cancelled task passes its cancel on instead.
     pub(crate) fn admit(&self, children: &[Arc<TaskEntry<V>>]) -> Admission<V> {
         let mut record = self.record.lock();
@@ -572,8 +634,8 @@ impl<V> TaskEntry<V> {
             visit(metadata);
         }
         let record = self.record.lock();
-        if let Some(result) = &record.result {
-            visit(result);
+        for value in [&record.result, &record.resume_value].into_iter().flatten() {
+            visit(value);
         }
         for data in record
             .progress_log
@@ -599,6 +661,7 @@ impl<V> TaskEntry<V> {
                 SubagentEventKind::Cancelled | SubagentEventKind::Started => {
                     self.signal.cancel_reason()
                 }
+                SubagentEventKind::Paused => record.pause_reason.clone(),
                 _ => None,
             },
             message: match kind {
@@ -640,6 +703,7 @@ impl<V: Clone> TaskEntry<V> {
                 metadata: self.metadata.clone(),
                 claimed_at: record.claimed_at,
                 cancel: self.signal.cancel_record(),
+                pause_reason: record.pause_reason.clone(),
                 deadline: self.deadline.map(|deadline| deadline.wall),
                 progress: record.progress.clone(),
                 progress_count: record.progress_count,
@@ -652,6 +716,17 @@ impl<V: Clone> TaskEntry<V> {
         // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
         drop(record);
         installed.then_some(run)
+    }
+
+    /// Where the task stands for a runner that paused it: still paused, or what ended the pause.
+    pub(crate) fn resumption(&self) -> Resumption<V> {
+        let record = self.record.lock();
+        match self.status() {
+            SubagentStatus::Paused => Resumption::Paused,
+            SubagentStatus::Cancelled => Resumption::Cancelled,
+            status if status.is_pending() => Resumption::Resumed(record.resume_value.clone()),
+            _ => Resumption::Ended,
+        }
     }
 
     /// A copy of the task's state, every field from the same instant. (The session's id is the caller's: an
@@ -677,6 +752,7 @@ impl<V: Clone> TaskEntry<V> {
             cancel_reason: cancel.as_ref().map(|cancel| cancel.reason.clone()),
             cancel_origin: cancel.as_ref().map(|cancel| cancel.origin.clone()),
             cancel_cause: cancel.as_ref().map(|cancel| cancel.cause),
+            pause_reason: record.pause_reason.clone(),
             escalated: record.escalated,
             deadline: self.deadline.map(|deadline| deadline.wall),
             detached: self.detached,

@@ -54,6 +54,7 @@ pub(crate) struct RunDetails<V> {
     pub(crate) metadata: Option<V>,
     pub(crate) claimed_at: Option<SystemTime>,
     pub(crate) cancel: Option<CancelRecord>,
+    pub(crate) pause_reason: Option<Arc<str>>,
     pub(crate) deadline: Option<SystemTime>,
     pub(crate) progress: Option<Arc<str>>,
     pub(crate) progress_count: u64,
@@ -70,6 +71,7 @@ impl<V> RunDetails<V> {
             && self.metadata.is_none()
             && self.claimed_at.is_none()
             && self.cancel.is_none()
+            && self.pause_reason.is_none()
             && self.deadline.is_none()
             && self.progress.is_none()
             && self.progress_count == 0
@@ -198,6 +200,7 @@ impl<V: Clone> FinishedRun<V> {
                 snapshot.cancel_origin = Some(cancel.origin.clone());
                 snapshot.cancel_cause = Some(cancel.cause);
             }
+            snapshot.pause_reason.clone_from(&details.pause_reason);
             snapshot.deadline = details.deadline;
             snapshot.progress = details.progress.clone();
             snapshot.progress_count = details.progress_count;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use crate::token::delivery::Delivery;
 use crate::tracker::engine::TrackerShared;
-use crate::tracker::entry::{RunnerEnd, TaskEntry};
-use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure};
+use crate::tracker::entry::{Resumption, RunnerEnd, TaskEntry};
+use crate::{SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, WaitForResume};
 
 /// The error recorded when a handle is dropped while its task is still running.
 pub const DROPPED_HANDLE_ERROR: &str = "the runner dropped its handle without reporting an end";
@@ -107,6 +107,48 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
         cancelled_here
     }
 
+    /// Pauses the running task, to wait for a person's approval say (contract §5, pause and resume): `Running`
+    /// becomes `Paused`, which is pending, so a cancel, a deadline or an end still moves it on. Snapshots show
+    /// `reason` as `pause_reason` until the session resumes the task. False, changing nothing, if the task is
+    /// not running.
+    pub fn pause(&self, reason: Option<&str>) -> bool {
+        let mut delivery = Delivery::default();
+        let paused = self
+            .entry
+            .pause(reason.map(Arc::from), &self.shared.bus, &mut delivery);
+        delivery.deliver();
+        paused
+    }
+
+    /// Ends the task's pause from the runner's side (it stopped waiting: its approval timed out, say), with no
+    /// value: `Paused` becomes `Running` as a session's resume would make it. False if the task is not paused.
+    pub fn resume(&self) -> bool {
+        let mut delivery = Delivery::default();
+        let resumed = self.entry.resume(None, &self.shared.bus, &mut delivery);
+        delivery.deliver();
+        resumed
+    }
+
+    /// What the runner needs to wait for the resume, apart from the handle (cheap to clone, and kept past the
+    /// handle by a store that lets go of it at the end).
+    #[must_use]
+    pub fn resume_watch(&self) -> ResumeWatch<V> {
+        ResumeWatch {
+            entry: self.entry.clone(),
+        }
+    }
+
+    /// Where the paused task stands now: still paused, resumed with a value, cancelled, or ended.
+    #[must_use]
+    pub fn resumption(&self) -> Resumption<V> {
+        self.entry.resumption()
+    }
+
+    /// Waits until the task is no longer paused and tells how the pause ended.
+    pub async fn resumed(&self) -> Resumption<V> {
+        self.resume_watch().resumed().await
+    }
+
     /// Records that the runner did not stop within its grace period after a cancel and is being stopped by
     /// force; snapshots show it as `escalated`.
     pub fn record_escalation(&self) {
@@ -123,6 +165,47 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
     #[must_use]
     pub fn snapshot(&self) -> SubagentTaskSnapshot<V> {
         self.entry.snapshot(self.shared.session_id())
+    }
+}
+
+/// A runner's wait for the resume of its paused task (contract §5, pause and resume), from
+/// [`SubagentTaskHandle::resume_watch`].
+pub struct ResumeWatch<V> {
+    entry: Arc<TaskEntry<V>>,
+}
+
+impl<V> Clone for ResumeWatch<V> {
+    fn clone(&self) -> Self {
+        ResumeWatch {
+            entry: self.entry.clone(),
+        }
+    }
+}
+
+impl<V: Clone> ResumeWatch<V> {
+    /// A future that is ready once the task is no longer paused: resumed, cancelled or ended (at once if it
+    /// is not paused). [`resumption`](Self::resumption) then tells which.
+    pub fn wait_for_resume(&self) -> WaitForResume {
+        WaitForResume::new(self.entry.signal.clone())
+    }
+
+    /// Blocks the calling thread until the task is no longer paused (true) or `timeout` passes (false).
+    #[must_use]
+    pub fn wait_for_resume_blocking(&self, timeout: Option<std::time::Duration>) -> bool {
+        let deadline = timeout.and_then(|timeout| std::time::Instant::now().checked_add(timeout));
+        self.entry.signal.wait_resumed_blocking(deadline)
+    }
+
+    /// Where the paused task stands now: still paused, resumed with a value, cancelled, or ended.
+    #[must_use]
+    pub fn resumption(&self) -> Resumption<V> {
+        self.entry.resumption()
+    }
+
+    /// Waits until the task is no longer paused and tells how the pause ended.
+    pub async fn resumed(&self) -> Resumption<V> {
+        self.wait_for_resume().await;
+        self.resumption()
     }
 }
 

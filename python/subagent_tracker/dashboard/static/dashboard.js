@@ -28,7 +28,7 @@
   const TOKEN_KEY = "subagent-tracker-token";
   const CANCEL_REASON = "cancelled from the dashboard";
   const CHART_SECONDS = 300;
-  const STATUSES = ["running", "queued", "completed", "failed", "cancelled"];
+  const STATUSES = ["running", "queued", "paused", "completed", "failed", "cancelled"];
   const DETAIL_KEYS = ["metadata", "result", "error", "error_type", "error_code"];
 
   // Read by browser tests and the benchmark; see the spec.
@@ -340,7 +340,9 @@
   function haystackOf(task) {
     let text = haystacks.get(task);
     if (text === undefined) {
-      const fields = [task.task_id, task.agent, task.description, task.progress, task.cancel_reason, task.worker];
+      const fields = [
+        task.task_id, task.agent, task.description, task.progress, task.cancel_reason, task.pause_reason, task.worker,
+      ];
       // The newline keeps a query from matching across two fields: the search box cannot type one.
       text = fields.filter((f) => typeof f === "string").join("\n").toLowerCase();
       haystacks.set(task, text);
@@ -504,7 +506,7 @@
     setLabel(row.description, task.description);
     setLabel(row.age, ageText(task, status));
     setLabel(row.progress, task.progress);
-    setLabel(row.cancelInfo, cancelInfoText(task));
+    setLabel(row.cancelInfo, statusInfoText(task));
     fillDeadline(row.deadline, task);
     setLabel(row.worker, task.worker);
     fillCancelButton(row, id, task);
@@ -529,8 +531,10 @@
     return `${verb} ${formatDuration(serverNow() - task.started_at)}`;
   }
 
-  // "reason · by <origin> (<cause>)", leaving out the parts the task does not have.
-  function cancelInfoText(task) {
+  // What a paused task waits for ("paused: <reason>"); why a cancelled one stopped ("reason · by <origin>
+  // (<cause>)"), leaving out the parts the task does not have.
+  function statusInfoText(task) {
+    if (task.status === "paused") return task.pause_reason ? `paused: ${task.pause_reason}` : "paused";
     if (task.status !== "cancelled") return "";
     let by = task.cancel_origin ? `by ${task.cancel_origin}` : "";
     if (task.cancel_cause) by = `${by} (${task.cancel_cause})`.trim();
