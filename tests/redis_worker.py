@@ -13,6 +13,9 @@ from redis_support import connect
 
 from subagent_tracker import RegistryUnavailableError, SubagentTrackerError
 
+#: How many slow cancel handlers have finished, by task.
+CLEANUPS: dict[str, int] = {}
+
 
 def carry_out(registry: Any, handles: dict[str, Any], command: dict[str, Any]) -> object:
     try:
@@ -39,6 +42,18 @@ def run_command(registry: Any, handles: dict[str, Any], command: dict[str, Any])
         return {"cancelled": token.wait(command["timeout"]), "reason": token.reason}
     if operation == "complete":
         return handles.pop(command["task"]).complete(command.get("result"))
+    if operation == "slow_cleanup":
+        # A cancel handler that takes `seconds`, counted once done, for the canceller that waits for it.
+        task_id, seconds = command["task"], command["seconds"]
+
+        def cleanup() -> None:
+            time.sleep(seconds)
+            CLEANUPS[task_id] = CLEANUPS.get(task_id, 0) + 1
+
+        handles[task_id].token.on_cancel(cleanup)
+        return True
+    if operation == "cleanups_done":
+        return CLEANUPS.get(command["task"], 0)
     if operation == "pause":
         return handles[command["task"]].pause(command.get("reason"))
     if operation == "wait_resumed":

@@ -231,6 +231,11 @@ class AwaitableSession:
     async def wait_subagent_task(self, task_id: str, timeout: float | None = None) -> SubagentTask:
         return await self.session.wait_subagent_task(task_id, timeout)
 
+    async def cancel_subagent_task_and_wait(
+        self, task_id: str, reason: str | None = None, *, timeout: float | None = None
+    ) -> SubagentTask:
+        return await self.session.cancel_subagent_task_and_wait(task_id, reason, timeout=timeout)
+
     async def spawn_subagent_task(
         self,
         function: Callable[[AwaitableTaskHandle], Awaitable[Any]],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
@@ -18,9 +19,12 @@ from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import DEFAULT_CANCEL_REASON
 
 if TYPE_CHECKING:
-    from subagent_tracker._native import CancellationToken
+    from subagent_tracker._native import CancellationToken, HandlerCompletion
 
 _T = TypeVar("_T")
+
+#: Where a cancel handler's exception goes: the logger plain handlers' exceptions go to.
+_LOG = logging.getLogger("subagent_tracker")
 
 
 def _cancelled_error(token: CancellationToken, partial: list[Any] | None = None) -> TaskCancelledError:
@@ -251,3 +255,15 @@ async def _start(run: Callable[[], Awaitable[Any]] | Callable[[], Any]) -> Any:
     if inspect.isawaitable(outcome):
         return await outcome
     return outcome
+
+
+async def run_cancel_handler(handler: Awaitable[object], done: HandlerCompletion) -> None:
+    """Runs an async ``on_cancel`` handler on the loop that registered it, and marks its work done when it
+    ends, however it ends, for a canceller that waits for the handlers (``cancel_subagent_task_and_wait``).
+    An exception is logged, as a plain handler's is."""
+    try:
+        await handler
+    except Exception:
+        _LOG.exception("a cancel callback raised")
+    finally:
+        done.finish()

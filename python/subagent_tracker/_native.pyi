@@ -32,8 +32,10 @@ __all__ = [
     "AsyncRedisSession",
     "AsyncRedisTaskHandle",
     "CancelCallbackRegistration",
+    "CancelHandlers",
     "CancellationToken",
     "EventSubscription",
+    "HandlerCompletion",
     "Ready",
     "RedisEventReader",
     "RedisRegistry",
@@ -50,6 +52,7 @@ __all__ = [
     "_after_fork_in_child",
     "_after_fork_in_parent",
     "_before_fork",
+    "_cancel_wait_timeout",
     "_check_seconds",
     "_interpreter_exiting",
     "_quoted",
@@ -63,6 +66,9 @@ def _after_fork_in_parent() -> None: ...
 def _after_fork_in_child() -> None: ...
 def _check_seconds(value: float | None, name: str) -> None: ...
 def _quoted(text: str) -> str: ...
+def _cancel_wait_timeout(
+    task_id: str, timeout: float, runner_running: bool, handlers_at_work: list[str]
+) -> str | None: ...
 
 @final
 class CancelCallbackRegistration:
@@ -246,6 +252,19 @@ class EventSubscription:
     def closed(self) -> bool: ...
 
 @final
+class CancelHandlers:
+    """The cancel handlers of a cancelled subtree, for ``cancel_subagent_task_and_wait`` to wait for."""
+
+    def future(self) -> asyncio.Future[None] | None: ...
+    def at_work(self) -> list[str]: ...
+
+@final
+class HandlerCompletion:
+    """The mark of an async cancel handler's work, finished when its coroutine ends."""
+
+    def finish(self) -> None: ...
+
+@final
 class TaskWatch:
     """Follows one run of a task until it finishes."""
 
@@ -335,6 +354,9 @@ class Session:
     def forget_finished(self, older_than: float) -> int: ...
     def pending_subagent_tasks(self) -> list[SubagentTask]: ...
     def _watch(self, task_id: str) -> TaskWatch: ...
+    def _cancel_and_watch(
+        self, task_id: str, reason: str | None
+    ) -> tuple[bool, TaskWatch, CancelHandlers]: ...
     def _subscribe(self) -> EventSubscription: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
@@ -480,6 +502,9 @@ class RedisSession:
     def pending_subagent_tasks(self) -> list[SubagentTask]: ...
     def wait_subagent_task(
         self, task_id: str, timeout: float | None = None
+    ) -> asyncio.Future[SubagentTask]: ...
+    def cancel_subagent_task_and_wait(
+        self, task_id: str, reason: str | None = None, *, timeout: float | None = None
     ) -> asyncio.Future[SubagentTask]: ...
     def spawn_subagent_task(
         self,
@@ -656,6 +681,9 @@ class AsyncRedisSession:
     def pending_subagent_tasks(self) -> asyncio.Future[list[SubagentTask]]: ...
     def wait_subagent_task(
         self, task_id: str, timeout: float | None = None
+    ) -> asyncio.Future[SubagentTask]: ...
+    def cancel_subagent_task_and_wait(
+        self, task_id: str, reason: str | None = None, *, timeout: float | None = None
     ) -> asyncio.Future[SubagentTask]: ...
     def spawn_subagent_task(
         self,

@@ -6,8 +6,12 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::PyTraverseError;
 
+use parking_lot::Mutex;
+use subagent_tracker::HandlerDone;
+
 use crate::asyncio_waker::{defer_interrupt, flush_wake_batch, running_loop};
 use crate::interpreter::with_python;
+use crate::package_imports::checkpoints;
 
 /// A registered cancel callback; `remove()` unregisters it if it has not run.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -74,35 +78,73 @@ impl PythonCallback {
         visit.call(&self.event_loop)
     }
 
-    fn call(&self, py: Python<'_>) -> PyResult<()> {
-        let outcome = self.callable.call0(py)?;
+    /// Calls the callable; a coroutine is scheduled on its loop, to finish `done` when it ends. `done` is
+    /// finished here otherwise, or handed back when the call failed.
+    fn call(&self, py: Python<'_>, done: HandlerDone) -> Result<(), (PyErr, HandlerDone)> {
+        let outcome = match self.callable.call0(py) {
+            Ok(outcome) => outcome,
+            Err(error) => return Err((error, done)),
+        };
         let Some(event_loop) = &self.event_loop else {
+            done.finish();
             return Ok(());
         };
-        let create_task = event_loop.getattr(py, "create_task")?;
-        if let Err(error) = event_loop.call_method1(
-            py,
-            "call_soon_threadsafe",
-            (create_task, outcome.clone_ref(py)),
-        ) {
-            // The loop is closed: close the coroutine so Python does not warn that it was never awaited.
-            outcome.call_method0(py, "close")?;
-            return Err(error);
+        let scheduled = (|| {
+            let completion = Py::new(py, HandlerCompletion(Mutex::new(None)))?;
+            let tracked = checkpoints(py)?
+                .getattr("run_cancel_handler")?
+                .call1((outcome.bind(py), completion.bind(py)))?;
+            let create_task = event_loop.getattr(py, "create_task")?;
+            event_loop.call_method1(py, "call_soon_threadsafe", (create_task, &tracked))?;
+            Ok::<_, PyErr>((completion, tracked))
+        })();
+        match scheduled {
+            Ok((completion, _)) => {
+                *completion.get().0.lock() = Some(done);
+                Ok(())
+            }
+            Err(error) => {
+                // The loop is closed: close the coroutine so Python does not warn that it was never awaited.
+                if let Err(close_error) = outcome.call_method0(py, "close") {
+                    return Err((close_error, done));
+                }
+                Err((error, done))
+            }
         }
-        Ok(())
+    }
+}
+
+/// The mark of an async cancel handler's work, finished by `run_cancel_handler` (in `_checkpoints`) when the
+/// handler's coroutine ends, for a canceller that waits for the handlers.
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct HandlerCompletion(Mutex<Option<HandlerDone>>);
+
+#[pymethods]
+impl HandlerCompletion {
+    /// The handler's work has ended.
+    fn finish(&self) {
+        let done = self.0.lock().take();
+        if let Some(done) = done {
+            done.finish();
+        }
     }
 }
 
 impl subagent_tracker::OnCancel for PythonCallback {
-    /// Calls the callback (or schedules its coroutine on its loop) after the wake-ups collected so far.
-    /// An exception is logged, never raised into the canceller; `KeyboardInterrupt` and `SystemExit` are
-    /// raised by the cancelling call once every callback has run.
     fn on_cancel(self: Box<Self>) {
+        self.on_cancel_with(HandlerDone::untracked());
+    }
+
+    /// Calls the callback (or schedules its coroutine on its loop) after the wake-ups collected so far, and
+    /// keeps `done` until its work has ended. An exception is logged, never raised into the canceller;
+    /// `KeyboardInterrupt` and `SystemExit` are raised by the cancelling call once every callback has run.
+    fn on_cancel_with(self: Box<Self>, done: HandlerDone) {
         with_python(|py| {
             flush_wake_batch(py);
-            let Err(error) = self.call(py) else {
+            let Err((error, done)) = self.call(py, done) else {
                 return;
             };
+            done.finish();
             if error.is_instance_of::<PyException>(py) {
                 log_callback_error(py, error);
             } else if let Some(error) = defer_interrupt(error) {

@@ -12,6 +12,7 @@ mod asyncio_waker;
 mod batch_arguments;
 mod blocking_wait;
 mod cancel_callback;
+mod cancel_handlers;
 mod errors;
 mod events;
 mod filter_arguments;
@@ -58,6 +59,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<task_watch::TaskWatch>()?;
     module.add_class::<ready::Ready>()?;
     module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
+    module.add_class::<cancel_callback::HandlerCompletion>()?;
+    module.add_class::<cancel_handlers::CancelHandlers>()?;
     module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_interpreter_exiting, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_before_fork, module)?)?;
@@ -68,6 +71,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
+    module.add_function(wrap_pyfunction!(errors::_cancel_wait_timeout, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The core's rule of which statuses are pending, for the Python enum and the dashboard's views.
     let pending: Vec<&str> = subagent_tracker::SubagentStatus::ALL

@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{
-    ResumeWatch, Resumption, SubagentTaskSnapshot, TaskFailure, TaskFilter, TaskStart,
-    TrackerConfig,
+    cancel_wait_timeout_message, ResumeWatch, Resumption, SubagentTaskSnapshot, TaskFailure,
+    TaskFilter, TaskStart, TrackerConfig,
 };
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
@@ -519,6 +519,48 @@ impl SessionCalls {
     }
 
     /// The session's events from this call on, as an `EventStream`.
+    /// An asyncio future of the final snapshot after a cancel whose work is done: the runner has ended and the
+    /// cancel handlers of the subtree are reported done, wherever they ran. A timeout names what still runs.
+    pub(crate) fn cancel_and_wait_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<String>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        let wait = async move {
+            let cancelled = session.cancel_and_wait(&task_id.0, reason.as_deref());
+            let Some(timeout) = timeout else {
+                return Ok(cancelled.await);
+            };
+            if let Ok(outcome) = tokio::time::timeout(timeout, cancelled).await {
+                return Ok(outcome);
+            }
+            let (runner_running, at_work) = match session.cancel_work(&task_id.0).await {
+                Ok(Some((finished, at_work))) => (!finished, at_work),
+                Ok(None) => (false, Vec::new()),
+                Err(error) => return Ok(Err(error)),
+            };
+            match cancel_wait_timeout_message(&task_id.0, timeout, runner_running, &at_work) {
+                Some(message) => Err(message),
+                // The work ended as the time ran out.
+                None => Ok(session.wait_finished(&task_id.0).await),
+            }
+        };
+        asyncio_future(
+            py,
+            self.made_in,
+            WhenAbandoned::Stop,
+            wait,
+            |py, outcome| match outcome {
+                Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
+                Ok(Err(error)) => Err(redis_error(py, error)),
+                Err(message) => Err(pyo3::exceptions::PyTimeoutError::new_err(message)),
+            },
+        )
+    }
+
     pub(crate) fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (session, made_in) = (self.session.clone(), self.made_in);
         self.delivery.deliver(

@@ -476,6 +476,22 @@ impl RedisSession {
             .wait_task(py, task_id, timeout.map(|timeout| timeout.0))
     }
 
+    /// Cancels the task as `cancel_subagent_task` does, then waits until its runner has ended and every
+    /// `on_cancel` handler of the task and of its descendants, in whichever process runs them, has finished;
+    /// an asyncio future of the final snapshot. `TimeoutError` names what still runs.
+    #[pyo3(signature = (task_id, reason=None, *, timeout=None))]
+    fn cancel_subagent_task_and_wait<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<&Bound<'_, PyAny>>,
+        timeout: Option<Seconds<TimeoutArgument>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let reason = arguments::optional_string(reason, "reason")?;
+        self.calls
+            .cancel_and_wait_task(py, task_id, reason, timeout.map(|timeout| timeout.0))
+    }
+
     /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as
     /// `Session.spawn_subagent_task` does (the same code runs both).
     #[pyo3(signature = (*args, **kwargs))]

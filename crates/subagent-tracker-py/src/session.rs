@@ -13,6 +13,7 @@ use crate::arguments::{
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
+use crate::cancel_handlers::CancelHandlers;
 use crate::errors::tracker_error;
 use crate::events::EventSubscription;
 use crate::filter_arguments::{holds, FilterArguments};
@@ -379,6 +380,27 @@ impl Session {
     /// Snapshots of the pending (queued and running) tasks, in start order.
     fn pending_subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         snapshots(py, self.tracker.pending())
+    }
+
+    /// Cancels `task_id` as `cancel_subagent_task` does, and returns whether it moved the task, a watch on its run
+    /// and the cancel handlers of its subtree, for `cancel_subagent_task_and_wait`; raises `UnknownTaskError` for
+    /// an unknown id.
+    #[pyo3(signature = (task_id, reason))]
+    fn _cancel_and_watch(
+        slf: &Bound<'_, Self>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(bool, TaskWatch, CancelHandlers)> {
+        let py = slf.py();
+        let reason = arguments::optional_string(reason, "reason")?;
+        let wait = with_wake_batch(py, || {
+            slf.get()
+                .tracker
+                .cancel_and_watch(&task_id.0, reason.as_deref())
+        })?
+        .map_err(|error| tracker_error(py, error))?;
+        let watch = TaskWatch::new(wait.watch().clone(), slf.clone().into_any().unbind());
+        Ok((wait.moved(), watch, CancelHandlers::new(wait)))
     }
 
     /// A watch on the current run of `task_id`; raises `UnknownTaskError` for an unknown id.

@@ -22,6 +22,8 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_pause, stv2_resume       RedisTaskHandle::pause; RedisSession::resume
     stv2_escalate                 RedisTaskHandle::record_escalation
     stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending
+    stv2_handling                 RedisSession::cancel_and_wait
+    stv2_handled                  the worker's report that a cancel's handlers are done (Worker::report_handled)
     stv2_forget_finished          RedisSession::forget_finished
     stv2_session                  RedisRegistry::get_session, sessions; RedisSession::is_closed
     stv2_touch                    RedisRegistry::session
@@ -91,7 +93,8 @@ worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_a
 error, error_type, error_code, progress, progress_count, pl<n> (the progress log: report number n, as
 "<at>:<message's byte length>:<message><data>", the latest log_size kept), deadline (seconds) and due_ms,
 claim_error, parent_of ("1" once it has had attached children), pause_reason (while paused, and kept when a
-paused run ends), pauses (how many times the run paused), resume_value (JSON text: what the latest resume handed
+paused run ends), pauses (how many times the run paused), handling (the run, while its worker process has yet to report its cancel
+handlers done), resume_value (JSON text: what the latest resume handed
 the runner).
 
 Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per

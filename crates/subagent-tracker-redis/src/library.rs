@@ -30,7 +30,7 @@ const INCLUDES: [&str; 12] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 32] = [
+const FUNCTIONS: [&str; 34] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
@@ -45,6 +45,8 @@ const FUNCTIONS: [&str; 32] = [
     include_str!("../lua/functions/forget.lua"),
     include_str!("../lua/functions/forget_finished.lua"),
     include_str!("../lua/functions/get.lua"),
+    include_str!("../lua/functions/handled.lua"),
+    include_str!("../lua/functions/handling.lua"),
     include_str!("../lua/functions/idle.lua"),
     include_str!("../lua/functions/index.lua"),
     include_str!("../lua/functions/lease.lua"),
@@ -113,7 +115,7 @@ mod tests {
     #[test]
     fn the_library_states_the_core_s_pending_rule_and_every_function_registers_once() {
         assert!(CODE.starts_with("#!lua name=subagent_tracker_v2\n"));
-        assert!(CODE.contains("local PENDING = { queued = true, running = true }\n"));
+        assert!(CODE.contains("local PENDING = { queued = true, running = true, paused = true }\n"));
         for part in FUNCTIONS {
             assert_eq!(part.matches("\nregister('").count(), 1, "{part}");
         }

@@ -914,6 +914,58 @@ impl RedisSession {
         }
     }
 
+    /// Cancels the task `task_id` as [`cancel`](Self::cancel) does, then waits until its runner has ended and the
+    /// worker processes that run the task and its descendants have reported their cancel handlers done
+    /// (contract §3, cancel and wait); returns the final snapshot. A task cancelled or finished before is waited
+    /// for all the same.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Tracker`] for an invalid or unknown id (or one no longer retained once finished);
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn cancel_and_wait(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+    ) -> Result<SubagentTaskSnapshot<String>, RedisTrackerError> {
+        validate_task_id("task_id", task_id)?;
+        self.cancel_with(task_id, reason, "requested", "", "")
+            .await?;
+        let finished = self.wait_finished(task_id).await?;
+        // The handlers' reports come from other processes, and rarely after the runner's end: a short poll.
+        let mut pause = Duration::from_millis(2);
+        while self
+            .cancel_work(task_id)
+            .await?
+            .is_some_and(|(_, at_work)| !at_work.is_empty())
+        {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(100));
+        }
+        Ok(self.read(task_id, None, true).await?.unwrap_or(finished))
+    }
+
+    /// Where a cancel of the task `task_id` stands: whether its runner has ended, and the ids of the task and
+    /// its descendants whose cancel handlers their worker processes have yet to report done; `None` when the
+    /// task is not retained.
+    ///
+    /// # Errors
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn cancel_work(
+        &self,
+        task_id: &str,
+    ) -> Result<Option<(bool, Vec<Arc<str>>)>, RedisTrackerError> {
+        let answer: Vec<String> = self
+            .transition("handling", &[&self.incarnation, task_id])
+            .await?;
+        let mut answer = answer.into_iter();
+        Ok(answer.next().map(|finished| {
+            (
+                finished == "1",
+                answer.map(|task_id| Arc::from(task_id.as_str())).collect(),
+            )
+        }))
+    }
+
     pub(crate) fn mirror(&self) -> &Arc<Mirror> {
         &self.mirror
     }

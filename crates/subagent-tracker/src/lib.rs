@@ -92,8 +92,10 @@ pub use time::{
 };
 pub use token::callback::CancelCallback;
 pub use token::delivery::OnCancel;
+pub use token::handlers::HandlerDone;
 pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish, WaitForResume};
 pub use tokio_util::sync::CancellationToken;
+pub use tracker::cancel_wait::{cancel_wait_timeout_message, CancelWait, WaitForHandlers};
 pub use tracker::config::TrackerConfig;
 pub use tracker::deadline_timer::{fork, pending_deadlines};
 pub use tracker::early_cancels::{DEFAULT_EARLY_CANCEL_TTL, MAX_EARLY_CANCELS};

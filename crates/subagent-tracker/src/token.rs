@@ -6,7 +6,8 @@
 //!   under the locks and delivered once none is held;
 //! - [`signal`]: one signal's status word and everything waiting for it (a leaf lock, level 5 in the
 //!   crate's hierarchy);
-//! - [`callback`]: the registration of a cancel callback, which can take it back;
+//! - [`callback`]: the registration of a cancel callback, which can take it back; [`handlers`]: how many of a
+//!   signal's callbacks are still at work, for a canceller that waits for them;
 //! - this file: [`SubagentTaskToken`], the handle on a signal, and its futures.
 //!
 //! The tracker layer above drives signals through their transitions; tokens only observe them.
@@ -14,6 +15,7 @@
 pub(crate) mod callback;
 pub(crate) mod cancel_record;
 pub(crate) mod delivery;
+pub(crate) mod handlers;
 pub(crate) mod signal;
 
 use std::any::Any;
@@ -91,6 +93,13 @@ impl SubagentTaskToken {
         self.signal.wait_cancelled_blocking(deadline)
     }
 
+    /// A future that is ready once none of this token's cancel callbacks is at work (contract §3, cancel and
+    /// wait): at once before the token fires, and once each callback that the fire ran (or that was registered
+    /// after it) has finished its work.
+    pub fn wait_for_handlers(&self) -> crate::WaitForHandlers {
+        crate::WaitForHandlers::of([self.signal.handlers()])
+    }
+
     /// Runs `callback` once when the token fires: at once, in this thread, if it already has; otherwise in
     /// the thread that fires it, after the cancel has taken effect and its wake-ups were delivered (for a
     /// deadline, in a thread of its own, never on the timer's). If the task ends without being cancelled
@@ -101,7 +110,9 @@ impl SubagentTaskToken {
             Ok(Some(id)) => CancelCallback::registered(Arc::downgrade(&self.signal), id),
             Ok(None) => CancelCallback::spent(),
             Err(callback) => {
-                run_contained(|| callback.on_cancel());
+                // Registered after the fire: at work from now on, as if the fire had run it.
+                let done = self.signal.handlers().begin();
+                run_contained(|| callback.on_cancel_with(done));
                 CancelCallback::spent()
             }
         }

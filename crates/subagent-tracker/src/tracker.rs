@@ -15,11 +15,12 @@
 //! - [`engine`]: the session's shared state and the transitions that span tasks (cancel cascades, ends,
 //!   adoption), with [`opening`] (how tasks enter), [`expiry`] (what its timers do) and [`linked_task`]
 //!   (tasks cancelled by a token they are linked to);
-//! - [`handle`]: the runner's handle on its task;
+//! - [`handle`]: the runner's handle on its task; [`cancel_wait`]: a cancel that waits for its work to be done;
 //! - this file: [`InMemorySubagentTaskTracker`], the handle on a session, and its settings.
 //!
 //! A session in a registry knows it only as an [`engine::SessionList`] to leave, so the registry sits above this layer.
 
+pub(crate) mod cancel_wait;
 pub(crate) mod config;
 pub(crate) mod deadline_timer;
 pub(crate) mod early_cancels;
@@ -44,6 +45,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::task_id::{generate_id, validate_task_id};
 use crate::token::delivery::Delivery;
+use crate::tracker::cancel_wait::CancelWait;
 use crate::tracker::config::TrackerConfig;
 use crate::tracker::engine::TrackerShared;
 use crate::tracker::entry::RunnerEnd;
@@ -252,6 +254,43 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             Some(entry) => self.shared.cancel_entry(&entry, reason),
             None => false,
         }
+    }
+
+    /// Cancels the task `task_id` as [`cancel`](Self::cancel) does, and returns what to wait on for the cancel's
+    /// work to be done (contract §3, cancel and wait): the run's end, and the cancel handlers of the task and of
+    /// its unfinished descendants. A task cancelled or finished before is waited for all the same.
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] when no task of that id is retained.
+    pub fn cancel_and_watch(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+    ) -> Result<CancelWait<V>, TrackerError> {
+        let shared = &self.shared;
+        let run = shared
+            .lookup(task_id)
+            .ok_or_else(|| TrackerError::unknown_task(task_id, &shared.session_id))?;
+        let (moved, subtree) = match &run {
+            Run::Live(entry) => (shared.cancel_entry(entry, reason), entry.subtree()),
+            Run::Finished(_) => (false, Vec::new()),
+        };
+        let watch = crate::TaskWatch::new(run, shared.session_id.clone());
+        Ok(CancelWait::new(moved, watch, &subtree))
+    }
+
+    /// Cancels the task `task_id` and waits until its runner has ended and every cancel handler of the task and
+    /// of its unfinished descendants has finished its work (see [`cancel_and_watch`](Self::cancel_and_watch));
+    /// returns the final snapshot.
+    ///
+    /// # Errors
+    /// [`TrackerError::UnknownTask`] when no task of that id is retained.
+    pub async fn cancel_and_wait(
+        &self,
+        task_id: &str,
+        reason: Option<&str>,
+    ) -> Result<SubagentTaskSnapshot<V>, TrackerError> {
+        Ok(self.cancel_and_watch(task_id, reason)?.finished().await)
     }
 
     /// Cancels the task `task_id` if it is pending, as [`cancel`](Self::cancel) does; otherwise records the

@@ -304,3 +304,54 @@ fn resume_races_cancel_of_a_paused_task() {
         );
     });
 }
+
+/// A cancel handler that hands its work on finishes it in another thread while a canceller starts to wait for
+/// it: the waiter is woken, or finds the work done (contract §3, cancel and wait).
+#[test]
+fn a_handler_finishing_races_the_wait_for_it() {
+    use std::task::{Context, Wake, Waker};
+    use subagent_tracker::{HandlerDone, OnCancel};
+
+    struct Flag(loom::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    struct HandsOn(Arc<loom::sync::Mutex<Option<HandlerDone>>>);
+    impl OnCancel for HandsOn {
+        fn on_cancel(self: Box<Self>) {}
+        fn on_cancel_with(self: Box<Self>, done: HandlerDone) {
+            *self.0.lock().unwrap() = Some(done);
+        }
+    }
+
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let kept = Arc::new(loom::sync::Mutex::new(None));
+        let _registration = handle.token().on_cancel(HandsOn(kept.clone()));
+        let wait = tracker.cancel_and_watch("task", None).unwrap();
+        let done = kept
+            .lock()
+            .unwrap()
+            .take()
+            .expect("the handler ran with the cancel");
+        let finisher = thread::spawn(move || done.finish());
+        let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut waiting = wait.wait_for_handlers();
+        let ready_at_once = waiting
+            .poll_handlers(&mut Context::from_waker(&waker))
+            .is_ready();
+        finisher.join().unwrap();
+        assert!(
+            ready_at_once || flag.0.load(Ordering::SeqCst),
+            "the waiter was woken"
+        );
+        assert!(waiting
+            .poll_handlers(&mut Context::from_waker(&waker))
+            .is_ready());
+        handle.stop_cancelled(None);
+    });
+}

@@ -1,5 +1,6 @@
--- stv2_status(session_key; task_id, run, ...): for each run a worker runs, {status, reason, origin, cause} (for a
--- running run, {"running", resume_value, pauses}: its latest resume, for a worker that missed it), or
+-- stv2_status(session_key; task_id, run, ...): for each run a worker runs, {status, reason, origin, cause,
+-- handling} (handling "1" while the worker has yet to report the cancel's handlers done; for a running run,
+-- {"running", resume_value, pauses, "", ""}: its latest resume, for a worker that missed it), or
 -- {"gone"} when that run is no longer the task's current one (run numbers are never reused, whatever happened to
 -- the session).
 local function st_status(keys, args)
@@ -7,13 +8,13 @@ local function st_status(keys, args)
   local statuses = {}
   for index = 1, #args, 2 do
     local state = fields(task_key(base, args[index]), 'run', 'status', 'reason', 'origin', 'cause', 'resume_value',
-      'pauses')
+      'pauses', 'handling')
     if state[1] ~= args[index + 1] then
       table.insert(statuses, { 'gone' })
     elseif state[2] == 'running' then
-      table.insert(statuses, { 'running', state[6] or '', state[7] or '0', '' })
+      table.insert(statuses, { 'running', state[6] or '', state[7] or '0', '', '' })
     else
-      table.insert(statuses, { state[2], state[3] or '', state[4] or '', state[5] or '' })
+      table.insert(statuses, { state[2], state[3] or '', state[4] or '', state[5] or '', state[8] and '1' or '' })
     end
   end
   return statuses

@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use subagent_tracker::CancelCause;
+use subagent_tracker::{CancelCause, WaitForHandlers};
 
 use super::{lock, RunKey, Worker};
 use crate::connection::Client;
@@ -27,7 +27,8 @@ pub const ORPHANED_RUN_ERROR: &str =
     "the task's start took effect but its runner never got the handle (the reply was lost)";
 
 impl Worker {
-    /// Compares `runs` with Redis and cancels the mirror of each one cancelled there.
+    /// Compares `runs` with Redis and brings each mirror in line: a cancel, a resume or an end by id made there
+    /// and missed here is applied, and the handlers of cancels are reported done.
     pub(crate) async fn reconcile(&self, runs: Vec<RunKey>) -> Result<(), RedisTrackerError> {
         let mut by_session: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
         for run in runs {
@@ -45,31 +46,31 @@ impl Worker {
             let key = self.keys.session(&session_id);
             let statuses: Vec<Vec<String>> =
                 store::call(&mut connection, "status", &[&key], &args).await?;
-            let Some(mirror) = self.mirrors.get(&session_id) else {
+            if self.mirrors.get(&session_id).is_none() {
                 continue;
-            };
+            }
+            let mut applied = Vec::new();
             for (run, status) in runs.iter().zip(statuses) {
-                if let [status, resume_value, pauses, _] = status.as_slice() {
-                    if status == "running" {
+                match status.as_slice() {
+                    [status, resume_value, pauses, ..] if status == "running" => {
                         self.apply_resume(run, pauses, resume_value);
-                        continue;
                     }
-                }
-                if let [status, ..] = status.as_slice() {
-                    if matches!(status.as_str(), "completed" | "failed") {
+                    [status, ..] if matches!(status.as_str(), "completed" | "failed") => {
                         self.apply_end(run);
-                        continue;
                     }
-                }
-                if let [status, reason, origin, cause] = status.as_slice() {
-                    if status == "cancelled" && lock(&self.runs).held.contains(run) {
+                    [status, reason, origin, cause, handling]
+                        if status == "cancelled" && lock(&self.runs).held.contains(run) =>
+                    {
                         let cause = CancelCause::from_name(cause).unwrap_or(CancelCause::Requested);
-                        mirror
-                            .tracker
-                            .apply_remote_cancel(&run.task_id, reason, cause, origin);
+                        let handlers = self.apply_cancel(run, reason, cause, origin);
+                        if handling == "1" {
+                            applied.push((run.clone(), handlers));
+                        }
                     }
+                    _ => {}
                 }
             }
+            self.report_handled(applied).await;
         }
         Ok(())
     }
@@ -127,11 +128,59 @@ impl Worker {
         Ok(())
     }
 
-    /// A notification that run `run` was cancelled in Redis, with the cancel's details, or resumed.
-    fn notified(&self, notification: Notification) {
+    /// Applies a cancel made in Redis to the mirror of `run`, and returns the wait for the cancel handlers that
+    /// it (or an earlier cancel) ran here: `None` when the mirror no longer holds the run.
+    fn apply_cancel(
+        &self,
+        run: &RunKey,
+        reason: &str,
+        cause: CancelCause,
+        origin: &str,
+    ) -> Option<WaitForHandlers> {
+        let mirror = self.mirrors.get(&run.session_id)?;
+        // Taken before the cancel: the run may end, and leave the mirror, as soon as its token fires.
+        let handlers = mirror
+            .tracker
+            .token(&run.task_id)
+            .ok()
+            .map(|token| token.wait_for_handlers());
+        mirror
+            .tracker
+            .apply_remote_cancel(&run.task_id, reason, cause, origin);
+        handlers
+    }
+
+    /// Reports to Redis, once their handlers are done, the cancels applied here (contract §3, cancel and wait):
+    /// one call per session. A report that fails is made again by a later reconcile, which finds the runs'
+    /// marks still set.
+    pub(super) async fn report_handled(&self, applied: Vec<(RunKey, Option<WaitForHandlers>)>) {
+        let mut by_session: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
+        for (run, handlers) in applied {
+            if let Some(handlers) = handlers {
+                handlers.await;
+            }
+            by_session
+                .entry(run.session_id.clone())
+                .or_default()
+                .push(run);
+        }
+        let mut connection = self.connection.clone();
+        for (session_id, runs) in by_session {
+            let args: Vec<&str> = runs
+                .iter()
+                .flat_map(|run| [&*run.task_id, run.run.as_str()])
+                .collect();
+            let key = self.keys.session(&session_id);
+            let _: Result<i64, _> = store::call(&mut connection, "handled", &[&key], &args).await;
+        }
+    }
+
+    /// A notification that run `run` was cancelled in Redis, with the cancel's details, or resumed, or ended.
+    /// Returns, for a cancel applied here, the run and the wait for its handlers, to report once they are done.
+    fn notified(&self, notification: Notification) -> Option<(RunKey, Option<WaitForHandlers>)> {
         if notification.cause == ENDED_CAUSE {
             self.apply_end(&notification.run);
-            return;
+            return None;
         }
         if notification.cause == RESUME_CAUSE {
             // The value travels as the reason, and the number of the pause it ends as the origin.
@@ -140,7 +189,7 @@ impl Worker {
                 &notification.origin,
                 &notification.reason,
             );
-            return;
+            return None;
         }
         let run = notification.run;
         {
@@ -150,19 +199,12 @@ impl Worker {
                     runs.unmatched.pop_front();
                 }
                 runs.unmatched.push_back(run);
-                return;
+                return None;
             }
         }
-        if let Some(mirror) = self.mirrors.get(&run.session_id) {
-            let cause =
-                CancelCause::from_name(&notification.cause).unwrap_or(CancelCause::Requested);
-            mirror.tracker.apply_remote_cancel(
-                &run.task_id,
-                &notification.reason,
-                cause,
-                &notification.origin,
-            );
-        }
+        let cause = CancelCause::from_name(&notification.cause).unwrap_or(CancelCause::Requested);
+        let handlers = self.apply_cancel(&run, &notification.reason, cause, &notification.origin);
+        Some((run, handlers))
     }
 }
 
@@ -196,8 +238,14 @@ pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
                 let Some(worker) = worker.upgrade() else {
                     return;
                 };
-                for notification in parse_notifications(&message) {
-                    worker.notified(notification);
+                let applied: Vec<_> = parse_notifications(&message)
+                    .into_iter()
+                    .filter_map(|notification| worker.notified(notification))
+                    .collect();
+                if !applied.is_empty() {
+                    // Reported in a task of its own: handlers may take long, and notifications keep coming.
+                    let reporter = worker.clone();
+                    tokio::spawn(async move { reporter.report_handled(applied).await });
                 }
             }
         }

@@ -122,6 +122,20 @@ impl Store {
         }
     }
 
+    async fn cancel_and_wait(&self, task_id: &str) -> SubagentTaskSnapshot<String> {
+        let waited = async {
+            match self {
+                Store::Memory(tracker) => tracker.cancel_and_wait(task_id, None).await.unwrap(),
+                Store::Redis { session, .. } => {
+                    session.cancel_and_wait(task_id, None).await.unwrap()
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), waited)
+            .await
+            .expect("the cancel's work ended")
+    }
+
     async fn resume(&self, task_id: &str, value: Option<&str>) -> bool {
         match self {
             Store::Memory(tracker) => tracker.resume(task_id, value.map(str::to_owned)),
@@ -266,6 +280,13 @@ impl Runner {
             .expect("the pause ended")
     }
 
+    fn token(&self) -> SubagentTaskToken {
+        match self {
+            Runner::Memory(handle) => handle.token(),
+            Runner::Redis(handle) => handle.token(),
+        }
+    }
+
     fn is_cancelled(&self) -> bool {
         match self {
             Runner::Memory(handle) => handle.is_cancelled(),
@@ -341,6 +362,54 @@ on_every_store! {
     the_progress_log_keeps_the_latest_reports_with_their_data(1000);
     a_token_by_id_fires_with_its_task_and_never_for_an_end(1000);
     a_paused_task_is_resumed_with_a_value_or_ended_by_a_cancel(1000);
+    a_cancel_that_waits_ends_after_the_runner_and_the_handlers_of_the_subtree(1000);
+}
+
+/// A cancel handler whose work goes on for `work` after it runs, in a thread of its own.
+struct SlowCleanup(Duration, Arc<std::sync::atomic::AtomicBool>);
+
+impl subagent_tracker::OnCancel for SlowCleanup {
+    fn on_cancel(self: Box<Self>) {
+        self.on_cancel_with(subagent_tracker::HandlerDone::untracked());
+    }
+
+    fn on_cancel_with(self: Box<Self>, done: subagent_tracker::HandlerDone) {
+        std::thread::spawn(move || {
+            std::thread::sleep(self.0);
+            self.1.store(true, std::sync::atomic::Ordering::SeqCst);
+            done.finish();
+        });
+    }
+}
+
+async fn a_cancel_that_waits_ends_after_the_runner_and_the_handlers_of_the_subtree(store: Store) {
+    let mut parent = store
+        .start(TaskStart::new().task_id("parent"))
+        .await
+        .unwrap();
+    let child = store
+        .start(TaskStart::new().task_id("child").parent_id("parent"))
+        .await
+        .unwrap();
+    let cleaned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _registration = child
+        .token()
+        .on_cancel(SlowCleanup(Duration::from_millis(150), cleaned.clone()));
+    let token = parent.token();
+    let (snapshot, ()) = tokio::join!(store.cancel_and_wait("parent"), async {
+        token.cancelled().await;
+        assert!(!parent.complete("late").await);
+    });
+    assert!(
+        cleaned.load(std::sync::atomic::Ordering::SeqCst),
+        "the child's handler finished first"
+    );
+    assert_eq!(
+        (snapshot.status, snapshot.finished),
+        (SubagentStatus::Cancelled, true)
+    );
+    assert_eq!(snapshot.result.as_deref(), Some("late"));
+    drop(child);
 }
 
 async fn a_paused_task_is_resumed_with_a_value_or_ended_by_a_cancel(store: Store) {

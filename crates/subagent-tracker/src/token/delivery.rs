@@ -13,12 +13,22 @@ use std::task::Waker;
 use tokio_util::sync::CancellationToken;
 
 use crate::token::cancel_record::CancelRecord;
+use crate::token::handlers::{HandlerDone, Handlers};
 
 /// Something to run once when a token fires: any `FnOnce() + Send`, or a type of the caller's own (which
 /// [`SubagentTaskToken::visit_callbacks`](crate::SubagentTaskToken::visit_callbacks) can find again).
 pub trait OnCancel: Any + Send {
     /// Runs the callback, consuming it.
     fn on_cancel(self: Box<Self>);
+
+    /// Runs the callback with `done`, which the callback finishes (or drops) once its work has ended, for a
+    /// canceller that waits for the handlers (contract §3, cancel and wait). The default runs
+    /// [`on_cancel`](Self::on_cancel), whose work ends when it returns; a callback that hands its work on (to
+    /// an event loop, say) keeps `done` until that work ends.
+    fn on_cancel_with(self: Box<Self>, done: HandlerDone) {
+        self.on_cancel();
+        done.finish();
+    }
 }
 
 impl<F: FnOnce() + Send + 'static> OnCancel for F {
@@ -68,7 +78,8 @@ struct Owed {
     /// tokio-util tokens bridged to fired signals: cancelling one wakes its waiters, so it is delivered too.
     bridges: Vec<CancellationToken>,
     wakers: Vec<Waker>,
-    callbacks: Vec<Callback>,
+    /// Each with the mark of its work, which a waiting canceller counts.
+    callbacks: Vec<(Callback, HandlerDone)>,
     /// Dependents whose source fired, to fire in turn: a work list, so chains never recurse.
     fired: Vec<(Arc<dyn Dependent>, CancelRecord)>,
     /// Registrations to remove from their sources.
@@ -100,11 +111,14 @@ impl Delivery {
         }
     }
 
-    pub(crate) fn run(&mut self, callbacks: Vec<(u64, Callback)>) {
+    /// Runs the callbacks of a list taken out of a signal; `handlers` counts them at work from now on.
+    pub(crate) fn run(&mut self, callbacks: Vec<(u64, Callback)>, handlers: &Arc<Handlers>) {
         if !callbacks.is_empty() {
-            self.owed()
-                .callbacks
-                .extend(callbacks.into_iter().map(|(_, callback)| callback));
+            self.owed().callbacks.extend(
+                callbacks
+                    .into_iter()
+                    .map(|(_, callback)| (callback, handlers.begin())),
+            );
         }
     }
 
@@ -166,8 +180,8 @@ impl Delivery {
         for waker in wakers {
             run_contained(|| waker.wake());
         }
-        for callback in callbacks {
-            run_contained(|| callback.on_cancel());
+        for (callback, done) in callbacks {
+            run_contained(|| callback.on_cancel_with(done));
         }
         drop(released);
     }

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 use crate::sync::{AtomicU8, Mutex};
 use crate::token::cancel_record::CancelRecord;
 use crate::token::delivery::{Callback, Delivery, Dependent, Source, SourceLink};
+use crate::token::handlers::Handlers;
 use crate::{CancelCause, SubagentStatus};
 use std::sync::atomic::Ordering;
 
@@ -76,6 +77,8 @@ struct SignalState {
     /// Woken when a paused signal leaves `Paused`: a resume, a cancel or an end.
     resume_waiters: Vec<(u64, Waker)>,
     callbacks: Vec<(u64, Callback)>,
+    /// The count of this signal's callbacks at work, made when the first one runs or a canceller asks.
+    handlers: Option<Arc<Handlers>>,
     dependents: Vec<(u64, Weak<dyn Dependent>)>,
     /// This signal's registrations on the signals it depends on.
     sources: Vec<SourceLink>,
@@ -178,7 +181,11 @@ impl CancelSignal {
         if finished != 0 {
             delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
         }
-        delivery.run(std::mem::take(&mut state.callbacks));
+        let callbacks = std::mem::take(&mut state.callbacks);
+        if !callbacks.is_empty() {
+            let handlers = state.handlers.get_or_insert_with(Arc::default);
+            delivery.run(callbacks, handlers);
+        }
         for (_, dependent) in state.dependents.drain(..) {
             if let Some(dependent) = dependent.upgrade() {
                 delivery.fire_dependent(dependent, cancel.clone());
@@ -274,6 +281,15 @@ impl CancelSignal {
         let id = state.next_registration();
         state.callbacks.push((id, callback));
         Ok(Some(id))
+    }
+
+    /// The count of this signal's cancel handlers at work (contract §3, cancel and wait).
+    pub(crate) fn handlers(&self) -> Arc<Handlers> {
+        self.state
+            .lock()
+            .handlers
+            .get_or_insert_with(Arc::default)
+            .clone()
     }
 
     /// Removes a callback that has not run; true if it was still registered. It is dropped with no lock held.

@@ -574,6 +574,19 @@ impl<V> TaskEntry<V> {
         }
     }
 
+    /// This task and its unfinished attached descendants, walked with a work list (one record lock at a time).
+    pub(crate) fn subtree(self: &Arc<Self>) -> Vec<Arc<TaskEntry<V>>> {
+        let mut walked = Vec::new();
+        let mut stack = vec![self.clone()];
+        while let Some(entry) = stack.pop() {
+            if let Some(children) = &entry.record.lock().children {
+                stack.extend(children.values().cloned());
+            }
+            walked.push(entry);
+        }
+        walked
+    }
+
     pub(crate) fn forget_child(&self, child_sequence: u64) {
         if let Some(children) = &mut self.record.lock().children {
             children.remove(&child_sequence);
