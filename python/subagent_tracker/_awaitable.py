@@ -179,6 +179,9 @@ class AwaitableSession:
     ) -> bool:
         return self.session.cancel_subagent_task(task_id, reason, before_start=before_start)
 
+    async def record_event(self, event: Mapping[str, Any]) -> bool:
+        return self.session.record_event(event)
+
     async def resume_subagent_task(self, task_id: str, value: Any = None) -> bool:
         return self.session.resume_subagent_task(task_id, value)
 

@@ -14,6 +14,7 @@ mod blocking_wait;
 mod cancel_callback;
 mod cancel_handlers;
 mod errors;
+mod event_arguments;
 mod events;
 mod filter_arguments;
 mod handle;

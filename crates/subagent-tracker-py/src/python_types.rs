@@ -5,7 +5,12 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyDict;
 use pyo3::PyTraverseError;
+use subagent_tracker::MetadataMerge;
+
+use crate::interpreter::with_python;
 
 /// A Python object held by the core as task metadata or result.
 ///
@@ -36,6 +41,28 @@ impl PyValue {
     pub(crate) fn take(&self) -> Option<Py<PyAny>> {
         self.0.lock().take()
     }
+}
+
+/// How sessions in memory merge a parent's metadata with a child's own (contract §5, inherited metadata): both
+/// are read-only mappings, so the child's starts as a read-only copy of the parent's, updated with its own keys.
+/// Should the merge fail (the interpreter is exiting), the child keeps its own.
+pub(crate) fn metadata_merge() -> MetadataMerge<PyValue> {
+    Arc::new(|parent: &PyValue, own: PyValue| {
+        let merged = with_python(|py| -> PyResult<Py<PyAny>> {
+            static MAPPING_PROXY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+            let merged = PyDict::new(py);
+            merged.call_method1("update", (parent.get(py),))?;
+            merged.call_method1("update", (own.get(py),))?;
+            Ok(MAPPING_PROXY
+                .import(py, "types", "MappingProxyType")?
+                .call1((merged,))?
+                .unbind())
+        });
+        match merged {
+            Some(Ok(merged)) => PyValue::new(merged),
+            _ => own,
+        }
+    })
 }
 
 /// `text` as Python's `repr` would show a `str | None`, for `__repr__` methods.

@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{
-    cancel_wait_timeout_message, ResumeWatch, Resumption, SubagentTaskSnapshot, TaskFailure,
-    TaskFilter, TaskStart, TrackerConfig,
+    cancel_wait_timeout_message, RecordedEvent, ResumeWatch, Resumption, SubagentTaskSnapshot,
+    TaskFailure, TaskFilter, TaskStart, TrackerConfig,
 };
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
@@ -300,6 +300,26 @@ impl SessionCalls {
                 }
             },
             |py, cancelled| object(py, cancelled.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn record_event<'py>(
+        &self,
+        py: Python<'py>,
+        event: Option<RecordedEvent<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                match event {
+                    Some(event) => session.record_event(event).await,
+                    // A kind the session ignores: nothing to ask Redis.
+                    None => Ok(false),
+                }
+            },
+            |py, changed| object(py, changed.map_err(|error| redis_error(py, error))?),
         )
     }
 

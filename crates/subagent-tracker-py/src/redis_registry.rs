@@ -17,6 +17,7 @@ use crate::arguments::{
 };
 use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
+use crate::event_arguments::recorded_event;
 use crate::filter_arguments::FilterArguments;
 use crate::package_imports::spawn_function;
 use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
@@ -338,6 +339,17 @@ impl RedisSession {
     ) -> PyResult<Bound<'py, PyAny>> {
         let reason = arguments::optional_string(reason, "reason")?;
         self.calls.cancel_task(py, task_id, reason, before_start)
+    }
+
+    /// Records one event of another runtime's stream, as `Session.record_event` does; a task it starts names no
+    /// worker process, so its end comes as an event, from any process.
+    fn record_event<'py>(
+        &self,
+        py: Python<'py>,
+        event: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.calls
+            .record_event(py, recorded_event::<String>(event)?)
     }
 
     /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (JSON-serialisable)

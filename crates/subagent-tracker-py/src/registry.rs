@@ -11,7 +11,7 @@ use crate::arguments::{
 };
 use crate::errors::tracker_error;
 use crate::package_imports::session_class;
-use crate::python_types::PyValue;
+use crate::python_types::{metadata_merge, PyValue};
 use crate::session::SessionState;
 
 /// The live sessions of this process, by id.
@@ -35,7 +35,7 @@ impl Registry {
     #[new]
     fn new() -> Registry {
         Registry {
-            registry: InMemoryRegistry::new(),
+            registry: InMemoryRegistry::with_metadata_merge(metadata_merge()),
         }
     }
 

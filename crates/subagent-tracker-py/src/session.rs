@@ -15,10 +15,11 @@ use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
 use crate::cancel_handlers::CancelHandlers;
 use crate::errors::tracker_error;
+use crate::event_arguments::recorded_event;
 use crate::events::EventSubscription;
 use crate::filter_arguments::{holds, FilterArguments};
 use crate::handle::SubagentTaskHandle;
-use crate::python_types::{python_repr, PyValue};
+use crate::python_types::{metadata_merge, python_repr, PyValue};
 use crate::snapshot::SubagentTask;
 use crate::start_arguments::StartArguments;
 use crate::task_watch::TaskWatch;
@@ -81,12 +82,10 @@ impl Session {
             early_cancel_ttl,
             progress_log_size,
         )?;
-        Ok(Session {
-            tracker: InMemorySubagentTaskTracker::with_config(
-                session_id.as_ref().map(|id| &*id.0),
-                config,
-            ),
-        })
+        let tracker =
+            InMemorySubagentTaskTracker::with_config(session_id.as_ref().map(|id| &*id.0), config);
+        tracker.set_metadata_merge(metadata_merge());
+        Ok(Session { tracker })
     }
 
     /// The session's id.
@@ -266,6 +265,18 @@ impl Session {
                 self.tracker.cancel(&task_id.0, reason.as_deref())
             }
         })
+    }
+
+    /// Records one event of another runtime's stream (a mapping with `kind` and `task_id`): `"started"` (with
+    /// `parent_id`, `agent`, `description`, `metadata`), `"progress"` (`message`, `data`) or `"ended"`
+    /// (`success`, and `result` or `error`). True when it changed the session: a repeat, an event of a finished
+    /// task, or another kind changes nothing. An end seen before its start records the finished task.
+    fn record_event(&self, py: Python<'_>, event: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let Some(event) = recorded_event::<PyValue>(event)? else {
+            return Ok(false);
+        };
+        with_wake_batch(py, || self.tracker.record_event(event))?
+            .map_err(|error| tracker_error(py, error))
     }
 
     /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (what `handle.resumed()`

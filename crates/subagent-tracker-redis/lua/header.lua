@@ -5,7 +5,7 @@ the first transition out of a pending status wins across every process.
 Files. This header, then the rules the core states (`PENDING`: written from `SubagentStatus::is_pending` by
 `src/library.rs`, which assembles the library; the task groups' reasons), then the shared helpers of
 `lua/includes/` (each uses only those before it: clock, session, keys, tasks, session_state, events, retention,
-cascade, task_groups, open, liveness, register), then
+cascade, task_groups, metadata, open, liveness, register), then
 one file per server function in `lua/functions/`, named as the function without its `stv2_` prefix. Each function's
 file opens with its keys and arguments, `(keys; arguments)`, what it returns, and its Rust counterpart.
 

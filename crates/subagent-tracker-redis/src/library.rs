@@ -14,7 +14,7 @@ use subagent_tracker::SubagentStatus;
 pub(crate) const LIBRARY: &str = "subagent_tracker_v2";
 
 /// The shared helpers: each file uses only what the files before it define.
-const INCLUDES: [&str; 12] = [
+const INCLUDES: [&str; 13] = [
     include_str!("../lua/includes/clock.lua"),
     include_str!("../lua/includes/session.lua"),
     include_str!("../lua/includes/keys.lua"),
@@ -24,6 +24,7 @@ const INCLUDES: [&str; 12] = [
     include_str!("../lua/includes/retention.lua"),
     include_str!("../lua/includes/cascade.lua"),
     include_str!("../lua/includes/task_groups.lua"),
+    include_str!("../lua/includes/metadata.lua"),
     include_str!("../lua/includes/open.lua"),
     include_str!("../lua/includes/liveness.lua"),
     include_str!("../lua/includes/register.lua"),

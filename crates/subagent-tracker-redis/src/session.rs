@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    generate_id, validate_task_id, CancelCallback, ClaimProblem, SubagentEventKind, SubagentStatus,
-    SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter, TaskStart, TrackerError,
-    DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    generate_id, validate_task_id, CancelCallback, ClaimProblem, RecordedEvent, SubagentEventKind,
+    SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter, TaskStart,
+    TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
 use crate::mirrors::Mirror;
@@ -134,7 +134,7 @@ impl RedisSession {
         &self,
         start: TaskStart<String>,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
-        let (task_id, [run, status], links, call) = self.open(start, None).await?;
+        let (task_id, [run, status], links, call) = self.open(start, None, true).await?;
         let mut handle = self.hold(task_id, run, &status).await?;
         handle.keep_links(links);
         call.settle();
@@ -152,7 +152,7 @@ impl RedisSession {
         claim_timeout: Option<Duration>,
     ) -> Result<Arc<str>, RedisTrackerError> {
         // The links of a reservation stay until their token fires or ends: no handle here owns them.
-        let (task_id, _, _links, call) = self.open(start, Some(claim_timeout)).await?;
+        let (task_id, _, _links, call) = self.open(start, Some(claim_timeout), false).await?;
         call.settle();
         Ok(task_id)
     }
@@ -205,8 +205,9 @@ impl RedisSession {
         &self,
         start: TaskStart<String>,
         reservation: Option<Option<Duration>>,
+        runner_here: bool,
     ) -> Result<Opened, RedisTrackerError> {
-        let opening = self.opening(start, reservation)?;
+        let opening = self.opening(start, reservation, runner_here)?;
         let call = self.begin(&opening).await?;
         let mut args: Vec<&str> = vec![&self.incarnation];
         args.extend(opening.args.iter().map(String::as_str));
@@ -240,7 +241,7 @@ impl RedisSession {
     ) -> Result<(Vec<OpenedInBatch>, Vec<SessionCall>), RedisTrackerError> {
         let openings = batch
             .into_iter()
-            .map(|(start, reservation)| self.opening(start, reservation))
+            .map(|(start, reservation)| self.opening(start, reservation, reservation.is_none()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut named = std::collections::HashSet::with_capacity(openings.len());
         if let Some(repeated) = openings
@@ -301,11 +302,14 @@ impl RedisSession {
         Ok((opened, calls))
     }
 
-    /// A task to open, checked and put into the arguments `stv2_open` and `stv2_open_batch` take.
+    /// A task to open, checked and put into the arguments `stv2_open` and `stv2_open_batch` take. A start whose
+    /// runner is not here (`runner_here` false: an event-sourced start) names no worker process, so no reaper
+    /// ends it: its end comes by id.
     fn opening(
         &self,
         start: TaskStart<String>,
         reservation: Option<Option<Duration>>,
+        runner_here: bool,
     ) -> Result<Opening, RedisTrackerError> {
         let reserved = reservation.is_some();
         let parts = start.into_parts();
@@ -333,8 +337,19 @@ impl RedisSession {
             parts.description.as_deref().unwrap_or_default().to_owned(),
             parts.metadata.unwrap_or_default(),
             if parts.detached { "1" } else { "0" }.to_owned(),
-            if reserved { "1" } else { "0" }.to_owned(),
-            if reserved { "" } else { &*self.worker.process }.to_owned(),
+            // "2": a start recorded from an event, which never restarts a finished run of its id.
+            match (reserved, runner_here) {
+                (true, _) => "1",
+                (false, true) => "0",
+                (false, false) => "2",
+            }
+            .to_owned(),
+            if runner_here {
+                &*self.worker.process
+            } else {
+                ""
+            }
+            .to_owned(),
             deadline_ms,
             claim_timeout
                 .map(|timeout| timeout.as_millis().to_string())
@@ -653,6 +668,71 @@ impl RedisSession {
             )
             .await?;
         Ok(transitioned == 1)
+    }
+
+    /// Records one event of another runtime's stream, as the in-memory tracker does (contract §5, event-sourced
+    /// ingestion; see [`InMemorySubagentTaskTracker::record_event`](subagent_tracker::InMemorySubagentTaskTracker::record_event)),
+    /// and returns whether it changed the session. A task started by an event names no worker process: its
+    /// end comes as an event, from any process.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start) for a start the session refuses other than as a repeat;
+    /// [`RedisTrackerError::Unavailable`].
+    pub async fn record_event(
+        &self,
+        event: RecordedEvent<String>,
+    ) -> Result<bool, RedisTrackerError> {
+        match event {
+            RecordedEvent::Started(start) => {
+                let task_id = start
+                    .given_task_id()
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(generate_id()));
+                validate_task_id("task_id", &task_id)?;
+                self.open_without_runner(start.task_id(task_id)).await
+            }
+            RecordedEvent::Progress {
+                task_id,
+                message,
+                data,
+            } => {
+                validate_task_id("task_id", &task_id)?;
+                self.record_progress(&task_id, "", &message, data.as_deref())
+                    .await
+            }
+            RecordedEvent::Ended { task_id, outcome } => {
+                validate_task_id("task_id", &task_id)?;
+                match self.read(&task_id, None, true).await? {
+                    Some(task) if task.finished => return Ok(false),
+                    Some(_) => {}
+                    // An end whose start was never seen: the task is recorded started, then ended.
+                    None => {
+                        self.open_without_runner(TaskStart::new().task_id(task_id.clone()))
+                            .await?;
+                    }
+                }
+                match &outcome {
+                    Ok(result) => self.end(&task_id, Ok(result.as_deref())).await,
+                    Err(failure) => self.fail(&task_id, failure).await,
+                }
+            }
+        }
+    }
+
+    /// Opens a task run elsewhere: true when it opened, false when its id was retained already, live or finished
+    /// (a repeat: such a start never restarts a finished run).
+    async fn open_without_runner(
+        &self,
+        start: TaskStart<String>,
+    ) -> Result<bool, RedisTrackerError> {
+        match self.open(start, None, false).await {
+            Ok((_, _, _links, call)) => {
+                call.settle();
+                Ok(true)
+            }
+            Err(RedisTrackerError::Tracker(TrackerError::DuplicateTask { .. })) => Ok(false),
+            Err(error) => Err(error),
+        }
     }
 
     /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (JSON text) wherever it

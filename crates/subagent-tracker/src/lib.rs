@@ -99,6 +99,7 @@ pub use tracker::cancel_wait::{cancel_wait_timeout_message, CancelWait, WaitForH
 pub use tracker::config::TrackerConfig;
 pub use tracker::deadline_timer::{fork, pending_deadlines};
 pub use tracker::early_cancels::{DEFAULT_EARLY_CANCEL_TTL, MAX_EARLY_CANCELS};
+pub use tracker::engine::MetadataMerge;
 pub use tracker::entry::{kept_progress_message, Resumption, MAX_PROGRESS_MESSAGE_BYTES};
 pub use tracker::event_bus::{EventSubscription, SubscriptionCloser, DEFAULT_EVENT_BUFFER};
 pub use tracker::handle::{ResumeWatch, SubagentTaskHandle, DROPPED_HANDLE_ERROR};
@@ -106,6 +107,7 @@ pub use tracker::reasons::{
     claim_timeout_error, BATCH_REFUSED_REASON, CHILD_FAILED_REASON, CLAIM_TIMEOUT_ERROR,
     DEADLINE_REASON, DEFAULT_CANCEL_REASON, GROUP_ENDED_REASON,
 };
+pub use tracker::recorded_event::RecordedEvent;
 pub use tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use tracker::start::{TaskStart, TaskStartParts};
 pub use tracker::task_filter::TaskFilter;

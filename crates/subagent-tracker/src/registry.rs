@@ -9,7 +9,7 @@ use foldhash::fast::RandomState;
 
 use crate::sync::Mutex;
 use crate::task_id::validate_task_id;
-use crate::tracker::engine::SessionList;
+use crate::tracker::engine::{MetadataMerge, SessionList};
 use crate::{InMemorySubagentTaskTracker, TrackerConfig, TrackerError};
 
 /// The live sessions of one process, by id: the embedded default registry.
@@ -24,6 +24,8 @@ pub struct InMemoryRegistry<V = String> {
 
 struct RegistryShared<V> {
     sessions: Mutex<HashMap<Arc<str>, InMemorySubagentTaskTracker<V>, RandomState>>,
+    /// Set on every session the registry creates (see `InMemorySubagentTaskTracker::set_metadata_merge`).
+    metadata_merge: Option<MetadataMerge<V>>,
 }
 
 impl<V> Clone for InMemoryRegistry<V> {
@@ -41,6 +43,19 @@ impl<V: Clone + Send + Sync + 'static> InMemoryRegistry<V> {
         InMemoryRegistry {
             shared: Arc::new(RegistryShared {
                 sessions: Mutex::new(HashMap::with_hasher(RandomState::default())),
+                metadata_merge: None,
+            }),
+        }
+    }
+
+    /// An empty registry whose sessions merge a parent's metadata with a child's own with `merge` (see
+    /// [`InMemorySubagentTaskTracker::set_metadata_merge`]).
+    #[must_use]
+    pub fn with_metadata_merge(merge: MetadataMerge<V>) -> Self {
+        InMemoryRegistry {
+            shared: Arc::new(RegistryShared {
+                sessions: Mutex::new(HashMap::with_hasher(RandomState::default())),
+                metadata_merge: Some(merge),
             }),
         }
     }
@@ -65,6 +80,9 @@ impl<V: Clone + Send + Sync + 'static> InMemoryRegistry<V> {
         // Made outside the lock (it generates ids and allocates); a racing creator's copy is dropped unused.
         // It knows its registry before anyone can reach it, so a close always finds the registry to leave.
         let created = InMemorySubagentTaskTracker::with_config(session_id, config);
+        if let Some(merge) = &self.shared.metadata_merge {
+            created.set_metadata_merge(merge.clone());
+        }
         let listing: Arc<dyn SessionList> = self.shared.clone();
         let _ = created.shared().registry.set(Arc::downgrade(&listing));
         let session = self

@@ -6,7 +6,8 @@
 //! - [`pending_index`], [`retention`]: where a session keeps its pending tasks and its finished ones;
 //! - [`early_cancels`]: cancels recorded for tasks that have not started; [`task_filter`]: which pending tasks a
 //!   cancel by filter reaches;
-//! - [`finished_run`]: the compact record a finished run collapses into;
+//! - [`finished_run`]: the compact record a finished run collapses into; [`recorded_event`]: the events of a
+//!   runtime's stream that a session is fed by;
 //! - [`deadline_timer`]: the process's one timer thread for deadlines and claim timeouts;
 //! - [`event_bus`]: the session's lifecycle events;
 //! - [`entry`]: one task's record, its place in the tree, and the transitions that keep the status rules (lock
@@ -34,6 +35,7 @@ mod linked_task;
 mod opening;
 mod pending_index;
 pub(crate) mod reasons;
+pub(crate) mod recorded_event;
 pub(crate) mod retention;
 mod run;
 pub(crate) mod start;
@@ -47,11 +49,12 @@ use crate::task_id::{generate_id, validate_task_id};
 use crate::token::delivery::Delivery;
 use crate::tracker::cancel_wait::CancelWait;
 use crate::tracker::config::TrackerConfig;
-use crate::tracker::engine::TrackerShared;
+use crate::tracker::engine::{MetadataMerge, TrackerShared};
 use crate::tracker::entry::RunnerEnd;
 use crate::tracker::event_bus::EventSubscription;
 use crate::tracker::opening::Opening;
 use crate::tracker::reasons::cancel_reason;
+use crate::tracker::recorded_event::RecordedEvent;
 use crate::tracker::run::Run;
 use crate::tracker::task_filter::TaskFilter;
 use crate::{
@@ -110,6 +113,13 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         InMemorySubagentTaskTracker {
             shared: Arc::new(TrackerShared::new(session_id, config)),
         }
+    }
+
+    /// Sets how this session merges a parent's metadata with a child's own (contract §5, inherited metadata):
+    /// for values that are mappings, the parent's updated with the child's. Without it, a child that has
+    /// metadata of its own keeps it whole. False, changing nothing, if a merge was set before.
+    pub fn set_metadata_merge(&self, merge: MetadataMerge<V>) -> bool {
+        self.shared.metadata_merge.set(merge).is_ok()
     }
 
     /// The session's id.
@@ -393,6 +403,69 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             Err(error) => RunnerEnd::Failed(TaskFailure::new(error)),
         };
         self.shared.end(&entry, end, Delivery::deliver) == Some(true)
+    }
+
+    /// Records one event of another runtime's stream (contract §5, event-sourced ingestion), and returns whether
+    /// it changed the session. Events may come late, early or twice:
+    /// - `Started` starts the task with no runner here (its end comes as an event); a task this session already
+    ///   retains, live or finished, is a repeat and changes nothing;
+    /// - `Progress` records a report on the unfinished task, as its runner would;
+    /// - `Ended` ends the task as [`end`](Self::end) and [`fail`](Self::fail) do (the first end wins); an end
+    ///   whose start was never seen records the task as started and ended at once.
+    ///
+    /// # Errors
+    /// As [`start`](Self::start), for a `Started` event (or an early `Ended` one) the session refuses for a
+    /// reason other than a repeat: an invalid id, an unknown or finished parent, a closed session.
+    pub fn record_event(&self, event: RecordedEvent<V>) -> Result<bool, TrackerError> {
+        match event {
+            RecordedEvent::Started(start) => {
+                let task_id = start.task_id.clone();
+                if task_id
+                    .as_deref()
+                    .is_some_and(|task_id| self.shared.lookup(task_id).is_some())
+                {
+                    return Ok(false);
+                }
+                match self.shared.open(start, Opening::Start) {
+                    Ok(_) => Ok(true),
+                    // A repeat that raced this one.
+                    Err(TrackerError::DuplicateTask { .. }) => Ok(false),
+                    Err(error) => Err(error),
+                }
+            }
+            RecordedEvent::Progress {
+                task_id,
+                message,
+                data,
+            } => Ok(self
+                .shared
+                .live_entry(&task_id)
+                .is_some_and(|entry| self.shared.record_progress(&entry, &message, data))),
+            RecordedEvent::Ended { task_id, outcome } => {
+                let end = match outcome {
+                    Ok(result) => RunnerEnd::Completed(result),
+                    Err(failure) => RunnerEnd::Failed(failure),
+                };
+                let entry = match self.shared.lookup(&task_id) {
+                    Some(Run::Live(entry)) => entry,
+                    Some(Run::Finished(_)) => return Ok(false),
+                    None => match self
+                        .shared
+                        .open(TaskStart::new().task_id(&*task_id), Opening::Recorded)
+                    {
+                        Ok(entry) => entry,
+                        Err(TrackerError::DuplicateTask { .. }) => {
+                            match self.shared.live_entry(&task_id) {
+                                Some(entry) => entry,
+                                None => return Ok(false),
+                            }
+                        }
+                        Err(error) => return Err(error),
+                    },
+                };
+                Ok(self.shared.end(&entry, end, Delivery::deliver) == Some(true))
+            }
+        }
     }
 
     /// Records the failure of a task without its handle, with the failure's type and code if given: as

@@ -1,4 +1,5 @@
--- stv2_progress(session_key; inc, task_id, run, message, data): records a progress report on an unfinished run:
+-- stv2_progress(session_key; inc, task_id, run, message, data): records a progress report on an unfinished run (run
+-- "": the task's current run, for a report recorded by id):
 -- the latest message, the count, and the report in the task's progress log, which keeps the session's `log_size`
 -- latest (default DEFAULT_PROGRESS_LOG_SIZE, the core's) as fields "pl<number>". `data` is JSON text, or "" for
 -- none.
@@ -13,7 +14,7 @@ local function st_progress(keys, args)
   local base = base_of(keys[1])
   local key = task_key(base, args[2])
   local state = fields(key, 'run', 'fin', 'status', 'progress_count')
-  if state[1] ~= args[3] or state[2] == '1' then return 0 end
+  if not state[1] or (args[3] ~= '' and state[1] ~= args[3]) or state[2] == '1' then return 0 end
   touch(keys[1])
   local at = now()
   local count = (tonumber(state[4]) or 0) + 1

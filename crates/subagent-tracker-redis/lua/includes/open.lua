@@ -8,16 +8,19 @@ local function open_task(session_key, base, a, first, deadline_reason)
   local task_id, parent_id, agent, description, metadata = a[first], a[first + 1], a[first + 2], a[first + 3],
     a[first + 4]
   local detached, reserved = a[first + 5] == '1', a[first + 6] == '1'
+  -- "2": a start recorded from another runtime's event, for which any retained run of the id is a repeat.
+  local restarts = a[first + 6] ~= '2'
   local process, deadline = a[first + 7], a[first + 8]
   local claim_timeout_ms, claim_error = a[first + 9], a[first + 10]
   local structured = a[first + 11] == '1'
   local key = task_key(base, task_id)
   local old = fields(key, 'run', 'fin')
-  if old[1] and old[2] ~= '1' then return nil, 'DUPLICATE' end
+  if old[1] and (old[2] ~= '1' or not restarts) then return nil, 'DUPLICATE' end
   local inherited = nil
   local parent_run = nil
   if parent_id ~= '' then
-    local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'reason', 'origin', 'due_ms')
+    local parent = fields(task_key(base, parent_id), 'run', 'fin', 'status', 'reason', 'origin', 'due_ms',
+      'metadata')
     if not parent[1] then return nil, 'UNKNOWN_PARENT' end
     if parent[2] == '1' then return nil, 'PARENT_FINISHED' end
     parent_run = parent[1]
@@ -28,6 +31,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
       local bound = tonumber(parent[6])
       if deadline == '' or bound < tonumber(deadline) then deadline = parent[6] end
     end
+    if parent[7] and not detached then metadata = inherit_metadata(parent[7], metadata) end
   end
   -- A cancel recorded for this id before it started: used up by this start, which it cancels unless the parent's
   -- cancel came first.

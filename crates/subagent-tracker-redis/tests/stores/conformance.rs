@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use crate::common::{eventually, RedisCluster, RedisServer};
 use subagent_tracker::{
-    CancelCause, ClaimProblem, InMemorySubagentTaskTracker, Resumption, SubagentStatus,
-    SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter,
-    TaskStart, TrackerConfig, TrackerError,
+    CancelCause, ClaimProblem, InMemorySubagentTaskTracker, RecordedEvent, Resumption,
+    SubagentStatus, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure,
+    TaskFilter, TaskStart, TrackerConfig, TrackerError,
 };
 use subagent_tracker_redis::{RedisRegistry, RedisSession, RedisTaskHandle, RedisTrackerError};
 
@@ -134,6 +134,13 @@ impl Store {
         tokio::time::timeout(Duration::from_secs(10), waited)
             .await
             .expect("the cancel's work ended")
+    }
+
+    async fn record_event(&self, event: RecordedEvent<String>) -> bool {
+        match self {
+            Store::Memory(tracker) => tracker.record_event(event).unwrap(),
+            Store::Redis { session, .. } => session.record_event(event).await.unwrap(),
+        }
     }
 
     async fn resume(&self, task_id: &str, value: Option<&str>) -> bool {
@@ -363,6 +370,52 @@ on_every_store! {
     a_token_by_id_fires_with_its_task_and_never_for_an_end(1000);
     a_paused_task_is_resumed_with_a_value_or_ended_by_a_cancel(1000);
     a_cancel_that_waits_ends_after_the_runner_and_the_handlers_of_the_subtree(1000);
+    events_of_another_runtime_start_report_and_end_tasks_once(1000);
+}
+
+async fn events_of_another_runtime_start_report_and_end_tasks_once(store: Store) {
+    let started = || RecordedEvent::Started(TaskStart::new().task_id("a").agent("coder"));
+    let ended = |task_id: &str, outcome| RecordedEvent::Ended {
+        task_id: Arc::from(task_id),
+        outcome,
+    };
+    assert!(store.record_event(started()).await);
+    assert!(!store.record_event(started()).await, "a repeat");
+    let progress = RecordedEvent::Progress {
+        task_id: Arc::from("a"),
+        message: Arc::from("half way"),
+        data: Some("{\"n\":1}".to_owned()),
+    };
+    assert!(store.record_event(progress).await);
+    assert!(
+        store
+            .record_event(ended("a", Ok(Some("1".to_owned()))))
+            .await
+    );
+    assert!(
+        !store.record_event(ended("a", Ok(None))).await,
+        "the first end wins"
+    );
+    assert!(
+        !store.record_event(started()).await,
+        "a late start never restarts a finished task"
+    );
+    let task = store.get("a").await.unwrap();
+    assert_eq!(
+        (task.status, task.progress.as_deref()),
+        (SubagentStatus::Completed, Some("half way"))
+    );
+    assert!(
+        store
+            .record_event(ended("b", Err(TaskFailure::new("boom"))))
+            .await
+    );
+    let early = store.get("b").await.unwrap();
+    assert_eq!(
+        (early.status, early.finished),
+        (SubagentStatus::Failed, true)
+    );
+    assert_eq!(early.error.as_deref(), Some("boom"));
 }
 
 /// A cancel handler whose work goes on for `work` after it runs, in a thread of its own.

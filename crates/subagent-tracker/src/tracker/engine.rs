@@ -64,7 +64,14 @@ pub(crate) struct TrackerShared<V> {
     pub(crate) registry: OnceLock<Weak<dyn SessionList>>,
     /// Cancels recorded for tasks that have not started.
     pub(super) early_cancels: EarlyCancels,
+    /// How a child's metadata inherits its parent's (contract §5, inherited metadata), when the store's values
+    /// can be merged; without it a child keeps its own metadata, and takes its parent's when it has none.
+    pub(crate) metadata_merge: OnceLock<MetadataMerge<V>>,
 }
+
+/// How a store merges a parent's metadata with a child's own: the parent's, updated with the child's (each key
+/// of the child's replacing the parent's), for values that are mappings.
+pub type MetadataMerge<V> = Arc<dyn Fn(&V, V) -> V + Send + Sync>;
 
 impl<V> TrackerShared<V> {
     pub(super) fn new(session_id: Arc<str>, config: TrackerConfig) -> TrackerShared<V> {
@@ -79,6 +86,7 @@ impl<V> TrackerShared<V> {
             bus: Arc::new(EventBus::new()),
             registry: OnceLock::new(),
             early_cancels: EarlyCancels::new(),
+            metadata_merge: OnceLock::new(),
         }
     }
 
@@ -145,18 +153,20 @@ impl<V: Clone> TrackerShared<V> {
         });
     }
 
-    /// Indexes a new entry, unless its id is live. Runs under the new entry's record lock when `open` takes
+    /// Indexes a new entry, unless its id is live (or retained at all, when it `restarts` no finished run).
+    /// Runs under the new entry's record lock when `open` takes
     /// it (not for a parentless start that nobody listens to). A finished run it replaces goes to `replaced`,
     /// for the caller to drop once no lock is held: an eviction may have let go of every other reference.
     pub(super) fn make_visible(
         &self,
         entry: &Arc<TaskEntry<V>>,
         starts_cancelled: bool,
+        restarts: bool,
         replaced: &mut Vec<Run<V>>,
     ) -> Result<(), OpenRefusal> {
         loop {
             match self.tasks.entry(entry.task_id.clone()) {
-                Entry::Occupied(occupied) if !occupied.get().run.is_finished() => {
+                Entry::Occupied(occupied) if !restarts || !occupied.get().run.is_finished() => {
                     return Err(OpenRefusal::DuplicateTask)
                 }
                 // A finished run of this id stops counting against the retention bound before it is replaced,

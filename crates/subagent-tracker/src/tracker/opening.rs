@@ -32,6 +32,9 @@ pub(super) enum Opening {
     Start,
     /// Queued for a runner to claim, failing if none has within `claim_timeout`.
     Reserve { claim_timeout: Option<Duration> },
+    /// Started by another runtime's event (contract §5, event-sourced ingestion): as `Start`, but an id the
+    /// session retains, even finished, is a repeat, never a restart.
+    Recorded,
 }
 
 impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
@@ -155,6 +158,27 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         Ok(opened.into_iter().map(|(entry, _)| entry).collect())
     }
 
+    /// A child's metadata (contract §5, inherited metadata): a child started in its parent's reach starts with
+    /// its parent's metadata, updated with its own; a detached child, or a root, keeps its own.
+    fn inherited_metadata(
+        &self,
+        parent: Option<&Arc<TaskEntry<V>>>,
+        detached: bool,
+        own: Option<V>,
+    ) -> Option<V> {
+        let Some(inherited) = parent
+            .filter(|_| !detached)
+            .and_then(|parent| parent.metadata.as_ref())
+        else {
+            return own;
+        };
+        match (own, self.metadata_merge.get()) {
+            (None, _) => Some(inherited.clone()),
+            (Some(own), Some(merge)) => Some(merge(inherited, own)),
+            (Some(own), None) => Some(own),
+        }
+    }
+
     /// Makes a new task live in the session (the common part of `start` and `reserve`).
     pub(super) fn open(
         self: &Arc<Self>,
@@ -198,6 +222,8 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
             (Some(own), Some(inherited)) => Some(own.earlier(inherited)),
             (own, inherited) => own.or(inherited),
         };
+        // Merged before any lock is taken: a store's merge may run foreign code.
+        let metadata = self.inherited_metadata(parent.as_ref(), start.detached, start.metadata);
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
         // Built inside the allocation (`new_cyclic` allocates first), not on the stack and then copied: the
         // copy of this large struct was a measurable share of a lifecycle.
@@ -208,7 +234,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 parent.clone(),
                 start.agent,
                 start.description,
-                start.metadata,
+                metadata,
                 deadline,
                 [
                     start.detached,
@@ -234,7 +260,10 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         let opened = entry.open(
             parent.as_ref(),
             early,
-            |starts_cancelled| self.make_visible(&entry, starts_cancelled, &mut replaced),
+            |starts_cancelled| {
+                let restarts = !matches!(opening, Opening::Recorded);
+                self.make_visible(&entry, starts_cancelled, restarts, &mut replaced)
+            },
             &self.bus,
             &mut delivery,
         );

@@ -88,6 +88,12 @@ impl<V> TaskStart<V> {
         Self::default()
     }
 
+    /// The task id given to [`task_id`](Self::task_id), if any (a start without one gets a generated id).
+    #[must_use]
+    pub fn given_task_id(&self) -> Option<&Arc<str>> {
+        self.task_id.as_ref()
+    }
+
     /// Sets the task id. Without it the tracker generates a unique one.
     #[must_use]
     pub fn task_id(mut self, task_id: impl Into<Arc<str>>) -> Self {
