@@ -179,6 +179,12 @@ class AwaitableSession:
     ) -> bool:
         return self.session.cancel_subagent_task(task_id, reason, before_start=before_start)
 
+    async def export_snapshots(self) -> list[dict[str, Any]]:
+        return self.session.export_snapshots()
+
+    async def restore_snapshots(self, snapshots: Iterable[Mapping[str, Any]]) -> int:
+        return self.session.restore_snapshots(snapshots)
+
     async def record_event(self, event: Mapping[str, Any]) -> bool:
         return self.session.record_event(event)
 

@@ -17,6 +17,7 @@ from subagent_tracker._native import (
     _quoted,  # how every message quotes an id: the core's rule
 )
 from subagent_tracker._native import Session as _NativeSession
+from subagent_tracker._snapshots import snapshot_record
 
 if TYPE_CHECKING:
     from subagent_tracker._native import (
@@ -201,6 +202,11 @@ class Session(_NativeSession):
                 raise TimeoutError(message) from None
             # Done as the time ran out.
         return watch.snapshot()
+
+    def export_snapshots(self) -> list[dict[str, Any]]:
+        """The session's tasks, in start order, as records of JSON's types (as far as their metadata and
+        results are), which ``restore_snapshots`` takes back: in another session, process or store."""
+        return [snapshot_record(task) for task in self.subagent_tasks()]
 
     # The same function serves `RedisSession.spawn_subagent_task`.
     spawn_subagent_task = _spawn_subagent_task

@@ -139,7 +139,7 @@ pub(crate) fn tracker_config(
 
 /// A number (an `int` or a `float`, not a `bool`) as an `f64`; an `int` too large for a float is infinite,
 /// which every seconds rule refuses with its own message.
-fn number(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64> {
+pub(crate) fn number(value: &Bound<'_, PyAny>, name: &str, expected: &str) -> PyResult<f64> {
     let is_number = (value.is_instance_of::<PyInt>() && !value.is_instance_of::<PyBool>())
         || value.is_instance_of::<PyFloat>();
     if !is_number {

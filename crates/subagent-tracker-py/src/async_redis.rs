@@ -23,13 +23,14 @@ use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
 use crate::event_arguments::recorded_event;
 use crate::filter_arguments::FilterArguments;
-use crate::package_imports::pause_function;
+use crate::package_imports::{pause_function, snapshots_function};
 use crate::ready::Ready;
 use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
 use crate::redis_handle::handle_repr;
 use crate::redis_registry::{connect_options, session_hash, spawn, BLOCKING};
 use crate::runner_exit::runner_exit;
 use crate::runtime::MadeIn;
+use crate::snapshot_arguments::restored_snapshots;
 use crate::start_arguments::StartArguments;
 use crate::token::{CancellationToken, Tokens};
 
@@ -328,6 +329,23 @@ impl AsyncRedisSession {
     ) -> PyResult<Bound<'py, PyAny>> {
         let reason = arguments::optional_string(reason, "reason")?;
         self.calls.cancel_task(py, task_id, reason, before_start)
+    }
+
+    /// Fills the session with the tasks `export_snapshots()` exported, as `Session.restore_snapshots` does, in
+    /// one call to Redis.
+    fn restore_snapshots<'py>(
+        &self,
+        py: Python<'py>,
+        snapshots: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session_id: std::sync::Arc<str> = std::sync::Arc::from(self.calls.session_id());
+        self.calls
+            .restore(py, restored_snapshots::<String>(snapshots, &session_id)?)
+    }
+
+    /// The session's tasks as JSON-serialisable mappings, in start order, for `restore_snapshots`.
+    fn export_snapshots<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        snapshots_function(slf.py(), "export_snapshots_async")?.call1((slf,))
     }
 
     /// Records one event of another runtime's stream, as `Session.record_event` does; a task it starts names no

@@ -33,6 +33,7 @@ mod runner_exit;
 mod runtime;
 mod session;
 mod snapshot;
+mod snapshot_arguments;
 mod start_arguments;
 mod task_watch;
 mod token;
@@ -118,6 +119,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         subagent_tracker_redis::ORPHANED_RUN_ERROR,
     )?;
     module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
+    module.add(
+        "RESTORED_WITHOUT_RUNNER_ERROR",
+        subagent_tracker::RESTORED_WITHOUT_RUNNER_ERROR,
+    )?;
     module.add("_EVENT_STREAM_BUSY", errors::EVENT_STREAM_BUSY)?;
     module.add(
         "DROPPED_HANDLE_ERROR",

@@ -303,6 +303,20 @@ impl SessionCalls {
         )
     }
 
+    pub(crate) fn restore<'py>(
+        &self,
+        py: Python<'py>,
+        snapshots: Vec<SubagentTaskSnapshot<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.restore(snapshots).await },
+            |py, restored| object(py, restored.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
     pub(crate) fn record_event<'py>(
         &self,
         py: Python<'py>,

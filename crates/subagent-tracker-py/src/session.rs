@@ -21,6 +21,7 @@ use crate::filter_arguments::{holds, FilterArguments};
 use crate::handle::SubagentTaskHandle;
 use crate::python_types::{metadata_merge, python_repr, PyValue};
 use crate::snapshot::SubagentTask;
+use crate::snapshot_arguments::restored_snapshots;
 use crate::start_arguments::StartArguments;
 use crate::task_watch::TaskWatch;
 use crate::token::{CancellationToken, Tokens};
@@ -265,6 +266,16 @@ impl Session {
                 self.tracker.cancel(&task_id.0, reason.as_deref())
             }
         })
+    }
+
+    /// Fills the session with the tasks `export_snapshots()` exported from another, in order, and returns how
+    /// many it restored: finished tasks as they were, pending ones failed (no runner came back with them).
+    /// Refuses, restoring nothing, a list that repeats an id or names one this session retains.
+    fn restore_snapshots(&self, py: Python<'_>, snapshots: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let snapshots = restored_snapshots::<PyValue>(snapshots, self.tracker.session_id())?;
+        self.tracker
+            .restore(snapshots)
+            .map_err(|error| tracker_error(py, error))
     }
 
     /// Records one event of another runtime's stream (a mapping with `kind` and `task_id`): `"started"` (with

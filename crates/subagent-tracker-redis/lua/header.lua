@@ -23,6 +23,7 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_escalate                 RedisTaskHandle::record_escalation
     stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending
     stv2_handling                 RedisSession::cancel_and_wait
+    stv2_restore                  RedisSession::restore
     stv2_handled                  the worker's report that a cancel's handlers are done (Worker::report_handled)
     stv2_forget_finished          RedisSession::forget_finished
     stv2_session                  RedisRegistry::get_session, sessions; RedisSession::is_closed

@@ -31,7 +31,7 @@ const INCLUDES: [&str; 13] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 34] = [
+const FUNCTIONS: [&str; 35] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
@@ -58,6 +58,7 @@ const FUNCTIONS: [&str; 34] = [
     include_str!("../lua/functions/pause.lua"),
     include_str!("../lua/functions/progress.lua"),
     include_str!("../lua/functions/reap.lua"),
+    include_str!("../lua/functions/restore.lua"),
     include_str!("../lua/functions/resume.lua"),
     include_str!("../lua/functions/retime.lua"),
     include_str!("../lua/functions/schedule.lua"),

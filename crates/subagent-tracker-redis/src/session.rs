@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    generate_id, validate_task_id, CancelCallback, ClaimProblem, RecordedEvent, SubagentEventKind,
-    SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure, TaskFilter, TaskStart,
-    TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    generate_id, restored_snapshot, validate_task_id, CancelCallback, ClaimProblem, RecordedEvent,
+    SubagentEventKind, SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure,
+    TaskFilter, TaskStart, TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
 use crate::mirrors::Mirror;
@@ -264,7 +264,11 @@ impl RedisSession {
         let reply: Vec<String> = match self.call("open_batch", &args).await {
             Ok(reply) => reply,
             Err(error) => {
-                let error = self.batch_refusal(error, &openings);
+                let error = self.batch_refusal(error, |index| {
+                    openings
+                        .get(index)
+                        .map(|opening| (&opening.task_id, opening.parent_id.as_deref()))
+                });
                 if matches!(error, RedisTrackerError::Tracker(_)) {
                     calls.into_iter().for_each(SessionCall::settle);
                 }
@@ -668,6 +672,40 @@ impl RedisSession {
             )
             .await?;
         Ok(transitioned == 1)
+    }
+
+    /// Fills the session with tasks exported from another, in the order given, as the in-memory tracker does
+    /// (contract §6, export and restore; the same rule, [`restored_snapshot`]), in one call; returns how many it
+    /// restored. A restored task names its old worker, but no process runs it.
+    ///
+    /// # Errors
+    /// Nothing is restored when a snapshot's id is invalid, repeated in the list
+    /// ([`TrackerError::DuplicateInBatch`]) or retained by the session ([`TrackerError::DuplicateTask`]), or the
+    /// session is closed; [`RedisTrackerError::Unavailable`].
+    pub async fn restore(
+        &self,
+        snapshots: Vec<SubagentTaskSnapshot<String>>,
+    ) -> Result<usize, RedisTrackerError> {
+        for snapshot in &snapshots {
+            validate_task_id("task_id", &snapshot.task_id)?;
+        }
+        let now = std::time::SystemTime::now();
+        let mut args: Vec<String> = vec![self.incarnation.to_string()];
+        for snapshot in &snapshots {
+            let fields = store::finished_task_fields(&restored_snapshot(snapshot.clone(), now));
+            args.push(snapshot.task_id.to_string());
+            args.push((fields.len() / 2).to_string());
+            args.extend(fields);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match self.call::<usize>("restore", &args).await {
+            Ok(restored) => Ok(restored),
+            Err(error) => Err(self.batch_refusal(error, |index| {
+                snapshots
+                    .get(index)
+                    .map(|snapshot| (&snapshot.task_id, None))
+            })),
+        }
     }
 
     /// Records one event of another runtime's stream, as the in-memory tracker does (contract §5, event-sourced
@@ -1100,16 +1138,20 @@ impl RedisSession {
 
     /// The contract's refusal that `stv2_open_batch`'s error reply `<CODE> <index>` stands for, naming the
     /// task it refused.
-    fn batch_refusal(&self, error: RedisTrackerError, openings: &[Opening]) -> RedisTrackerError {
+    fn batch_refusal<'a>(
+        &self,
+        error: RedisTrackerError,
+        task_at: impl Fn(usize) -> Option<(&'a Arc<str>, Option<&'a str>)>,
+    ) -> RedisTrackerError {
         let refused = match &error {
             RedisTrackerError::ServerError { source } => source
                 .detail()
                 .and_then(|detail| detail.rsplit(' ').next())
                 .and_then(|index| index.parse::<usize>().ok())
-                .and_then(|index| openings.get(index)),
+                .and_then(task_at),
             _ => None,
         };
-        let Some(opening) = refused else {
+        let Some((task_id, parent_id)) = refused else {
             return self.refusal(error, "", None);
         };
         let is_repeat = matches!(&error, RedisTrackerError::ServerError { source }
@@ -1117,11 +1159,11 @@ impl RedisSession {
                 || source.detail().is_some_and(|detail| detail.starts_with("DUPLICATE_IN_BATCH")));
         if is_repeat {
             return TrackerError::DuplicateInBatch {
-                task_id: opening.task_id.clone(),
+                task_id: task_id.clone(),
             }
             .into();
         }
-        self.refusal(error, &opening.task_id, opening.parent_id.as_deref())
+        self.refusal(error, task_id, parent_id)
     }
 
     /// The contract's refusal that a function's error reply stands for, or the error as it was.

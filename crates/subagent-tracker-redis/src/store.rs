@@ -424,6 +424,92 @@ impl TaskFields {
     }
 }
 
+/// The fields of a task's hash that a finished `snapshot` is read back from ([`TaskFields::snapshot`] in
+/// reverse), as flat field and value pairs: what `stv2_restore` writes beside the id, the run and `fin`.
+pub(crate) fn finished_task_fields(snapshot: &SubagentTaskSnapshot<String>) -> Vec<String> {
+    let mut fields: Vec<(&str, String)> = vec![
+        ("status", snapshot.status.as_str().to_owned()),
+        ("started_at", clock_text(snapshot.started_at)),
+    ];
+    let texts = [
+        ("parent", snapshot.parent_id.as_deref()),
+        ("agent", snapshot.agent.as_deref()),
+        ("description", snapshot.description.as_deref()),
+        ("metadata", snapshot.metadata.as_deref()),
+        ("worker", snapshot.worker.as_deref()),
+        ("reason", snapshot.cancel_reason.as_deref()),
+        ("origin", snapshot.cancel_origin.as_deref()),
+        ("cause", snapshot.cancel_cause.map(CancelCause::as_str)),
+        ("progress", snapshot.progress.as_deref()),
+        ("result", snapshot.result.as_deref()),
+        ("error", snapshot.error.as_deref()),
+        ("error_type", snapshot.error_type.as_deref()),
+        ("error_code", snapshot.error_code.as_deref()),
+        ("pause_reason", snapshot.pause_reason.as_deref()),
+    ];
+    fields.extend(
+        texts
+            .into_iter()
+            .filter_map(|(name, text)| Some((name, text?.to_owned()))),
+    );
+    let times = [
+        ("ended_at", snapshot.ended_at),
+        ("claimed_at", snapshot.claimed_at),
+        ("cancelled_at", snapshot.cancelled_at),
+    ];
+    fields.extend(
+        times
+            .into_iter()
+            .filter_map(|(name, time)| Some((name, clock_text(time?)))),
+    );
+    if let Some(deadline) = snapshot.deadline {
+        fields.push(("deadline", format!("{:.3}", epoch_seconds(deadline))));
+    }
+    for (name, set) in [
+        ("detached", snapshot.detached),
+        ("reserved", snapshot.queued_at.is_some()),
+        ("escalated", snapshot.escalated),
+    ] {
+        if set {
+            fields.push((name, "1".to_owned()));
+        }
+    }
+    if snapshot.progress_count > 0 {
+        fields.push(("progress_count", snapshot.progress_count.to_string()));
+    }
+    let first_logged = snapshot
+        .progress_count
+        .saturating_sub(snapshot.progress_log.len() as u64)
+        + 1;
+    let mut log = Vec::with_capacity(snapshot.progress_log.len());
+    for (number, entry) in (first_logged..).zip(&snapshot.progress_log) {
+        let data = entry.data.as_deref().unwrap_or_default();
+        log.push((
+            format!("pl{number}"),
+            format!(
+                "{}:{}:{}{data}",
+                clock_text(entry.at),
+                entry.message.len(),
+                entry.message
+            ),
+        ));
+    }
+    fields
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .chain(log)
+        .flat_map(|(name, value)| [name, value])
+        .collect()
+}
+
+/// `time` as the functions' clock writes it: seconds and microseconds since the epoch, `<s>.<6 digits>`.
+fn clock_text(time: SystemTime) -> String {
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("{}.{:06}", since.as_secs(), since.subsec_micros())
+}
+
 /// One progress report as its field holds it (see [`TaskFields::progress_log`]).
 fn progress_entry(field: &str) -> Option<ProgressEntry<String>> {
     let (at, rest) = field.split_once(':')?;

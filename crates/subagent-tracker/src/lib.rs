@@ -108,6 +108,7 @@ pub use tracker::reasons::{
     DEADLINE_REASON, DEFAULT_CANCEL_REASON, GROUP_ENDED_REASON,
 };
 pub use tracker::recorded_event::RecordedEvent;
+pub use tracker::restore::{restored_snapshot, RESTORED_WITHOUT_RUNNER_ERROR};
 pub use tracker::retention::DEFAULT_MAX_FINISHED_TASKS;
 pub use tracker::start::{TaskStart, TaskStartParts};
 pub use tracker::task_filter::TaskFilter;

@@ -6,7 +6,8 @@
 //! - [`pending_index`], [`retention`]: where a session keeps its pending tasks and its finished ones;
 //! - [`early_cancels`]: cancels recorded for tasks that have not started; [`task_filter`]: which pending tasks a
 //!   cancel by filter reaches;
-//! - [`finished_run`]: the compact record a finished run collapses into; [`recorded_event`]: the events of a
+//! - [`finished_run`]: the compact record a finished run collapses into, and [`restore`], which fills a session
+//!   with such records from exported snapshots; [`recorded_event`]: the events of a
 //!   runtime's stream that a session is fed by;
 //! - [`deadline_timer`]: the process's one timer thread for deadlines and claim timeouts;
 //! - [`event_bus`]: the session's lifecycle events;
@@ -36,6 +37,7 @@ mod opening;
 mod pending_index;
 pub(crate) mod reasons;
 pub(crate) mod recorded_event;
+pub(crate) mod restore;
 pub(crate) mod retention;
 mod run;
 pub(crate) mod start;
@@ -564,6 +566,20 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             // A task cancelled a moment ago may still be indexed; the snapshot tells.
             .filter(|snapshot| !snapshot.status.is_terminal())
             .collect()
+    }
+
+    /// Fills the session with tasks exported from another (contract §6, export and restore), in the order given,
+    /// and returns how many it restored. Each comes back finished: a finished task as it was; a task that was
+    /// pending `Failed` with [`RESTORED_WITHOUT_RUNNER_ERROR`](crate::RESTORED_WITHOUT_RUNNER_ERROR), never as
+    /// running without a runner; a cancelled one whose runner had yet to stop, finished. Each is a new run of its
+    /// id in this session, counted against `max_finished_tasks` as it is restored.
+    ///
+    /// # Errors
+    /// Nothing is restored when a snapshot's id is invalid, repeated in the list
+    /// ([`TrackerError::DuplicateInBatch`]) or retained by the session ([`TrackerError::DuplicateTask`]), or
+    /// the session is closed. A start that takes one of the ids while the restore runs wins over its snapshot.
+    pub fn restore(&self, snapshots: Vec<SubagentTaskSnapshot<V>>) -> Result<usize, TrackerError> {
+        self.shared.restore(snapshots)
     }
 
     /// How many tasks are retained (pending, cancelled-but-unfinished and finished).

@@ -136,6 +136,23 @@ impl Store {
             .expect("the cancel's work ended")
     }
 
+    async fn restore(
+        &self,
+        snapshots: Vec<SubagentTaskSnapshot<String>>,
+    ) -> Result<usize, TrackerError> {
+        match self {
+            Store::Memory(tracker) => tracker.restore(snapshots),
+            Store::Redis { session, .. } => session.restore(snapshots).await.map_err(refusal),
+        }
+    }
+
+    async fn tasks(&self) -> Vec<SubagentTaskSnapshot<String>> {
+        match self {
+            Store::Memory(tracker) => tracker.tasks(),
+            Store::Redis { session, .. } => session.tasks().await.unwrap(),
+        }
+    }
+
     async fn record_event(&self, event: RecordedEvent<String>) -> bool {
         match self {
             Store::Memory(tracker) => tracker.record_event(event).unwrap(),
@@ -371,6 +388,54 @@ on_every_store! {
     a_paused_task_is_resumed_with_a_value_or_ended_by_a_cancel(1000);
     a_cancel_that_waits_ends_after_the_runner_and_the_handlers_of_the_subtree(1000);
     events_of_another_runtime_start_report_and_end_tasks_once(1000);
+    a_restore_brings_finished_tasks_back_and_fails_pending_ones(1000);
+}
+
+async fn a_restore_brings_finished_tasks_back_and_fails_pending_ones(store: Store) {
+    let source: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let done = source
+        .start(
+            TaskStart::new()
+                .task_id("done")
+                .metadata("{\"user\":\"ana\"}".to_owned()),
+        )
+        .unwrap();
+    assert!(done.progress_with("half way", "{\"n\":1}".to_owned()));
+    assert!(done.complete(Some("42".to_owned())));
+    let running = source.start(TaskStart::new().task_id("running")).unwrap();
+    let exported = source.tasks();
+    assert_eq!(store.restore(exported.clone()).await.unwrap(), 2);
+    let restored = store.tasks().await;
+    assert_eq!(restored.len(), 2);
+    let (was_done, was_running) = (&restored[0], &restored[1]);
+    assert_eq!(
+        (
+            was_done.status,
+            &was_done.result,
+            &was_done.metadata,
+            was_done.progress_count
+        ),
+        (
+            SubagentStatus::Completed,
+            &exported[0].result,
+            &exported[0].metadata,
+            1
+        )
+    );
+    assert_eq!(was_done.progress_log[0].data.as_deref(), Some("{\"n\":1}"));
+    assert_eq!(
+        (was_running.status, was_running.finished),
+        (SubagentStatus::Failed, true)
+    );
+    assert_eq!(
+        was_running.error.as_deref(),
+        Some(subagent_tracker::RESTORED_WITHOUT_RUNNER_ERROR)
+    );
+    assert!(matches!(
+        store.restore(exported).await,
+        Err(TrackerError::DuplicateTask { .. })
+    ));
+    drop(running);
 }
 
 async fn events_of_another_runtime_start_report_and_end_tasks_once(store: Store) {

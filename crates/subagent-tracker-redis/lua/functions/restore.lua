@@ -1,0 +1,36 @@
+-- stv2_restore(session_key; inc, then per task: task_id, field_count, field, value, ...): fills the session with
+-- finished tasks exported from another (contract §6, export and restore), in order, each a new run counted against
+-- the bound as it is written; the fields are the task hash's own (`store.rs` writes them from the snapshot the core
+-- restored). Refuses, writing nothing, with an error reply `<CODE> <index>` (the 0-based index of the task):
+-- DUPLICATE_IN_BATCH for an id the list repeats, DUPLICATE for one the session retains; GONE and CLOSED as
+-- stv2_open. Returns how many it restored. Rust: RedisSession::restore.
+local function st_restore(keys, args)
+  local session_key = keys[1]
+  if not same_incarnation(args[1]) then return gone() end
+  if stored_closed then return redis.error_reply('CLOSED') end
+  local base = base_of(session_key)
+  local tasks = {}
+  local named = {}
+  local position = 2
+  while position <= #args do
+    local task_id, count = args[position], tonumber(args[position + 1])
+    local index = #tasks
+    if named[task_id] then return redis.error_reply('DUPLICATE_IN_BATCH ' .. index) end
+    if redis.call('EXISTS', task_key(base, task_id)) == 1 then return redis.error_reply('DUPLICATE ' .. index) end
+    named[task_id] = true
+    tasks[#tasks + 1] = { task_id = task_id, first = position + 2, last = position + 1 + 2 * count }
+    position = position + 2 + 2 * count
+  end
+  touch(session_key)
+  for _, task in ipairs(tasks) do
+    local run = digits(stored_seq + 1)
+    stored_seq = tonumber(run)
+    record_change(session_key, 'seq', run)
+    local key = task_key(base, task.task_id)
+    redis.call('HSET', key, 'id', task.task_id, 'run', run, 'fin', '1', unpack(args, task.first, task.last))
+    retain(base, session_key, task.task_id, run)
+  end
+  return #tasks
+end
+
+register('restore', session_function(st_restore))
