@@ -122,3 +122,33 @@ def test_redis_merges_any_json_objects_exactly_as_python_does(
 
 def _thaw(value: Any) -> Any:
     return dict(value) if hasattr(value, "keys") else list(value)
+
+
+def test_children_started_while_their_parent_is_cancelled_keep_the_merged_metadata(
+    session: BlockingSession,
+) -> None:
+    """Starts racing a cancel of their parent: each child is cancelled (reached by the cascade, or started
+    cancelled), and each holds the parent's metadata merged with its own either way."""
+    import threading
+
+    root = session.start_subagent_task("root", metadata={"user": "ana"})
+    start = threading.Barrier(2)
+    children: list[Any] = []
+
+    def start_children() -> None:
+        start.wait(timeout=5)
+        for index in range(20):
+            children.append(session.start_subagent_task(f"c{index}", parent_id="root", metadata={"n": index}))
+
+    starter = threading.Thread(target=start_children)
+    starter.start()
+    start.wait(timeout=5)
+    assert session.cancel_subagent_task("root", "stop")
+    starter.join(timeout=10)
+    for index, child in enumerate(children):
+        assert child.token.is_cancelled or child.token.wait(5)
+        assert _metadata(session, f"c{index}") == {"user": "ana", "n": index}
+        with child:
+            pass
+    with root:
+        pass

@@ -30,19 +30,9 @@ impl Worker {
     /// Compares `runs` with Redis and brings each mirror in line: a cancel, a resume or an end by id made there
     /// and missed here is applied, and the handlers of cancels are reported done.
     pub(crate) async fn reconcile(&self, runs: Vec<RunKey>) -> Result<(), RedisTrackerError> {
-        let mut by_session: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
-        for run in runs {
-            by_session
-                .entry(run.session_id.clone())
-                .or_default()
-                .push(run);
-        }
         let mut connection = self.connection.clone();
-        for (session_id, runs) in by_session {
-            let args: Vec<&str> = runs
-                .iter()
-                .flat_map(|run| [&*run.task_id, run.run.as_str()])
-                .collect();
+        for (session_id, runs) in by_session(runs) {
+            let args = run_arguments(&runs);
             let key = self.keys.session(&session_id);
             let statuses: Vec<Vec<String>> =
                 store::call(&mut connection, "status", &[&key], &args).await?;
@@ -154,22 +144,16 @@ impl Worker {
     /// one call per session. A report that fails is made again by a later reconcile, which finds the runs'
     /// marks still set.
     pub(super) async fn report_handled(&self, applied: Vec<(RunKey, Option<WaitForHandlers>)>) {
-        let mut by_session: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
+        let mut done = Vec::with_capacity(applied.len());
         for (run, handlers) in applied {
             if let Some(handlers) = handlers {
                 handlers.await;
             }
-            by_session
-                .entry(run.session_id.clone())
-                .or_default()
-                .push(run);
+            done.push(run);
         }
         let mut connection = self.connection.clone();
-        for (session_id, runs) in by_session {
-            let args: Vec<&str> = runs
-                .iter()
-                .flat_map(|run| [&*run.task_id, run.run.as_str()])
-                .collect();
+        for (session_id, runs) in by_session(done) {
+            let args = run_arguments(&runs);
             let key = self.keys.session(&session_id);
             let _: Result<i64, _> = store::call(&mut connection, "handled", &[&key], &args).await;
         }
@@ -206,6 +190,22 @@ impl Worker {
         let handlers = self.apply_cancel(&run, &notification.reason, cause, &notification.origin);
         Some((run, handlers))
     }
+}
+
+/// `runs` grouped by their session, for one call per session.
+fn by_session(runs: Vec<RunKey>) -> HashMap<Arc<str>, Vec<RunKey>> {
+    let mut grouped: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
+    for run in runs {
+        grouped.entry(run.session_id.clone()).or_default().push(run);
+    }
+    grouped
+}
+
+/// The arguments that name `runs` to a function: each run's task id, then its run.
+fn run_arguments(runs: &[RunKey]) -> Vec<&str> {
+    runs.iter()
+        .flat_map(|run| [&*run.task_id, run.run.as_str()])
+        .collect()
 }
 
 /// The cause a notification of a resume carries in a cancel's place (`stv2_resume`).

@@ -74,17 +74,36 @@ struct SignalState {
     next_registration: u64,
     cancel_waiters: Vec<(u64, Waker)>,
     finish_waiters: Vec<(u64, Waker)>,
-    /// Woken when a paused signal leaves `Paused`: a resume, a cancel or an end.
-    resume_waiters: Vec<(u64, Waker)>,
     callbacks: Vec<(u64, Callback)>,
-    /// The count of this signal's callbacks at work, made when the first one runs or a canceller asks.
-    handlers: Option<Arc<Handlers>>,
+    /// What few signals need (a pause's waiters, the count of cancel handlers at work), boxed apart so that
+    /// every other signal stays small.
+    rare: Option<Box<RareState>>,
     dependents: Vec<(u64, Weak<dyn Dependent>)>,
     /// This signal's registrations on the signals it depends on.
     sources: Vec<SourceLink>,
 }
 
+#[derive(Default)]
+struct RareState {
+    /// Woken when a paused signal leaves `Paused`: a resume, a cancel or an end.
+    resume_waiters: Vec<(u64, Waker)>,
+    /// The count of this signal's callbacks at work, made when the first one runs or a canceller asks.
+    handlers: Option<Arc<Handlers>>,
+}
+
 impl SignalState {
+    fn rare(&mut self) -> &mut RareState {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
+    /// The pause's waiters, taken out to be woken.
+    fn take_resume_waiters(&mut self) -> Vec<(u64, Waker)> {
+        self.rare
+            .as_mut()
+            .map(|rare| std::mem::take(&mut rare.resume_waiters))
+            .unwrap_or_default()
+    }
+
     fn next_registration(&mut self) -> u64 {
         self.next_registration += 1;
         self.next_registration
@@ -177,13 +196,13 @@ impl CancelSignal {
             delivery.cancel_bridge(token.clone());
         }
         delivery.wake_waiters(std::mem::take(&mut state.cancel_waiters));
-        delivery.wake_waiters(std::mem::take(&mut state.resume_waiters));
+        delivery.wake_waiters(state.take_resume_waiters());
         if finished != 0 {
             delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
         }
         let callbacks = std::mem::take(&mut state.callbacks);
         if !callbacks.is_empty() {
-            let handlers = state.handlers.get_or_insert_with(Arc::default);
+            let handlers = state.rare().handlers.get_or_insert_with(Arc::default);
             delivery.run(callbacks, handlers);
         }
         for (_, dependent) in state.dependents.drain(..) {
@@ -215,7 +234,7 @@ impl CancelSignal {
         };
         self.word.store(status as u8 | FINISHED, Ordering::Release);
         delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
-        delivery.wake_waiters(std::mem::take(&mut state.resume_waiters));
+        delivery.wake_waiters(state.take_resume_waiters());
         if status != SubagentStatus::Cancelled {
             // The token never fires now: what waited for it is released unrun.
             delivery.release(std::mem::take(&mut state.cancel_waiters));
@@ -258,7 +277,7 @@ impl CancelSignal {
         }
         self.word.store(to as u8, Ordering::Release);
         if let Some(delivery) = delivery {
-            delivery.wake_waiters(std::mem::take(&mut state.resume_waiters));
+            delivery.wake_waiters(state.take_resume_waiters());
         }
         true
     }
@@ -287,6 +306,7 @@ impl CancelSignal {
     pub(crate) fn handlers(&self) -> Arc<Handlers> {
         self.state
             .lock()
+            .rare()
             .handlers
             .get_or_insert_with(Arc::default)
             .clone()
@@ -435,8 +455,9 @@ impl CancelSignal {
                 return Poll::Ready(());
             }
             let state = &mut *state;
+            let rare = state.rare.get_or_insert_with(Box::default);
             register(
-                &mut state.resume_waiters,
+                &mut rare.resume_waiters,
                 &mut state.next_registration,
                 context.waker(),
                 key,
@@ -452,7 +473,10 @@ impl CancelSignal {
             let mut state = self.state.lock();
             take_waiter(&mut state.cancel_waiters, key)
                 .or_else(|| take_waiter(&mut state.finish_waiters, key))
-                .or_else(|| take_waiter(&mut state.resume_waiters, key))
+                .or_else(|| {
+                    let rare = state.rare.as_mut()?;
+                    take_waiter(&mut rare.resume_waiters, key)
+                })
         };
         drop(removed);
     }

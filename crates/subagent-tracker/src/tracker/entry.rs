@@ -80,10 +80,8 @@ struct TaskRecord<V> {
     progress_log: VecDeque<ProgressEntry<V>>,
     result: Option<V>,
     failure: Option<Arc<TaskFailure>>,
-    /// Why the runner paused the task; cleared by the resume.
-    pause_reason: Option<Arc<str>>,
-    /// What the latest resume handed the runner.
-    resume_value: Option<V>,
+    /// The task's pauses, once it has paused: boxed apart, so that a task that never pauses stays small.
+    pause: Option<Box<PauseRecord<V>>>,
     /// Running attached children by sequence; a child removes itself when it finishes.
     children: Option<HashMap<u64, Arc<TaskEntry<V>>>>,
     /// The ancestor that holds this task among its children (the nearest unfinished one when adopted). Kept
@@ -95,6 +93,20 @@ struct TaskRecord<V> {
     claimed_at: Option<SystemTime>,
     /// The scheduled end of an unclaimed reservation, removed from the timer at the claim or the end.
     claim_timeout_key: Option<DeadlineKey>,
+}
+
+/// What a task that paused keeps of its pauses.
+struct PauseRecord<V> {
+    /// Why the runner paused the task; cleared by the resume.
+    reason: Option<Arc<str>>,
+    /// What the latest resume handed the runner.
+    resume_value: Option<V>,
+}
+
+impl<V> TaskRecord<V> {
+    fn pause_reason(&self) -> Option<Arc<str>> {
+        self.pause.as_ref().and_then(|pause| pause.reason.clone())
+    }
 }
 
 /// What a cancel carries to every task it reaches.
@@ -215,8 +227,7 @@ impl<V> TaskEntry<V> {
                 progress_log: VecDeque::new(),
                 result: None,
                 failure: None,
-                pause_reason: None,
-                resume_value: None,
+                pause: None,
                 children: None,
                 // A detached child is not among its parent's children, so no cascade or adoption links them.
                 parent: if detached { None } else { parent },
@@ -520,7 +531,15 @@ impl<V> TaskEntry<V> {
         if !self.signal.pause() {
             return false;
         }
-        record.pause_reason = reason;
+        match &mut record.pause {
+            Some(pause) => pause.reason = reason,
+            None => {
+                record.pause = Some(Box::new(PauseRecord {
+                    reason,
+                    resume_value: None,
+                }));
+            }
+        }
         if bus.has_subscribers() {
             let event = self.event(SubagentEventKind::Paused, SystemTime::now(), &record);
             bus.publish(&event, delivery);
@@ -538,8 +557,14 @@ impl<V> TaskEntry<V> {
             drop(value);
             return false;
         }
-        record.pause_reason = None;
-        let replaced = std::mem::replace(&mut record.resume_value, value);
+        let pause = record.pause.get_or_insert_with(|| {
+            Box::new(PauseRecord {
+                reason: None,
+                resume_value: None,
+            })
+        });
+        pause.reason = None;
+        let replaced = std::mem::replace(&mut pause.resume_value, value);
         if bus.has_subscribers() {
             let event = self.event(SubagentEventKind::Resumed, SystemTime::now(), &record);
             bus.publish(&event, delivery);
@@ -647,7 +672,11 @@ impl<V> TaskEntry<V> {
             visit(metadata);
         }
         let record = self.record.lock();
-        for value in [&record.result, &record.resume_value].into_iter().flatten() {
+        let resume_value = record
+            .pause
+            .as_ref()
+            .and_then(|pause| pause.resume_value.as_ref());
+        for value in record.result.iter().chain(resume_value) {
             visit(value);
         }
         for data in record
@@ -674,7 +703,7 @@ impl<V> TaskEntry<V> {
                 SubagentEventKind::Cancelled | SubagentEventKind::Started => {
                     self.signal.cancel_reason()
                 }
-                SubagentEventKind::Paused => record.pause_reason.clone(),
+                SubagentEventKind::Paused => record.pause_reason(),
                 _ => None,
             },
             message: match kind {
@@ -716,7 +745,7 @@ impl<V: Clone> TaskEntry<V> {
                 metadata: self.metadata.clone(),
                 claimed_at: record.claimed_at,
                 cancel: self.signal.cancel_record(),
-                pause_reason: record.pause_reason.clone(),
+                pause_reason: record.pause_reason(),
                 deadline: self.deadline.map(|deadline| deadline.wall),
                 progress: record.progress.clone(),
                 progress_count: record.progress_count,
@@ -737,7 +766,12 @@ impl<V: Clone> TaskEntry<V> {
         match self.status() {
             SubagentStatus::Paused => Resumption::Paused,
             SubagentStatus::Cancelled => Resumption::Cancelled,
-            status if status.is_pending() => Resumption::Resumed(record.resume_value.clone()),
+            status if status.is_pending() => Resumption::Resumed(
+                record
+                    .pause
+                    .as_ref()
+                    .and_then(|pause| pause.resume_value.clone()),
+            ),
             _ => Resumption::Ended,
         }
     }
@@ -765,7 +799,7 @@ impl<V: Clone> TaskEntry<V> {
             cancel_reason: cancel.as_ref().map(|cancel| cancel.reason.clone()),
             cancel_origin: cancel.as_ref().map(|cancel| cancel.origin.clone()),
             cancel_cause: cancel.as_ref().map(|cancel| cancel.cause),
-            pause_reason: record.pause_reason.clone(),
+            pause_reason: record.pause_reason(),
             escalated: record.escalated,
             deadline: self.deadline.map(|deadline| deadline.wall),
             detached: self.detached,

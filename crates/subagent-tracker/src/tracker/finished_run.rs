@@ -95,6 +95,7 @@ pub(crate) struct FinishedFields<V> {
 }
 
 impl<V> FinishedRun<V> {
+    #[inline(always)]
     pub(crate) fn new(fields: FinishedFields<V>) -> FinishedRun<V> {
         FinishedRun {
             sequence: fields.sequence,

@@ -159,7 +159,9 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
     }
 
     /// A child's metadata (contract §5, inherited metadata): a child started in its parent's reach starts with
-    /// its parent's metadata, updated with its own; a detached child, or a root, keeps its own.
+    /// its parent's metadata, updated with its own; a detached child, or a root, keeps its own. (Out of line: it
+    /// kept `open`, the hottest path, from inlining what it calls.)
+    #[inline(never)]
     fn inherited_metadata(
         &self,
         parent: Option<&Arc<TaskEntry<V>>>,

@@ -40,6 +40,7 @@ impl<T: Indexed> PendingIndex<T> {
     }
 
     /// Indexes a pending task in its stripe.
+    #[inline]
     pub(crate) fn insert(&self, entry: &Arc<T>) {
         self.stripes[usize::from(entry.stripe())]
             .lock()

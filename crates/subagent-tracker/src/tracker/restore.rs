@@ -52,7 +52,15 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 .next_sequence
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let run = Arc::new(finished_run(sequence, restored_snapshot(snapshot, now)));
-            let Entry::Vacant(vacant) = self.tasks.entry(run.task_id.clone()) else {
+            // `try_entry`, not `entry`: a second caller of `entry` would keep the compiler from inlining it into
+            // `make_visible`, on every start's path. A shard's lock is held for a map operation only.
+            let entry = loop {
+                if let Some(entry) = self.tasks.try_entry(run.task_id.clone()) {
+                    break entry;
+                }
+                std::hint::spin_loop();
+            };
+            let Entry::Vacant(vacant) = entry else {
                 continue;
             };
             vacant.insert(RetainedRun {

@@ -63,6 +63,7 @@ impl<R: Retained> FinishedTasks<R> {
     /// does (the run itself when nothing is retained), first, then stale records dropped on the way. The caller
     /// drops them with no lock held: the last reference to a run may own foreign objects. A run already
     /// replaced is not recorded.
+    #[inline(always)]
     pub(crate) fn record(&self, run: &R) -> Released<R> {
         let mut released = Released::default();
         let mut window = self.queue.lock();
