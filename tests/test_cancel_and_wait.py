@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from redis_support import RedisServer, Worker
 
-from subagent_tracker import RedisRegistry, SubagentStatus, UnknownTaskError
+from subagent_tracker import RedisRegistry, Session, SubagentStatus, UnknownTaskError
 from subagent_tracker.integrations._support import BlockingSession
 
 
@@ -212,3 +212,26 @@ def test_the_handlers_of_a_runner_in_another_process_are_waited_for(
         assert runner.ask(op="cleanups_done", session=session_id, task="job") == 1
     finally:
         runner.stop()
+
+
+def test_an_async_handler_that_raises_is_logged_and_counts_as_finished(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    session = Session()
+    handle = session.start_subagent_task("a")
+
+    async def main() -> Any:
+        async def broken_cleanup() -> None:
+            await asyncio.sleep(0)
+            raise RuntimeError("cleanup failed")
+
+        handle.token.on_cancel(broken_cleanup)
+        runner = _stop_when_cancelled(handle, after=0)
+        task = await asyncio.wait_for(session.cancel_subagent_task_and_wait("a"), 10)
+        runner.join()
+        return task
+
+    with caplog.at_level("ERROR", logger="subagent_tracker"):
+        task = asyncio.run(main())
+    assert task.finished
+    assert any("a cancel callback raised" in record.message for record in caplog.records)

@@ -6,11 +6,10 @@ use pyo3::PyTraverseError;
 
 use crate::arguments::{self, Seconds, TimeoutArgument};
 use crate::asyncio_waker::with_wake_batch;
-use crate::blocking_wait::wait_interruptibly;
 use crate::package_imports::pause_function;
 use crate::python_types::{python_repr, PyValue};
 use crate::ready::Ready;
-use crate::resume_wait::{resumption_for_python, ResumeWait};
+use crate::resume_wait::{resumption_for_python, wait_for_resume, ResumeWait};
 use crate::runner_exit::{runner_exit, RunnerExit};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
@@ -161,11 +160,11 @@ impl SubagentTaskHandle {
         py: Python<'_>,
         timeout: Option<Seconds<TimeoutArgument>>,
     ) -> PyResult<bool> {
-        wait_interruptibly(py, timeout.map(|timeout| timeout.0), |slice| {
-            self.handle
-                .resume_watch()
-                .wait_for_resume_blocking(Some(slice))
-        })
+        wait_for_resume(
+            py,
+            &self.handle.resume_watch(),
+            timeout.map(|timeout| timeout.0),
+        )
     }
 
     fn _resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {

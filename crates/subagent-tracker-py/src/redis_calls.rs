@@ -21,14 +21,13 @@ use subagent_tracker_redis::{
 };
 
 use crate::arguments::{self, from_json_text, json_text, Id, TaskIdArgument};
-use crate::blocking_wait::wait_interruptibly;
 use crate::errors::redis_error;
 use crate::filter_arguments::FilterArguments;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
 use crate::python_types::PyValue;
 use crate::redis_events::RedisEventReader;
-use crate::resume_wait::{resumption_for_python, ResumeWait};
+use crate::resume_wait::{resumption_for_python, wait_for_resume, ResumeWait};
 use crate::runner_exit::RunnerExit;
 use crate::runtime::{block_on, MadeIn};
 use crate::snapshot::SubagentTask;
@@ -792,12 +791,10 @@ impl HandleCalls {
         py: Python<'_>,
         timeout: Option<std::time::Duration>,
     ) -> PyResult<bool> {
-        let Some(watch) = &self.resume_watch else {
-            return Ok(true);
-        };
-        wait_interruptibly(py, timeout, |slice| {
-            watch.wait_for_resume_blocking(Some(slice))
-        })
+        match &self.resume_watch {
+            Some(watch) => wait_for_resume(py, watch, timeout),
+            None => Ok(true),
+        }
     }
 
     /// The resume value decoded from JSON, as results are.

@@ -2,11 +2,14 @@
 //! of the latest `resumed()` with its registration, and the core's `Resumption` as Python sees it. The waits
 //! themselves are finished in Python (`subagent_tracker._pause`), the same for both stores.
 
+use std::time::Duration;
+
 use parking_lot::Mutex;
 use pyo3::prelude::*;
-use subagent_tracker::{Resumption, WaitForResume};
+use subagent_tracker::{ResumeWatch, Resumption, WaitForResume};
 
 use crate::asyncio_waker::future_for;
+use crate::blocking_wait::wait_interruptibly;
 
 /// The registration behind a handle's latest `resumed()` future, released when the next one replaces it or
 /// the handle goes.
@@ -29,6 +32,18 @@ impl ResumeWait {
             future
         }))
     }
+}
+
+/// Blocks, with the interpreter released, until the pause of `watch`'s task ends (true) or `timeout` passes
+/// (false).
+pub(crate) fn wait_for_resume<V: Clone + Send + Sync>(
+    py: Python<'_>,
+    watch: &ResumeWatch<V>,
+    timeout: Option<Duration>,
+) -> PyResult<bool> {
+    wait_interruptibly(py, timeout, |slice| {
+        watch.wait_for_resume_blocking(Some(slice))
+    })
 }
 
 /// `(state, value)` for `_pause._outcome`: the state's name, and the resume value (None unless resumed).

@@ -41,14 +41,14 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
         local entry_cause, origin = cause, origin_of_roots or root
         if cause == 'session' then origin = task_id
         elseif task_id ~= root then entry_cause = 'parent' end
+        local written = { 'status', 'cancelled', 'cancelled_at', at, 'reason', reason, 'origin', origin,
+          'cause', entry_cause }
         if process and status ~= 'queued' then
           -- Its worker process runs its cancel handlers, and reports when they are done (`stv2_handled`).
-          redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,
-            'origin', origin, 'cause', entry_cause, 'handling', run)
-        else
-          redis.call('HSET', key, 'status', 'cancelled', 'cancelled_at', at, 'reason', reason,
-            'origin', origin, 'cause', entry_cause)
+          written[#written + 1] = 'handling'
+          written[#written + 1] = run
         end
+        redis.call('HSET', key, unpack(written))
         moved = moved + 1
         if moved_ids then moved_ids[task_id] = true end
         emit_cancelled(base, task_id, run, at, reason)
