@@ -55,7 +55,8 @@
 //!    - the deadline timer's map of scheduled deadlines;
 //!    - a registry's map of sessions (`registry`): a session leaves it with none of its own locks held, and
 //!      sessions that leave are dropped after the map's lock is released;
-//!    - the hand-over of a delivery to the thread that delivers a deadline's wake-ups (`token::delivery`).
+//!    - the delivery pool's queue (`token::delivery_pool`): the hand-over of what a cancel owes to user code
+//!      to the bounded set of threads that deliver it, for the threads that serve everyone.
 //!
 //! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, but not the id
 //! map's shard locks (dashmap's own), so under a shard lock the core does nothing but the map operation, reads

@@ -15,6 +15,7 @@
 pub(crate) mod callback;
 pub(crate) mod cancel_record;
 pub(crate) mod delivery;
+pub(crate) mod delivery_pool;
 pub(crate) mod handlers;
 pub(crate) mod signal;
 

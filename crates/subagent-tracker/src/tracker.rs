@@ -361,19 +361,33 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         cause: CancelCause,
         origin: &str,
     ) -> bool {
-        let Some(entry) = self.shared.live_entry(task_id) else {
-            return false;
-        };
+        self.apply_remote_cancels([(task_id, reason, cause, origin)]) > 0
+    }
+
+    /// Applies cancels decided elsewhere, each `(task_id, reason, cause, origin)` as
+    /// [`apply_remote_cancel`](Self::apply_remote_cancel) applies one, and delivers what they owe together once
+    /// every one has taken effect: no waiter or callback of one runs before the others' tokens have fired, as
+    /// within one cancel's cascade (a cascade that reached several tasks of this process arrives as several
+    /// cancels). Returns how many tasks moved.
+    pub fn apply_remote_cancels<'a>(
+        &self,
+        cancels: impl IntoIterator<Item = (&'a str, &'a str, CancelCause, &'a str)>,
+    ) -> usize {
         let mut delivery = Delivery::default();
-        let moved = self.shared.cancel_trees(
-            [entry],
-            &Arc::from(reason),
-            cause,
-            Some(&Arc::from(origin)),
-            &mut delivery,
-        );
+        let mut moved = 0;
+        for (task_id, reason, cause, origin) in cancels {
+            if let Some(entry) = self.shared.live_entry(task_id) {
+                moved += self.shared.cancel_trees(
+                    [entry],
+                    &Arc::from(reason),
+                    cause,
+                    Some(&Arc::from(origin)),
+                    &mut delivery,
+                );
+            }
+        }
         delivery.deliver_in_own_thread();
-        moved > 0
+        moved
     }
 
     /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (contract §5, pause and

@@ -3,7 +3,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use subagent_tracker::{InMemorySubagentTaskTracker, TaskStart};
+use subagent_tracker::{CancelCause, InMemorySubagentTaskTracker, TaskStart};
 
 #[test]
 fn the_token_fires_on_cancel_with_its_reason() {
@@ -122,4 +122,25 @@ fn a_token_by_id_follows_its_task_and_a_finished_one_is_settled() {
     assert!(!finished.wait_blocking(Some(std::time::Duration::from_millis(10))));
     assert!(tracker.forget_finished(std::time::Duration::ZERO) >= 2);
     assert!(tracker.token("b").is_err(), "a forgotten task has no token");
+}
+
+/// Cancels decided elsewhere and applied together take effect together: the first task's callback sees the
+/// second's token fired already.
+#[test]
+fn remote_cancels_applied_together_fire_every_token_before_any_callback() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let first = tracker.start(TaskStart::new().task_id("first")).unwrap();
+    let second = tracker.start(TaskStart::new().task_id("second")).unwrap();
+    let second_token = second.token();
+    let (seen, saw) = std::sync::mpsc::channel();
+    let _registration = first.token().on_cancel(move || {
+        let _ = seen.send(second_token.is_cancelled());
+    });
+    let moved = tracker.apply_remote_cancels([
+        ("first", "stop", CancelCause::Parent, "root"),
+        ("second", "stop", CancelCause::Parent, "root"),
+    ]);
+    assert_eq!(moved, 2);
+    assert_eq!(saw.recv_timeout(Duration::from_secs(5)), Ok(true));
+    assert_eq!(second.token().origin().as_deref(), Some("root"));
 }

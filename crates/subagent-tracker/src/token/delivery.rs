@@ -13,6 +13,7 @@ use std::task::Waker;
 use tokio_util::sync::CancellationToken;
 
 use crate::token::cancel_record::CancelRecord;
+use crate::token::delivery_pool;
 use crate::token::handlers::{HandlerDone, Handlers};
 
 /// Something to run once when a token fires: any `FnOnce() + Send`, or a type of the caller's own (which
@@ -154,26 +155,30 @@ impl Delivery {
         }
     }
 
+    /// Settles, and gives what is left owed (to user code, and to drop), if anything: nothing owed costs one
+    /// null check.
+    fn into_owed(mut self) -> Option<Owed> {
+        self.owed.as_ref()?;
+        self.settle();
+        self.owed.take().map(|owed| *owed)
+    }
+
     /// Settles, then wakes every waker and then runs every callback, in this thread. A panicking waker or
     /// callback is contained and stops neither the caller nor the others. Must be called with no lock held.
     ///
     /// Wakers go first, so that a callback that blocks (say, until another task's waiter has run) never holds
     /// up the wake-ups of the cancel that ran it.
-    pub(crate) fn deliver(mut self) {
-        if self.owed.is_none() {
-            return;
-        }
-        self.settle();
-        let Some(owed) = self.owed.take() else {
-            return;
-        };
-        let Owed {
+    pub(crate) fn deliver(self) {
+        let Some(Owed {
             bridges,
             wakers,
             callbacks,
             released,
             ..
-        } = *owed;
+        }) = self.into_owed()
+        else {
+            return;
+        };
         for bridge in bridges {
             run_contained(|| bridge.cancel());
         }
@@ -186,33 +191,51 @@ impl Delivery {
         drop(released);
     }
 
-    /// Settles in this thread, then wakes and runs callbacks in a thread of their own, so that a thread that
-    /// serves everyone (the deadline timer) never runs user code and is never held up by it.
-    pub(crate) fn deliver_in_own_thread(mut self) {
-        self.settle();
-        let owes_user_code = self.owed.as_ref().is_some_and(|owed| {
-            !owed.bridges.is_empty() || !owed.wakers.is_empty() || !owed.callbacks.is_empty()
-        });
-        if !owes_user_code {
+    /// Settles in this thread, then hands the wake-ups and the callbacks to the delivery pool
+    /// (`token::delivery_pool`), so that a thread that serves everyone (the deadline timer, a Redis worker's
+    /// runtime) never runs user code and is never held up by it, and a burst of cancels costs a bounded
+    /// number of threads.
+    pub(crate) fn deliver_in_own_thread(self) {
+        let Some(Owed {
+            bridges,
+            wakers,
+            callbacks,
+            released,
+            ..
+        }) = self.into_owed()
+        else {
+            return;
+        };
+        let wakes = !bridges.is_empty() || !wakers.is_empty();
+        if !wakes && callbacks.is_empty() {
+            // Nothing owed to user code: what was released goes here, as it would have with a delivery.
             return;
         }
-        // Shared with the new thread so that a failed spawn can still deliver here: late is better than lost.
-        let payload = Arc::new(parking_lot::Mutex::new(Some(self)));
-        let for_thread = payload.clone();
-        let spawned = std::thread::Builder::new()
-            .name("subagent-cancel-delivery".to_owned())
-            .spawn(move || {
-                let delivery = for_thread.lock().take();
-                if let Some(delivery) = delivery {
-                    delivery.deliver();
-                }
-            });
-        if spawned.is_err() {
-            let delivery = payload.lock().take();
-            if let Some(delivery) = delivery {
-                delivery.deliver();
-            }
-        }
+        let part = |owed: Owed| Delivery {
+            owed: Some(Box::new(owed)),
+        };
+        // Each callback on its own, so that a slow one holds up none of the others; what was released rides
+        // with the first callback, or else with the wake-ups: off this thread either way.
+        let mut released = Some(released);
+        let callbacks: Vec<Delivery> = callbacks
+            .into_iter()
+            .map(|callback| {
+                part(Owed {
+                    callbacks: vec![callback],
+                    released: released.take().unwrap_or_default(),
+                    ..Owed::default()
+                })
+            })
+            .collect();
+        let wake_ups = wakes.then(|| {
+            part(Owed {
+                bridges,
+                wakers,
+                released: released.take().unwrap_or_default(),
+                ..Owed::default()
+            })
+        });
+        delivery_pool::submit(wake_ups, callbacks);
     }
 }
 

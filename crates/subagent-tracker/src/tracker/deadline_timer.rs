@@ -4,8 +4,8 @@
 //! timers or threads; a task that finishes first removes its entry at once.
 //!
 //! The timer thread makes the transitions (a deadline's cancel and its cascade) and nothing else: the
-//! wake-ups and callbacks they owe run in a thread of their own, so no user code runs on the timer and a slow
-//! callback never delays another deadline.
+//! wake-ups and callbacks they owe run on the delivery pool's threads (`token::delivery_pool`), so no user
+//! code runs on the timer and a slow callback never delays another deadline.
 //!
 //! # Fork
 //!
@@ -163,6 +163,7 @@ pub mod fork {
     use std::sync::MutexGuard;
 
     use super::{lock, Schedule, TIMER};
+    use crate::token::delivery_pool;
 
     type HeldLocks = (MutexGuard<'static, ()>, MutexGuard<'static, Schedule>);
 
@@ -178,16 +179,19 @@ pub mod fork {
             let scheduled = lock(&timer.scheduled);
             HELD.with(|held| *held.borrow_mut() = Some((firing, scheduled)));
         }
+        delivery_pool::fork::prepare();
     }
 
     /// After `fork()`, in the parent: releases the locks.
     pub fn after_in_parent() {
+        delivery_pool::fork::after_in_parent();
         HELD.with(|held| drop(held.borrow_mut().take()));
     }
 
     /// After `fork()`, in the child: releases the locks (the child's copies) and starts a timer thread, since
-    /// the parent's did not come along.
+    /// the parent's did not come along; the delivery pool forgets the parent's threads.
     pub fn after_in_child() {
+        delivery_pool::fork::after_in_child();
         HELD.with(|held| drop(held.borrow_mut().take()));
         if let Some(timer) = TIMER.get() {
             timer.start_thread();
