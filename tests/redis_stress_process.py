@@ -1,6 +1,8 @@
 """A process of the Redis stress run (tests/test_redis_stress.py): a worker that starts parents and children
 and ends them, or a canceller that cancels what is pending, until a deadline. It prints its history as JSON
-lines."""
+lines, each with when its call began and returned (``began``, ``at``: the wall clock, for the runs where Redis
+loses writes or moves a slot part way). A call that says Redis is unavailable is recorded as such: an end is
+made again until it has an answer, since the runner still holds its run."""
 
 from __future__ import annotations
 
@@ -8,8 +10,16 @@ import json
 import random
 import sys
 import time
+from functools import partial
+from typing import Any
 
-from subagent_tracker import RedisRegistry, RedisTaskHandle, SubagentTrackerError
+from redis_support import until_answered
+
+from subagent_tracker import RedisRegistry, RedisTaskHandle, RegistryUnavailableError, SubagentTrackerError
+
+
+def record(began: float, **entry: Any) -> None:
+    print(json.dumps({**entry, "began": began, "at": time.time()}), flush=True)
 
 
 def work(
@@ -26,44 +36,55 @@ def work(
             parent = rng.choice(parents) if parents and rng.random() < 0.5 else None
             if parent is not None:
                 task_id = f"{parent}-c{index}"
+            began = time.time()
             try:
                 handle = session.start_subagent_task(task_id, parent_id=parent)
             except SubagentTrackerError as error:
-                print(
-                    json.dumps({"op": "start", "task": task_id, "raised": type(error).__name__}), flush=True
-                )
+                record(began, op="start", task=task_id, raised=type(error).__name__)
                 continue
-            print(json.dumps({"op": "start", "task": task_id, "parent": parent}), flush=True)
+            record(began, op="start", task=task_id, parent=parent)
             running.append((task_id, handle))
         elif running:
             task_id, handle = running.pop(rng.randrange(len(running)))
             how = rng.choice(["complete", "fail"])
-            ended = handle.complete("done") if how == "complete" else handle.fail("broke")
-            print(json.dumps({"op": how, "task": task_id, "returned": ended}), flush=True)
+            began = time.time()
+            ended = until_answered(
+                partial(handle.complete, "done") if how == "complete" else partial(handle.fail, "broke")
+            )
+            record(began, op=how, task=task_id, returned=ended)
     for task_id, handle in running:
-        print(
-            json.dumps({"op": "complete", "task": task_id, "returned": handle.complete("done")}), flush=True
-        )
+        began = time.time()
+        record(began, op="complete", task=task_id, returned=until_answered(partial(handle.complete, "done")))
 
 
 def cancel(session_id: str, registry: RedisRegistry, until: float, rng: random.Random) -> None:
     session = registry.session(session_id)
     while time.monotonic() < until:
-        pending = session.pending_subagent_tasks()
+        try:
+            pending = session.pending_subagent_tasks()
+        except RegistryUnavailableError:
+            time.sleep(0.01)
+            continue
         if not pending:
             time.sleep(0.001)
             continue
         task_id = rng.choice(pending).task_id
-        print(
-            json.dumps({"op": "cancel", "task": task_id, "returned": session.cancel_subagent_task(task_id)}),
-            flush=True,
-        )
+        began = time.time()
+        try:
+            record(began, op="cancel", task=task_id, returned=session.cancel_subagent_task(task_id))
+        except RegistryUnavailableError:
+            # Whether it took effect is not known: the checks take it for neither a win nor a loss.
+            record(began, op="cancel", task=task_id, raised="RegistryUnavailableError")
 
 
 def main() -> None:
     url, session_id, role, name, seconds, seed = sys.argv[1:7]
     prefix = sys.argv[7] if len(sys.argv) > 7 else ""
-    registry = RedisRegistry(url, worker_id=name, lease=5.0)
+    # Shorter for the runs where Redis loses writes: a run whose end was lost is ended by the orphan check,
+    # twice the timeout after it was found.
+    timeout = float(sys.argv[8]) if len(sys.argv) > 8 else 5.0
+    key_prefix = sys.argv[9] if len(sys.argv) > 9 else "subagent-tracker:"
+    registry = RedisRegistry(url, worker_id=name, lease=5.0, timeout=timeout, key_prefix=key_prefix)
     rng = random.Random(int(seed))
     until = time.monotonic() + float(seconds)
     if role == "worker":

@@ -8,19 +8,23 @@ import contextlib
 import inspect
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import pytest
 
-from subagent_tracker import AsyncRedisRegistry, RedisRegistry
+from subagent_tracker import AsyncRedisRegistry, RedisRegistry, RegistryUnavailableError
 from subagent_tracker._loopback import free_port
+
+_T = TypeVar("_T")
 
 #: The two APIs of the Redis store: calls that block, and calls that are awaited.
 Api = Literal["blocking", "asyncio"]
@@ -119,6 +123,7 @@ class RedisServer:
         port: int | None = None,
         extra_arguments: tuple[str, ...] = (),
         tls: CertificateAuthority | None = None,
+        snapshot: Path | None = None,
     ) -> None:
         self.port = port or free_port()
         self.tls_port = free_port() if tls is not None else None
@@ -129,6 +134,8 @@ class RedisServer:
         # A directory of its own even without persistence: a replica writes the snapshot it syncs from there,
         # and any server loads a snapshot it finds there when it starts.
         self.scratch = tempfile.TemporaryDirectory(prefix="redis-server-") if aof_directory is None else None
+        if snapshot is not None and self.scratch is not None:
+            shutil.copy(snapshot, Path(self.scratch.name) / "dump.rdb")
         persistence = (
             ["--appendonly", "no"]
             if aof_directory is None
@@ -204,6 +211,22 @@ class RedisServer:
 
     def signal(self, number: int) -> None:
         os.kill(self.process.pid, number)
+
+    def save_snapshot(self) -> Path:
+        """Writes a snapshot (``SAVE``) for ``restart_from_snapshot``, and returns a copy of it."""
+        assert self.scratch is not None, "a server without an append-only file"
+        assert self.admin("SAVE") == b"+OK"
+        kept = Path(tempfile.mkdtemp(prefix="redis-snapshot-")) / "dump.rdb"
+        shutil.copy(Path(self.scratch.name) / "dump.rdb", kept)
+        return kept
+
+    def restart_from_snapshot(self, snapshot: Path) -> RedisServer:
+        """Kills the server and starts it again on its port from ``snapshot``: every write made since is lost,
+        as after a restore from a backup or a failover to a lagging replica."""
+        self.stop()
+        restarted = RedisServer(None, self.port, self.extra_arguments, snapshot=snapshot)
+        shutil.rmtree(snapshot.parent, ignore_errors=True)
+        return restarted
 
 
 class RedisCluster:
@@ -327,6 +350,43 @@ class RedisCluster:
 #: Set to "cluster" to run the fault and stress tests against a Redis Cluster instead of one server
 #: (``scripts/cluster_reruns.sh``).
 TARGET_VARIABLE = "SUBAGENT_TRACKER_TEST_REDIS"
+
+
+class SlotMigration:
+    """The slot of ``key`` moved from its primary to another, as ``redis-cli --cluster reshard`` moves it:
+    marked ``IMPORTING`` on the target and ``MIGRATING`` on the source, its keys moved with ``MIGRATE`` a
+    few at a time, then given to the target on every node."""
+
+    def __init__(self, cluster: RedisCluster, key: str) -> None:
+        self.cluster = cluster
+        primaries = cluster.primaries()
+        self.slot = primaries[0].cli("CLUSTER", "KEYSLOT", key)[0]
+        self.source = next(
+            node for node in primaries if node.cli("CLUSTER", "COUNTKEYSINSLOT", self.slot) != ["0"]
+        )
+        self.target = next(node for node in primaries if node is not self.source)
+        self.target_id = self.target.cli("CLUSTER", "MYID")[0]
+        self.target.cli("CLUSTER", "SETSLOT", self.slot, "IMPORTING", self.source.cli("CLUSTER", "MYID")[0])
+        self.source.cli("CLUSTER", "SETSLOT", self.slot, "MIGRATING", self.target_id)
+
+    def move(self, *keys: str) -> None:
+        """Moves ``keys`` to the target, in one ``MIGRATE``."""
+        answer = self.source.cli(
+            "MIGRATE", "127.0.0.1", str(self.target.port), "", "0", "5000", "KEYS", *keys
+        )
+        assert answer == ["OK"], answer
+
+    def finish(self, batch: int = 20, pause: float = 0.0) -> None:
+        """Moves every key left, ``batch`` at a time with ``pause`` seconds between, and gives the slot to the
+        target on every node."""
+        while keys := [
+            key for key in self.source.cli("CLUSTER", "GETKEYSINSLOT", self.slot, str(batch)) if key
+        ]:
+            self.move(*keys)
+            time.sleep(pause)
+        for node in self.cluster.nodes:
+            if node.process.poll() is None:
+                node.cli("CLUSTER", "SETSLOT", self.slot, "NODE", self.target_id)
 
 
 def start_target(directory: Path) -> RedisServer | RedisCluster:
@@ -517,6 +577,19 @@ class Proxy:
     def close(self) -> None:
         self.listener.close()
         self.reset()
+
+
+def until_answered(call: Callable[[], _T], seconds: float = 60) -> _T:
+    """``call()``, again while it says Redis is unavailable (a restart, a slot on the move), for at most
+    ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return call()
+        except RegistryUnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def wait_finished(session: Any, task_id: str, timeout: float) -> Any:

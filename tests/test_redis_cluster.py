@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import TARGET_VARIABLE, RedisCluster, RedisServer
+from redis_support import TARGET_VARIABLE, RedisCluster, RedisServer, SlotMigration
 
 from subagent_tracker import (
     RedisRegistry,
@@ -155,8 +155,8 @@ def test_with_wait_for_replicas_no_acknowledged_cancel_is_lost_across_a_failover
 ) -> None:
     """Cancels one by one, the session's primary killed right after the 100th returned true; the cancels go on
     through the failover, and after the dead node came back as the new primary's replica. Every cancel that
-    returned true is in the cluster afterwards. While the new primary has no replica in sync, a cancel takes
-    effect but cannot be confirmed: ``ReplicationTimeoutError``."""
+    returned true is in the cluster afterwards. While the new primary has no replica in sync, a cancel
+    takes effect but cannot be confirmed: ``ReplicationTimeoutError``."""
     registry = RedisRegistry(cluster.url, cluster=True, timeout=1, wait_for_replicas=1, worker_id="runner")
     victim = cluster.primaries()[0]
     session = _session_on(registry, victim, "acknowledged")
@@ -196,3 +196,30 @@ def test_with_wait_for_replicas_no_acknowledged_cancel_is_lost_across_a_failover
     assert lost == []
     for handle in handles:
         handle.complete()
+
+
+def test_a_session_whose_slot_moves_is_never_cut_in_half(redis_cluster: RedisCluster) -> None:
+    """Defects 5-7 of the slot-migration attack: a function wrote part of a transition and then failed on a
+    key that had moved, that failure was a ``RegistryProtocolError``, and functions ran on the node the
+    slot moves to without the session's other keys. The slot moves here as ``redis-cli --cluster reshard``
+    moves it; while it moves, every transition is refused before it runs with ``RegistryUnavailableError``,
+    and after it the same calls succeed."""
+    session = RedisRegistry(redis_cluster.url, timeout=0.5, key_prefix="moving:").session("moving")
+    first = session.start_subagent_task("first")
+    second = session.start_subagent_task("second")
+    base = "moving:v2:{s:moving}:"
+    migration = SlotMigration(redis_cluster, f"{base}session")
+    migration.move(f"{base}events")
+    with pytest.raises(RegistryUnavailableError):
+        first.complete("done")
+    with pytest.raises(RegistryUnavailableError):
+        session.cancel_subagent_task("second", "stop")
+    assert migration.source.cli("HGET", f"{base}t:first", "status") == ["running"]
+    migration.finish()
+
+    assert first.complete("done") is True
+    assert session.cancel_subagent_task("second", "stop") is True
+    assert second.token.wait(5)
+    events = "\n".join(migration.target.cli("XRANGE", f"{base}events", "-", "+"))
+    assert "ended" in events
+    assert "cancelled" in events

@@ -57,6 +57,13 @@ class SessionClosedError(SubagentTrackerError):
     """The session was closed and accepts no new tasks."""
 
 
+class SessionLostError(SubagentTrackerError):
+    """The session's keys are gone from Redis though nobody closed it: evicted under a ``maxmemory-policy``
+    that evicts any key (connected with ``allow_eviction=True``), or lost otherwise while the registry still
+    listed the session. Nothing of it can be read or changed any more, and its runners' tokens fire with
+    ``SESSION_LOST_REASON``. Retrying does not help."""
+
+
 class RegistryUnavailableError(SubagentTrackerError, ConnectionError):
     """Redis could not be reached, did not answer within the registry's timeout, or answered that it cannot
     serve now (``OOM``, ``READONLY``, ``LOADING``, ``TRYAGAIN``, ``CLUSTERDOWN``, ``MASTERDOWN``,

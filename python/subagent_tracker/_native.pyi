@@ -26,6 +26,7 @@ __all__ = [
     "MAX_TASK_ID_BYTES",
     "ORPHANED_RUN_ERROR",
     "RESTORED_WITHOUT_RUNNER_ERROR",
+    "SESSION_LOST_REASON",
     "WORKER_LOST_ERROR",
     "_EVENT_STREAM_BUSY",
     "_PENDING_STATUSES",
@@ -95,6 +96,7 @@ _EVENT_STREAM_BUSY: Final[str]
 WORKER_LOST_ERROR: Final[str]
 LEASE_LOST_REASON: Final[str]
 ORPHANED_RUN_ERROR: Final[str]
+SESSION_LOST_REASON: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 _PENDING_STATUSES: Final[tuple[str, ...]]
 
@@ -398,8 +400,11 @@ class RedisRegistry:
     server functions) and ``RegistryUnavailableError`` when the server cannot be reached within ``timeout``.
     ``cluster``: whether the URL names a node of a Redis Cluster (``None``: ask the node).
     ``wait_for_replicas``: how many replicas must have a cancel before it returns (``ReplicationTimeoutError``
-    when they do not confirm it in time). Later calls raise ``RegistryUnavailableError`` for what a retry may
-    cure and ``RegistryProtocolError`` for an answer the store does not expect."""
+    when they do not confirm it in time). A server whose ``maxmemory-policy`` evicts any key (``allkeys-*``)
+    is refused with a ``ValueError`` unless ``allow_eviction=True``: then a session whose keys were evicted
+    raises ``SessionLostError``, and its runners' tokens fire with ``SESSION_LOST_REASON``. Later calls raise
+    ``RegistryUnavailableError`` for what a retry may cure and ``RegistryProtocolError`` for an answer the
+    store does not expect."""
 
     def __new__(
         cls,
@@ -413,6 +418,7 @@ class RedisRegistry:
         key_prefix: str | None = None,
         cluster: bool | None = None,
         wait_for_replicas: int | None = None,
+        allow_eviction: bool | None = None,
     ) -> RedisRegistry: ...
     @property
     def worker_id(self) -> str: ...
@@ -597,6 +603,7 @@ class AsyncRedisRegistry:
         key_prefix: str | None = None,
         cluster: bool | None = None,
         wait_for_replicas: int | None = None,
+        allow_eviction: bool | None = None,
     ) -> asyncio.Future[AsyncRedisRegistry]: ...
     @property
     def worker_id(self) -> str: ...

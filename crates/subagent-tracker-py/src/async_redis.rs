@@ -99,7 +99,7 @@ impl AsyncRedisRegistry {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
-        key_prefix=None, cluster=None, wait_for_replicas=None
+        key_prefix=None, cluster=None, wait_for_replicas=None, allow_eviction=None
     ))]
     fn connect<'py>(
         py: Python<'py>,
@@ -112,6 +112,7 @@ impl AsyncRedisRegistry {
         key_prefix: Option<&Bound<'_, PyAny>>,
         cluster: Option<bool>,
         wait_for_replicas: Option<&Bound<'_, PyAny>>,
+        allow_eviction: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (url, options) = connect_options(
             url,
@@ -123,6 +124,7 @@ impl AsyncRedisRegistry {
             key_prefix,
             cluster,
             wait_for_replicas,
+            allow_eviction,
         )?;
         let made_in = MadeIn::here();
         ASYNCIO.deliver(

@@ -72,6 +72,7 @@ pub(crate) fn redis_error(
         RedisTrackerError::Unavailable { .. } => "RegistryUnavailableError",
         RedisTrackerError::InvalidOption(_) => return PyValueError::new_err(error.to_string()),
         RedisTrackerError::NotReplicated { .. } => "ReplicationTimeoutError",
+        RedisTrackerError::SessionLost { .. } => "SessionLostError",
         _ => "RegistryProtocolError",
     };
     match error_class(py, class_name) {

@@ -118,6 +118,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "ORPHANED_RUN_ERROR",
         subagent_tracker_redis::ORPHANED_RUN_ERROR,
     )?;
+    module.add(
+        "SESSION_LOST_REASON",
+        subagent_tracker_redis::SESSION_LOST_REASON,
+    )?;
     module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
     module.add(
         "RESTORED_WITHOUT_RUNNER_ERROR",

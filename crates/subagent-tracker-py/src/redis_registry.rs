@@ -78,6 +78,7 @@ pub(crate) fn connect_options(
     key_prefix: Option<&Bound<'_, PyAny>>,
     cluster: Option<bool>,
     wait_for_replicas: Option<&Bound<'_, PyAny>>,
+    allow_eviction: Option<bool>,
 ) -> PyResult<(String, RedisOptions)> {
     let url = arguments::string(url, "url")?.to_str()?.to_owned();
     let mut options = RedisOptions::default();
@@ -105,6 +106,9 @@ pub(crate) fn connect_options(
     if let Some(cluster) = cluster {
         options = options.with_cluster(cluster);
     }
+    if let Some(allowed) = allow_eviction {
+        options = options.with_eviction_allowed(allowed);
+    }
     Ok((url, options))
 }
 
@@ -115,7 +119,7 @@ impl RedisRegistry {
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (
         url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
-        key_prefix=None, cluster=None, wait_for_replicas=None
+        key_prefix=None, cluster=None, wait_for_replicas=None, allow_eviction=None
     ))]
     fn new(
         py: Python<'_>,
@@ -128,6 +132,7 @@ impl RedisRegistry {
         key_prefix: Option<&Bound<'_, PyAny>>,
         cluster: Option<bool>,
         wait_for_replicas: Option<&Bound<'_, PyAny>>,
+        allow_eviction: Option<bool>,
     ) -> PyResult<RedisRegistry> {
         let (url, options) = connect_options(
             url,
@@ -139,6 +144,7 @@ impl RedisRegistry {
             key_prefix,
             cluster,
             wait_for_replicas,
+            allow_eviction,
         )?;
         let made_in = MadeIn::here();
         let registry = block_on(py, made_in, CoreRegistry::connect(&url, options))?

@@ -28,7 +28,7 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_forget_finished          RedisSession::forget_finished
     stv2_session                  RedisRegistry::get_session, sessions; RedisSession::is_closed
     stv2_touch                    RedisRegistry::session
-    stv2_status                   the worker's reconcile (Worker::reconcile)
+    stv2_status, stv2_drop_lost   the worker's reconcile (Worker::reconcile)
     stv2_fire                     the worker's timer loop (Worker::fire)
     stv2_reap, stv2_orphans       the reaper (Worker::reap_expired) and the orphan check (Worker::end_orphans)
     stv2_sweep                    the idle sweep (Worker::sweep_idle_sessions)
@@ -48,7 +48,11 @@ keys, so two fleets of different versions never run each other's rules (see docs
 Keys. Every key of a session shares the session's hash tag, `{s:<session>}`, with the session's id percent-encoded
 (`%`, `{` and `}` only), so no id can close the tag early or reach another session's keys, and a session lives in
 one cluster slot. Registry-wide keys share the tag `{registry}`. Every function touches the keys of one slot. KEYS[1]
-is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other keys are named from it:
+is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other keys are named from it. The last
+key every function is called with is its slot's guard, `<prefix>v2:{s:<session>}:guard` (or `{registry}:guard`),
+which no function touches and nothing ever writes: while the slot moves between cluster nodes, a call that
+declares a key the node lacks is refused before it runs (`ASK`, then `TRYAGAIN`), so no function ever runs on half
+a session (`function_call` in `src/store.rs`).
 
   <base>session        hash: inc (the incarnation: the server's clock in milliseconds times 1000 when the
                        session's keys were made; run numbers count on from it, event ids start with it), seq (the
@@ -56,7 +60,7 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
                        retained (finished runs counted against the bound), closed (the first close reason), max
                        (max_finished_tasks), max_age (max_finished_age, in microseconds, if set), early_ttl
                        (early_cancel_ttl, in microseconds), log_size (progress_log_size), touched (the server's
-                       time of the last change, in milliseconds)
+                       time of the last change, in milliseconds), ev (the id of the last event)
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
@@ -69,10 +73,13 @@ is the session's hash (`<prefix>v2:{s:<session>}:session`); the session's other 
                        the id's next start (`cancel_subagent_task(..., before_start=True)`)
   <base>early_order    sorted set: the ids of `early` by expiry, to drop expired records and the oldest beyond
                        MAX_EARLY_CANCELS
-  <base>events         stream: the session's lifecycle events in the order they took effect, with ids <inc>-0,
-                       <inc>-1, ..., so a reader that was trimmed past knows how many it missed, and a reader of an
-                       earlier incarnation knows its session is gone; trimmed to about EVENT_LIMIT entries. Each
-                       entry has task, kind, status, at, and reason or message; cancels and ends name their run
+  <base>events         stream: the session's lifecycle events in the order they took effect, with ids
+                       <ms>-<inc + 1>, <ms>-<inc + 2>, ...: the server's clock (never behind the last id) and the
+                       event's number, counted on from the incarnation's. A reader that was trimmed past knows
+                       how many it missed; one whose events Redis lost (a restart from older state) sees the
+                       number go back, and one of an ended incarnation sees it jump, while every new event's id
+                       is still past what it read. Trimmed to about EVENT_LIMIT entries. Each entry has task,
+                       kind, status, at, and reason or message; cancels and ends name their run
 
 A task lives in as few keys as the rules need, because each key a lifecycle writes is a server call, and the calls
 are what a lifecycle costs the server: its hash, the live index while unfinished, the finished list once finished,
@@ -80,9 +87,10 @@ and its events. The retained tasks in start order are the live index and the fin
 tasks a worker process runs are the live ones whose `worker` field names it (the reaper reads them from the live
 index, which is rare work, rather than every lifecycle keeping a set per process).
 
-Run numbers are unique across the incarnations of a session id and across server restarts: each incarnation
-counts from the server's clock (times 1000, far above the starts a session can make per millisecond), so a
-runner, a notification or an end of an earlier incarnation never matches a run of a later one.
+Run numbers are unique across the incarnations of a session id and across server restarts: each run's number is
+past the session's last and past the server's clock in microseconds (`next_run`), and each incarnation starts
+from that clock, so a runner, a notification or an end of an earlier incarnation, or of a run that a restart from
+older state or a failover to a lagging replica lost, never matches a later run.
 
 A worker process is named by its own key: the worker id users gave, a slash and a per-process nonce. It names the
 process's lease, its runs (their `worker` field) and its channel, so that two processes given one id never take

@@ -16,6 +16,7 @@ use subagent_tracker::TrackerError;
 /// | connection refused, lost or timed out; `OOM`, `READONLY`, `LOADING`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`, `NOREPLICAS`, `MOVED`, `ASK`, `UNBLOCKED`, `MISCONF`, `BUSY` | [`Unavailable`](Self::Unavailable) | yes |
 /// | a password wanted or refused (`NOAUTH`, `WRONGPASS`), a command the user may not run (`NOPERM`), a server without functions (before Redis 7) | [`InvalidOption`](Self::InvalidOption) | no: fix the set-up |
 /// | a rule of the contract (a function's refusal: `DUPLICATE`, `CLOSED`, ...) | [`Tracker`](Self::Tracker) | no |
+/// | a session whose keys are gone though nobody closed it (evicted) | [`SessionLost`](Self::SessionLost) | no |
 /// | a cancel fewer replicas confirmed than `wait_for_replicas` asks | [`NotReplicated`](Self::NotReplicated) | no: it took effect |
 /// | any other error reply, or an answer of another shape | [`ServerError`](Self::ServerError), [`Protocol`](Self::Protocol) | no |
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +38,19 @@ pub enum RedisTrackerError {
     /// cannot help.
     #[error("{0}")]
     InvalidOption(Cow<'static, str>),
+    /// The session's keys are gone from Redis though nobody closed it: evicted under a `maxmemory-policy`
+    /// that evicts any key (see [`RedisOptions::eviction_allowed`](crate::RedisOptions::eviction_allowed)), or
+    /// lost otherwise while the registry still listed the session. Nothing of it can be read or changed any
+    /// more; its runners' tokens fire with [`SESSION_LOST_REASON`](crate::SESSION_LOST_REASON). Retrying cannot
+    /// help.
+    #[error(
+        "session {session_id:?} is lost: its keys are gone from Redis though nobody closed it (evicted under a \
+         maxmemory-policy that evicts any key, or lost with writes Redis did not keep)"
+    )]
+    SessionLost {
+        /// The session's id.
+        session_id: Arc<str>,
+    },
     /// The server answered something this crate did not send for: an error it does not know, or a reply of a
     /// different version of its functions. Retrying cannot help.
     #[error("unexpected answer from Redis: {0}")]
@@ -89,6 +103,7 @@ impl From<redis::RedisError> for RedisTrackerError {
     fn from(source: redis::RedisError) -> Self {
         let code = source.code();
         if code.is_some_and(|code| RETRYABLE_CODES.contains(&code))
+            || is_slot_in_motion(&source)
             || source.is_io_error()
             || source.is_timeout()
             || source.is_connection_dropped()
@@ -105,6 +120,21 @@ impl From<redis::RedisError> for RedisTrackerError {
         }
         RedisTrackerError::Protocol(Arc::from(source.to_string()))
     }
+}
+
+/// A script stopped because a key it named at run time is not on this node (its slot is moving, or has just
+/// moved), or because the cluster is down: the same call succeeds once the cluster is stable. The functions
+/// declare their slot's guard, so that the cluster refuses them before they run in such a state; this covers
+/// whatever still reaches a script.
+fn is_slot_in_motion(error: &redis::RedisError) -> bool {
+    let text = error.to_string();
+    [
+        "Script attempted to access a non local key",
+        "Script attempted to execute a command while the cluster is down",
+        "Script attempted to execute a write command while the cluster is down",
+    ]
+    .iter()
+    .any(|message| text.contains(message))
 }
 
 /// What to fix when the server refuses a call for its set-up rather than for the call.
@@ -285,6 +315,19 @@ mod tests {
             assert!(
                 matches!(error, RedisTrackerError::Unavailable { .. }),
                 "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_script_stopped_by_a_slot_in_motion_is_unavailable() {
+        for detail in [
+            "Script attempted to access a non local key in a cluster node script: stv2_end, on @user_function:324.",
+            "Script attempted to execute a command while the cluster is down",
+        ] {
+            assert!(
+                matches!(server("ERR", detail), RedisTrackerError::Unavailable { .. }),
+                "{detail}"
             );
         }
     }

@@ -20,9 +20,14 @@ const READ_COUNT: usize = 256;
 
 /// The lifecycle events of one session from the moment of subscribing, in the order they took effect in
 /// Redis, whichever process made them. A reader that the stream's trimming overtook gets one `Lagged` event
-/// with the exact number it missed, then goes on. A subscription belongs to the incarnation of the session
-/// object that made it: once that incarnation has ended, reading fails with
-/// [`TrackerError::SessionClosed`].
+/// with the exact number it missed, then goes on. A reader some of whose events Redis lost after it read them
+/// (a restart from older state, a failover to a lagging replica) gets one `Lagged` event too, whose `missed`
+/// is how many of the events it read are lost: what it made of them may no longer be true, and it should read
+/// the tasks again. A subscription belongs to the incarnation of the session object that made it: once that
+/// incarnation has ended, reading fails with [`TrackerError::SessionClosed`].
+///
+/// Each event's stream id is `<ms>-<number>` (`next_event_id` in `lua/includes/session.lua`): the numbers run
+/// on one by one from the incarnation's own, and the ids never go back, even when the numbers do.
 pub struct RedisEventSubscription {
     client: Client,
     timeout: Duration,
@@ -32,12 +37,12 @@ pub struct RedisEventSubscription {
     /// The session's hash, where a reader with nothing to read checks that its incarnation lives on.
     session_key: String,
     session_id: Arc<str>,
-    /// The incarnation read: the first part of each of its events' ids.
+    /// The incarnation read.
     incarnation: Arc<str>,
     /// The id of the last entry read (or of the stream's last entry when subscribing).
     last_id: String,
-    /// The number of the last event read.
-    last_number: Option<u64>,
+    /// The number of the last event read (or the incarnation's, before its first event).
+    last_number: u64,
     /// Events read and not yet handed out, each with the run it is of when the stream says (cancels and ends).
     ready: VecDeque<(SubagentEvent, Option<String>)>,
 }
@@ -52,6 +57,9 @@ impl RedisEventSubscription {
     ) -> Result<RedisEventSubscription, RedisTrackerError> {
         let mut connection = connect(&client, timeout).await?;
         let newest: StreamRangeReply = connection.xrevrange_count(&key, "+", "-", 1).await?;
+        let first_number = incarnation
+            .parse::<u64>()
+            .map_err(|_| RedisTrackerError::Protocol(Arc::from("a session's incarnation")))?;
         let mut subscription = RedisEventSubscription {
             client,
             timeout,
@@ -61,16 +69,16 @@ impl RedisEventSubscription {
             session_id,
             last_id: "0-0".to_owned(),
             incarnation,
-            last_number: Some(0),
+            last_number: first_number,
             ready: VecDeque::new(),
         };
-        match newest.ids.first() {
-            Some(entry) if subscription.numbered(entry).is_some() => {
-                subscription.last_id.clone_from(&entry.id);
-                subscription.last_number = subscription.numbered(entry);
-            }
-            Some(_) => return Err(subscription.ended()),
-            None => subscription.check_incarnation().await?,
+        if !subscription.is_current().await? {
+            return Err(subscription.ended());
+        }
+        if let Some(entry) = newest.ids.first() {
+            subscription.last_id.clone_from(&entry.id);
+            // An entry left from an earlier incarnation (whose keys were not all removed) numbers below this one.
+            subscription.last_number = number_of(entry).unwrap_or(0).max(first_number);
         }
         Ok(subscription)
     }
@@ -83,27 +91,22 @@ impl RedisEventSubscription {
         .into()
     }
 
-    /// Fails once the session's keys are gone or belong to another incarnation.
-    async fn check_incarnation(&mut self) -> Result<(), RedisTrackerError> {
-        let Some(connection) = &mut self.connection else {
-            return Ok(());
+    /// False once the session's keys are gone or belong to another incarnation.
+    async fn is_current(&mut self) -> Result<bool, RedisTrackerError> {
+        let connection = match &mut self.connection {
+            Some(connection) => connection,
+            None => self
+                .connection
+                .insert(connect(&self.client, self.timeout).await?),
         };
-        let stored: Option<String> = connection.hget(&self.session_key, "inc").await?;
-        if stored.as_deref() == Some(&*self.incarnation) {
-            Ok(())
-        } else {
-            Err(self.ended())
-        }
-    }
-
-    /// The number of an event of this subscription's incarnation, counted from 1 (its id is
-    /// `<incarnation>-<number - 1>`: the server numbers the first entry of a part 0).
-    fn numbered(&self, entry: &StreamId) -> Option<u64> {
-        let (incarnation, sequence) = entry.id.split_once('-')?;
-        if incarnation != &*self.incarnation {
-            return None;
-        }
-        sequence.parse::<u64>().ok()?.checked_add(1)
+        let stored: Option<String> = match connection.hget(&self.session_key, "inc").await {
+            Ok(stored) => stored,
+            Err(error) => {
+                self.connection = None;
+                return Err(error.into());
+            }
+        };
+        Ok(stored.as_deref() == Some(&*self.incarnation))
     }
 
     /// The next event; waits for one as long as it takes.
@@ -148,37 +151,44 @@ impl RedisEventSubscription {
                 .flat_map(|reply| reply.keys)
                 .flat_map(|key| key.ids)
                 .collect();
-            if entries.is_empty() {
-                // Nothing within a whole block: a session that is gone sends nothing ever again.
-                self.check_incarnation().await?;
+            // Nothing within a whole block: a session that is gone sends nothing ever again.
+            if entries.is_empty() && !self.is_current().await? {
+                return Err(self.ended());
             }
             for entry in &entries {
-                if self.numbered(entry).is_none() {
-                    // An event of a later incarnation: everything this subscription could read was read.
+                let number = number_of(entry).unwrap_or(0);
+                // Numbers out of step (trimmed past, lost by Redis, or of a later incarnation, whose numbers are
+                // past all of this one's): whether the incarnation lives on says which.
+                if number != self.last_number + 1 && !self.is_current().await? {
+                    // Everything this subscription could read was read.
                     if self.ready.is_empty() {
                         return Err(self.ended());
                     }
                     break;
                 }
-                self.take(entry);
+                self.take(entry, number);
             }
         }
     }
 
-    fn take(&mut self, entry: &StreamId) {
+    fn take(&mut self, entry: &StreamId, number: u64) {
         self.last_id.clone_from(&entry.id);
-        let number = self.numbered(entry);
-        if let (Some(last), Some(number)) = (self.last_number, number) {
-            if number > last + 1 {
-                let mut lagged = SubagentEvent::new(
-                    Arc::from(""),
-                    SubagentEventKind::Lagged,
-                    SubagentStatus::Running,
-                    SystemTime::now(),
-                );
-                lagged.missed = number - last - 1;
-                self.ready.push_back((lagged, None));
-            }
+        let last = self.last_number;
+        if number != last + 1 {
+            let mut lagged = SubagentEvent::new(
+                Arc::from(""),
+                SubagentEventKind::Lagged,
+                SubagentStatus::Running,
+                SystemTime::now(),
+            );
+            // Past the next: the stream was trimmed past those between. Not past the last: Redis lost the
+            // events from this number on, which this reader had read.
+            lagged.missed = if number > last {
+                number - last - 1
+            } else {
+                last - number + 1
+            };
+            self.ready.push_back((lagged, None));
         }
         self.last_number = number;
         if let Some(event) = event(entry) {
@@ -200,6 +210,11 @@ async fn connect(client: &Client, timeout: Duration) -> Result<Connection, Redis
         .await
         .map_err(|_| crate::error::timeout_error())?
         .map_err(RedisTrackerError::from)
+}
+
+/// The number of an event: its id's second part.
+fn number_of(entry: &StreamId) -> Option<u64> {
+    entry.id.split_once('-')?.1.parse().ok()
 }
 
 fn text(entry: &StreamId, name: &str) -> Option<String> {

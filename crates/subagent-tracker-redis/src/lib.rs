@@ -35,4 +35,4 @@ pub use options::{
 pub use registry::{RedisRegistry, EVENT_BUFFER_REFUSED};
 pub use session::RedisSession;
 pub use worker::lease::{LEASE_LOST_REASON, WORKER_LOST_ERROR};
-pub use worker::listener::ORPHANED_RUN_ERROR;
+pub use worker::listener::{ORPHANED_RUN_ERROR, SESSION_LOST_REASON};

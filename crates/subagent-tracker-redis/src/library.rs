@@ -31,12 +31,13 @@ const INCLUDES: [&str; 13] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 35] = [
+const FUNCTIONS: [&str; 36] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
     include_str!("../lua/functions/cancel_matching.lua"),
     include_str!("../lua/functions/claim.lua"),
+    include_str!("../lua/functions/drop_lost.lua"),
     include_str!("../lua/functions/drop_stale.lua"),
     include_str!("../lua/functions/due.lua"),
     include_str!("../lua/functions/end.lua"),

@@ -52,6 +52,12 @@ pub struct RedisOptions {
     /// How many replicas must acknowledge a cancel (`WAIT`, on the session's primary, within `timeout`) before
     /// it returns true, so that a cancel acknowledged to the caller survives a failover. Zero waits for none.
     pub wait_for_replicas: usize,
+    /// Whether to connect to a server whose `maxmemory-policy` may evict any key (`allkeys-lru`,
+    /// `allkeys-lfu`, `allkeys-random`), as managed Redis used as a cache often is. Such a server evicts live
+    /// sessions under memory pressure, so it is refused by default
+    /// ([`RedisTrackerError::InvalidOption`]); with this set, a session whose keys were evicted raises
+    /// [`RedisTrackerError::SessionLost`], and its runners' tokens fire.
+    pub eviction_allowed: bool,
 }
 
 impl Default for RedisOptions {
@@ -65,6 +71,7 @@ impl Default for RedisOptions {
             session_ttl: DEFAULT_SESSION_TTL,
             cluster: None,
             wait_for_replicas: 0,
+            eviction_allowed: false,
         }
     }
 }
@@ -118,6 +125,13 @@ impl RedisOptions {
     #[must_use]
     pub fn with_wait_for_replicas(mut self, replicas: usize) -> Self {
         self.wait_for_replicas = replicas;
+        self
+    }
+
+    /// These settings connecting to a server whose `maxmemory-policy` may evict any key, or not (the default).
+    #[must_use]
+    pub fn with_eviction_allowed(mut self, allowed: bool) -> Self {
+        self.eviction_allowed = allowed;
         self
     }
 

@@ -4,15 +4,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subagent_tracker::{
-    generate_id, restored_snapshot, validate_task_id, CancelCallback, ClaimProblem, RecordedEvent,
-    SubagentEventKind, SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure,
-    TaskFilter, TaskStart, TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    generate_id, restored_snapshot, validate_task_id, CancelCallback, CancelCause, ClaimProblem,
+    RecordedEvent, SubagentEventKind, SubagentStatus, SubagentTaskSnapshot, SubagentTaskToken,
+    TaskFailure, TaskFilter, TaskStart, TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
 use crate::mirrors::Mirror;
 use crate::session_state::{session_state, SessionState};
 use crate::store::{self, epoch_millis, TaskFields};
-use crate::worker::{RunKey, SessionCall, Worker};
+use crate::worker::{RemoteCancel, RunKey, SessionCall, Worker};
 use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
 
 /// The reason a local mirror run ends with when Redis says its run is over and a new one takes its id.
@@ -41,10 +41,40 @@ pub struct RedisSession {
 }
 
 /// What `open` gives: the task's id, its run and status, the links' registrations, and the call.
-type Opened = (Arc<str>, [String; 2], Vec<CancelCallback>, SessionCall);
+type Opened = (Arc<str>, OpenedRun, Vec<CancelCallback>, SessionCall);
 
 /// What `open_batch` gives per task: its id, its run and status, and the links' registrations.
-type OpenedInBatch = (Arc<str>, [String; 2], Vec<CancelCallback>);
+type OpenedInBatch = (Arc<str>, OpenedRun, Vec<CancelCallback>);
+
+/// A run as the function that opened or claimed it reports it.
+struct OpenedRun {
+    run: String,
+    status: String,
+    /// The cancel the run begins with, when the reply carries it: the runner's token fires from it before the
+    /// handle is handed out, with no further call that a broken connection could lose (contract §§3, 18, 20).
+    cancel: Option<RemoteCancel>,
+}
+
+impl OpenedRun {
+    /// From the reply's run, status, reason, origin, cause and handling flag (`open_task` in
+    /// `lua/includes/open.lua`, and `stv2_claim`).
+    fn from_reply([run, status, reason, origin, cause, handling]: [String; 6]) -> OpenedRun {
+        let cancel =
+            (status == SubagentStatus::Cancelled.as_str() && !cause.is_empty()).then(|| {
+                RemoteCancel {
+                    reason,
+                    origin,
+                    cause: CancelCause::from_name(&cause).unwrap_or(CancelCause::Requested),
+                    handling: handling == "1",
+                }
+            });
+        OpenedRun {
+            run,
+            status,
+            cancel,
+        }
+    }
+}
 
 /// One task to open, checked, with the arguments its server function takes.
 struct Opening {
@@ -134,8 +164,8 @@ impl RedisSession {
         &self,
         start: TaskStart<String>,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
-        let (task_id, [run, status], links, call) = self.open(start, None, true).await?;
-        let mut handle = self.hold(task_id, run, &status).await?;
+        let (task_id, opened, links, call) = self.open(start, None, true).await?;
+        let mut handle = self.hold(task_id, opened).await?;
         handle.keep_links(links);
         call.settle();
         Ok(handle)
@@ -170,8 +200,8 @@ impl RedisSession {
         let batch = starts.into_iter().map(|start| (start, None)).collect();
         let (opened, calls) = self.open_batch(batch).await?;
         let mut handles = Vec::with_capacity(opened.len());
-        for (task_id, [run, status], links) in opened {
-            let mut handle = self.hold(task_id, run, &status).await?;
+        for (task_id, opened, links) in opened {
+            let mut handle = self.hold(task_id, opened).await?;
             handle.keep_links(links);
             handles.push(handle);
         }
@@ -223,14 +253,15 @@ impl RedisSession {
                 return Err(error);
             }
         };
-        let [run, status, _reason, next_due]: [String; 4] = reply
+        let [run, status, reason, next_due, origin, cause, handling]: [String; 7] = reply
             .try_into()
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_open")))?;
         self.schedule(&next_due).await?;
-        let (links, status) = self
-            .opened(&opening.task_id, &run, opening.linked, status)
+        let opened = OpenedRun::from_reply([run, status, reason, origin, cause, handling]);
+        let (links, opened) = self
+            .opened(&opening.task_id, opening.linked, opened)
             .await?;
-        Ok((opening.task_id, [run, status], links, call))
+        Ok((opening.task_id, opened, links, call))
     }
 
     /// Opens every task of a batch in one call of `stv2_open_batch`, or none. Returns, per task, its id, run
@@ -275,7 +306,7 @@ impl RedisSession {
                 return Err(error);
             }
         };
-        if reply.len() != openings.len() * 4 {
+        if reply.len() != openings.len() * 7 {
             return Err(RedisTrackerError::Protocol(Arc::from("stv2_open_batch")));
         }
         let mut replies = reply.into_iter();
@@ -283,25 +314,22 @@ impl RedisSession {
         let mut earliest_due: Option<u64> = None;
         let mut parts = Vec::with_capacity(openings.len());
         for _ in &openings {
-            let (run, status, _reason, next_due) = (
-                replies.next().unwrap_or_default(),
-                replies.next().unwrap_or_default(),
-                replies.next(),
-                replies.next().unwrap_or_default(),
-            );
+            let mut next = || replies.next().unwrap_or_default();
+            let [run, status, reason, next_due, origin, cause, handling] =
+                std::array::from_fn(|_| next());
             if let Ok(due) = next_due.parse::<u64>() {
                 earliest_due = Some(earliest_due.map_or(due, |earliest| earliest.min(due)));
             }
-            parts.push((run, status));
+            parts.push(OpenedRun::from_reply([
+                run, status, reason, origin, cause, handling,
+            ]));
         }
         if let Some(due) = earliest_due {
             self.worker.schedule(&self.session_id, due).await?;
         }
-        for (opening, (run, status)) in openings.into_iter().zip(parts) {
-            let (links, status) = self
-                .opened(&opening.task_id, &run, opening.linked, status)
-                .await?;
-            opened.push((opening.task_id, [run, status], links));
+        for (opening, part) in openings.into_iter().zip(parts) {
+            let (links, part) = self.opened(&opening.task_id, opening.linked, part).await?;
+            opened.push((opening.task_id, part, links));
         }
         Ok((opened, calls))
     }
@@ -396,23 +424,21 @@ impl RedisSession {
         Ok(())
     }
 
-    /// Links a task just opened to its tokens; returns the registrations and its status as the runner must
-    /// see it.
+    /// Links a task just opened to its tokens; returns the registrations and the run as the runner must see
+    /// it.
     async fn opened(
         &self,
         task_id: &Arc<str>,
-        run: &str,
         linked: Vec<SubagentTaskToken>,
-        status: String,
-    ) -> Result<(Vec<CancelCallback>, String), RedisTrackerError> {
-        let (links, fired) = self.link(task_id, run, linked).await?;
-        // A link that had already fired cancelled the task after its start: the runner must get it cancelled.
-        let status = if fired {
-            SubagentStatus::Cancelled.as_str().to_owned()
-        } else {
-            status
-        };
-        Ok((links, status))
+        mut opened: OpenedRun,
+    ) -> Result<(Vec<CancelCallback>, OpenedRun), RedisTrackerError> {
+        let (links, fired) = self.link(task_id, &opened.run, linked).await?;
+        // A link that had already fired cancelled the task after its start: the runner must get it cancelled
+        // (the hold reads that cancel's details from Redis, unless the task began cancelled).
+        if fired {
+            opened.status = SubagentStatus::Cancelled.as_str().to_owned();
+        }
+        Ok((links, opened))
     }
 
     /// Cancels the task's `run` (cause `linked`, with the token's reason) when any of `tokens` fires: at once for
@@ -471,10 +497,10 @@ impl RedisSession {
                 return Err(error);
             }
         };
-        let [run, status, _reason]: [String; 3] = reply
+        let reply: [String; 6] = reply
             .try_into()
             .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_claim")))?;
-        let handle = self.hold(task_id, run, &status).await?;
+        let handle = self.hold(task_id, OpenedRun::from_reply(reply)).await?;
         call.settle();
         Ok(handle)
     }
@@ -483,9 +509,13 @@ impl RedisSession {
     async fn hold(
         &self,
         task_id: Arc<str>,
-        run: String,
-        status: &str,
+        opened: OpenedRun,
     ) -> Result<RedisTaskHandle, RedisTrackerError> {
+        let OpenedRun {
+            run,
+            status,
+            cancel,
+        } = opened;
         let mirror = &self.mirror.tracker;
         let local = match mirror.start(TaskStart::new().task_id(task_id.clone())) {
             Err(TrackerError::DuplicateTask { .. }) => {
@@ -503,11 +533,15 @@ impl RedisSession {
         let announced = self.worker.hold(key.clone());
         // Made before any further wait: should the caller stop waiting, dropping the handle ends the run.
         let handle = RedisTaskHandle::new(self.clone(), key.clone(), local);
-        if announced || status == SubagentStatus::Cancelled.as_str() {
-            // Cancelled before this run began here (under a cancelled parent, before its claim, or just after
-            // its start with the notification first): the reconcile reads the cancel's reason, origin and
-            // cause, and fires the token before the runner gets it. Should Redis fail now, the periodic
-            // reconcile fires it instead: the run exists, so its handle must reach the runner.
+        if let Some(cancel) = cancel {
+            // Cancelled before this run began here (under a cancelled parent, by its deadline, before its
+            // claim): the reply said how, so the token fires before the runner gets it, whatever Redis does next.
+            Worker::apply_cancel_from_reply(&self.worker, &key, &cancel);
+        } else if announced || status == SubagentStatus::Cancelled.as_str() {
+            // Cancelled just after its start, with the notification first, or by a link that had fired: the
+            // reconcile reads the cancel's reason, origin and cause, and fires the token before the runner gets
+            // it. Should Redis fail now, the periodic reconcile fires it instead: the run exists, so its handle
+            // must reach the runner.
             let _ = self.worker.reconcile(vec![key]).await;
         }
         Ok(handle)
@@ -1116,13 +1150,24 @@ impl RedisSession {
         name: &str,
         args: &[&str],
     ) -> Result<T, RedisTrackerError> {
-        store::call(
+        match store::call(
             &mut self.worker.connection.clone(),
             name,
             &[&self.key],
             args,
         )
         .await
+        {
+            // The incarnation is gone: closed and removed, or lost though nobody closed it (evicted).
+            Err(error)
+                if is_gone(&error) && self.worker.is_session_lost(&self.session_id).await =>
+            {
+                Err(RedisTrackerError::SessionLost {
+                    session_id: self.session_id.clone(),
+                })
+            }
+            outcome => outcome,
+        }
     }
 
     /// Calls a session function whose only refusal is that this object's incarnation has ended.
@@ -1218,5 +1263,17 @@ impl RedisSession {
             _ => return error,
         };
         refusal.into()
+    }
+}
+
+/// Whether `error` is a function's refusal `GONE`: this object's incarnation has ended.
+fn is_gone(error: &RedisTrackerError) -> bool {
+    let RedisTrackerError::ServerError { source } = error else {
+        return false;
+    };
+    match (source.code(), source.detail()) {
+        (Some("GONE"), _) => true,
+        (Some("ERR"), Some(detail)) => detail == "GONE" || detail.starts_with("GONE "),
+        _ => false,
     }
 }

@@ -85,14 +85,21 @@ impl Keys {
     }
 
     /// Every registry-wide key, with the type it holds, for the check that a prefix is not another's.
-    pub(crate) fn registry_keys(&self) -> [(String, &'static str); 5] {
+    pub(crate) fn registry_keys(&self) -> [(String, &'static str); 6] {
         [
             (self.workers(), "zset"),
             (self.timers(), "zset"),
             (self.timer_changes(), "hash"),
             (self.sessions(), "zset"),
+            (self.lost_sessions(), "zset"),
             (self.reaper(), "string"),
         ]
+    }
+
+    /// The sessions whose keys the sweep found gone though nobody had closed them (evicted), by when, so that
+    /// their objects say they are lost, not closed, after their last key has gone.
+    pub(crate) fn lost_sessions(&self) -> String {
+        format!("{}{{registry}}:lost", self.prefix)
     }
 }
 
@@ -228,14 +235,28 @@ pub(crate) async fn call_and_wait<T: FromRedisValue>(
     }
 }
 
+/// A call of the function `name`. Beyond the keys its caller names, it declares its slot's guard: a key that is
+/// never written. While the slot moves between cluster nodes, a call that declares a key the node lacks is
+/// refused before it runs (`ASK`, then `TRYAGAIN` on the node the slot moves to), so the guard keeps every
+/// function off a slot in migration: none runs on half of a session's keys, or writes part of a transition and
+/// then fails on a key that has moved (a task's hash, a children set, named at run time). Outside a migration a
+/// missing key changes nothing.
 fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {
+    let guard = keys.first().map(|key| slot_guard(key));
     let mut command = redis::cmd("FCALL");
     command
         .arg(format!("st{LAYOUT_VERSION}_{name}"))
-        .arg(keys.len())
+        .arg(keys.len() + usize::from(guard.is_some()))
         .arg(keys)
+        .arg(guard)
         .arg(args);
     command
+}
+
+/// The guard of the slot of `key` (see [`function_call`]): the key's prefix through its hash tag, then `guard`.
+fn slot_guard(key: &str) -> String {
+    let tag_end = key.find('}').map_or(0, |end| end + 1);
+    format!("{}:guard", &key[..tag_end])
 }
 
 /// Loads the library unless the server has it. A library of this name whose code differs is another build of

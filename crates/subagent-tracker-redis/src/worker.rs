@@ -50,6 +50,8 @@ use crate::mirrors::Mirrors;
 use crate::store::Keys;
 use crate::{RedisOptions, RedisTrackerError};
 
+pub(crate) use listener::RemoteCancel;
+
 /// How many sessions one round trip of the sweep or the reaper handles.
 pub(crate) const BATCH: usize = 500;
 
@@ -86,6 +88,8 @@ pub(crate) struct Worker {
     background: Mutex<Vec<JoinHandle<()>>>,
     /// When the lease was last renewed, by this process's monotonic clock.
     renewed_at: Mutex<Instant>,
+    /// The expiry this process last wrote to its lease (on the server's clock), to find out that Redis lost it.
+    lease_expiry: Mutex<Option<i64>>,
 }
 
 #[derive(Default)]

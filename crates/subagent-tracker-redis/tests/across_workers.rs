@@ -1070,3 +1070,38 @@ async fn a_token_by_id_in_another_worker_fires_promptly_and_never_for_an_end() {
     assert!(elsewhere.token("c").await.unwrap().is_cancelled());
     drop(handles);
 }
+
+/// A cascade that reaches several runs of one process arrives in one message, and its cancels apply together:
+/// when the parent's cancel callback runs, its child's token has fired too (an orchestrator torn down by its own
+/// cancel finds its subagents cancelled with the same reason, never stopped by the teardown alone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_fires_every_token_of_a_process_before_any_callback_runs() {
+    let server = RedisServer::start();
+    let runner = server.worker("t40:", "runner").await;
+    let stopper = server.worker("t40:", "stopper").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    for round in 0..20 {
+        let (parent_id, child_id) = (format!("parent-{round}"), format!("child-{round}"));
+        let parent = session
+            .start(TaskStart::new().task_id(&*parent_id))
+            .await
+            .unwrap();
+        let child = session
+            .start(TaskStart::new().task_id(&*child_id).parent_id(&*parent_id))
+            .await
+            .unwrap();
+        let child_token = child.token();
+        let (seen, saw) = std::sync::mpsc::channel();
+        let _registration = parent.token().on_cancel(move || {
+            let _ = seen.send((child_token.is_cancelled(), child_token.reason()));
+        });
+        let elsewhere = stopper.get_session("s").await.unwrap().unwrap();
+        assert!(elsewhere
+            .cancel(&parent_id, Some("stop the tree"))
+            .await
+            .unwrap());
+        let (child_fired, reason) = saw.recv_timeout(Duration::from_secs(5)).unwrap();
+        assert!(child_fired, "round {round}: the child's token fired first");
+        assert_eq!(reason.as_deref(), Some("stop the tree"));
+    }
+}

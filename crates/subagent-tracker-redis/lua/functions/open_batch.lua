@@ -1,6 +1,6 @@
 -- stv2_open_batch(session_key; inc, deadline_reason, then OPEN_FIELDS arguments per task, as stv2_open's):
 -- opens every task of the batch, in order, or none. A task may name as parent one earlier in the batch.
--- Returns the four replies of stv2_open per task, one after the other, or an error reply `<CODE> <index>` (the
+-- Returns the seven replies of stv2_open per task, one after the other, or an error reply `<CODE> <index>` (the
 -- 0-based index of the task refused) with stv2_open's codes, or DUPLICATE_IN_BATCH.
 local function st_open_batch(keys, args)
   local session_key = keys[1]

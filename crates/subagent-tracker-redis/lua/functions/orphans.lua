@@ -4,6 +4,8 @@
 -- younger than the grace and left for a later look}.
 local function st_orphans(keys, args)
   local session_key = keys[1]
+  -- A session whose hash is gone (evicted) is lost, not for orphans to end: its leftovers are the sweep's.
+  if not stored_inc then return { 0, 0 } end
   local base = base_of(session_key)
   local process, grace, error = args[1], tonumber(args[2]), args[3]
   local held = {}

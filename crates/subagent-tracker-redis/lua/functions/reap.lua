@@ -3,6 +3,8 @@
 -- finished.
 local function st_reap(keys, args)
   local session_key = keys[1]
+  -- A session whose hash is gone (evicted) is lost, not for the reaper: its leftovers are the sweep's.
+  if not stored_inc then return 0 end
   local base = base_of(session_key)
   local process, error, expired_at = args[1], args[2], tonumber(args[3])
   local reaped = 0

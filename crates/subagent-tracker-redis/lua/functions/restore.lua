@@ -23,8 +23,7 @@ local function st_restore(keys, args)
   end
   touch(session_key)
   for _, task in ipairs(tasks) do
-    local run = digits(stored_seq + 1)
-    stored_seq = tonumber(run)
+    local run = next_run()
     record_change(session_key, 'seq', run)
     local key = task_key(base, task.task_id)
     redis.call('HSET', key, 'id', task.task_id, 'run', run, 'fin', '1', unpack(args, task.first, task.last))

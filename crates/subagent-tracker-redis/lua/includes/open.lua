@@ -2,8 +2,10 @@
 local OPEN_FIELDS = 12
 
 -- Opens one task of the session: a start or a reservation (`a` holds its OPEN_FIELDS arguments from `first`).
--- Returns {run, status, reason, next timer due or ""}, or nil and the refusal's code: DUPLICATE, UNKNOWN_PARENT or
--- PARENT_FINISHED.
+-- Returns {run, status, reason, next timer due or "", origin, cause, handling}, or nil and the refusal's code:
+-- DUPLICATE, UNKNOWN_PARENT or PARENT_FINISHED. A task that begins cancelled comes back with its cancel's reason,
+-- origin and cause, so that the runner's token fires from this reply alone, and handling "1" when its worker
+-- process must report its cancel handlers done (`stv2_handled`).
 local function open_task(session_key, base, a, first, deadline_reason)
   local task_id, parent_id, agent, description, metadata = a[first], a[first + 1], a[first + 2], a[first + 3],
     a[first + 4]
@@ -39,8 +41,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
   if early_reason and not inherited then
     inherited = { reason = early_reason, origin = task_id, cause = 'requested' }
   end
-  local run = digits(stored_seq + 1)
-  stored_seq = tonumber(run)
+  local run = next_run()
   -- A refused start changes nothing, its time of last change included.
   if old[1] then
     -- A finished run of this id is replaced: it stops counting against the bound now.
@@ -92,14 +93,14 @@ local function open_task(session_key, base, a, first, deadline_reason)
     redis.call('SADD', children_key(base, parent_run), task_id)
     redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
   end
-  local reason = ''
+  local reason, origin, cause, handling = '', '', '', ''
   if inherited then
     emit(base, task_id, 'started', 'cancelled', at, 'reason', inherited.reason)
     emit(base, task_id, 'cancelled', 'cancelled', at, 'reason', inherited.reason)
     if reserved then
       finish(base, session_key, key, task_id, run, at, { status = 'cancelled', timed = false })
     end
-    reason = inherited.reason
+    reason, origin, cause = inherited.reason, inherited.origin, inherited.cause
   else
     emit(base, task_id, 'started', status, at)
   end
@@ -109,8 +110,9 @@ local function open_task(session_key, base, a, first, deadline_reason)
     local due = tonumber(deadline)
     if due <= now_ms() then
       cancel_trees(base, session_key, { task_id }, deadline_reason, 'deadline', at)
-      status = 'cancelled'
-      reason = deadline_reason
+      status, reason, origin, cause = 'cancelled', deadline_reason, task_id, 'deadline'
+      -- `cancel_trees` marks a run that a worker process runs as handling its cancel.
+      if process ~= '' and not reserved then handling = '1' end
     else
       redis.call('ZADD', base .. 'timers', due, timer('d', task_id, run))
       next_due = deadline
@@ -122,5 +124,5 @@ local function open_task(session_key, base, a, first, deadline_reason)
     redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
     if next_due == '' or due < tonumber(next_due) then next_due = digits(due) end
   end
-  return { run, status, reason, next_due }
+  return { run, status, reason, next_due, origin, cause, handling }
 end

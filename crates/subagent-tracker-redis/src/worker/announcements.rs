@@ -11,6 +11,12 @@ use crate::maps::shrink_if_mostly_empty;
 use crate::store::{self, epoch_millis};
 use crate::RedisTrackerError;
 
+/// How long the registry remembers a session the sweep found lost.
+const LOST_SESSION_MEMORY: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// How many lost sessions the registry remembers at most.
+const LOST_SESSIONS: usize = 10_000;
+
 impl Worker {
     /// Records in Redis that this process runs tasks in `sessions`, with its lease (which a reaper may have
     /// forgotten: then every session with business here is announced again on the next lease tick).
@@ -88,10 +94,15 @@ impl Worker {
             let next_looks: Vec<Result<i64, _>> =
                 store::call_each(connection, "sweep", &calls).await?;
             let mut swept: Vec<&str> = vec![&ttl];
+            let mut lost: Vec<&str> = Vec::new();
             let mut kept = redis::pipe();
             for (session_id, next_look) in idle.iter().zip(next_looks) {
                 match next_look {
                     Ok(-1) => swept.push(session_id),
+                    Ok(-2) => {
+                        swept.push(session_id);
+                        lost.push(session_id);
+                    }
                     // Never moves an entry earlier: `session()` may have listed the id again meanwhile.
                     Ok(next_look) => {
                         kept.cmd("ZADD")
@@ -119,6 +130,10 @@ impl Worker {
             if swept.len() < idle.len() + 1 {
                 let () = kept.query_async(connection).await?;
             }
+            // Remembered as lost before they leave the index, so that they are never taken for closed.
+            if !lost.is_empty() {
+                self.remember_lost(connection, &lost).await?;
+            }
             if swept.len() > 1 {
                 let _: i64 = store::call(connection, "drop_stale", &[&index], &swept).await?;
             }
@@ -126,6 +141,74 @@ impl Worker {
                 return Ok(removed);
             }
         }
+    }
+
+    /// Records that the sweep found `sessions` lost, for [`LOST_SESSION_MEMORY`], so that their objects keep
+    /// saying so once their last key has gone; the oldest beyond [`LOST_SESSIONS`] are forgotten.
+    async fn remember_lost(
+        &self,
+        connection: &mut Connection,
+        sessions: &[&str],
+    ) -> Result<(), RedisTrackerError> {
+        let key = self.keys.lost_sessions();
+        let now = epoch_millis(std::time::SystemTime::now());
+        let forgotten_before =
+            now.saturating_sub(u64::try_from(LOST_SESSION_MEMORY.as_millis()).unwrap_or(u64::MAX));
+        let mut pipeline = redis::pipe();
+        for session_id in sessions {
+            pipeline
+                .cmd("ZADD")
+                .arg(&key)
+                .arg(now)
+                .arg(*session_id)
+                .ignore();
+        }
+        pipeline
+            .cmd("ZREMRANGEBYSCORE")
+            .arg(&key)
+            .arg("-inf")
+            .arg(forgotten_before)
+            .ignore()
+            .cmd("ZREMRANGEBYRANK")
+            .arg(&key)
+            .arg(0)
+            .arg(-i64::try_from(LOST_SESSIONS).unwrap_or(i64::MAX) - 1)
+            .ignore();
+        let () = pipeline.query_async(connection).await?;
+        Ok(())
+    }
+
+    /// Whether session `session_id`'s keys are gone though nobody removed them
+    /// ([`RedisTrackerError::SessionLost`]): its hash is missing while this process runs a task of it (a session
+    /// with an unfinished task is never removed), while the registry's index lists it, or after the sweep found
+    /// it so. False when Redis cannot say: the caller's own error stands.
+    pub(crate) async fn is_session_lost(&self, session_id: &str) -> bool {
+        let mut connection = self.connection.clone();
+        let exists: Result<bool, _> = redis::cmd("EXISTS")
+            .arg(self.keys.session(session_id))
+            .query_async(&mut connection)
+            .await;
+        if !matches!(exists, Ok(false)) {
+            return false;
+        }
+        if lock(&self.runs)
+            .held
+            .iter()
+            .any(|run| &*run.session_id == session_id)
+        {
+            return true;
+        }
+        for index in [self.keys.sessions(), self.keys.lost_sessions()] {
+            let listed: Result<Option<f64>, _> = redis::cmd("ZSCORE")
+                .arg(index)
+                .arg(session_id)
+                .query_async(&mut connection)
+                .await;
+            if matches!(listed, Ok(Some(_))) {
+                return true;
+            }
+        }
+        false
     }
 
     /// Lets go of the sessions this process has no business with any more, and withdraws their announcements.

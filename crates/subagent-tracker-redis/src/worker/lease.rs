@@ -7,7 +7,7 @@ use std::time::Instant;
 use subagent_tracker::CancelCause;
 
 use super::announcements::forget_announcements;
-use super::{lock, Worker, BATCH};
+use super::{lock, RunKey, Worker, BATCH};
 use crate::connection::Connection;
 use crate::store;
 use crate::RedisTrackerError;
@@ -19,9 +19,11 @@ pub const WORKER_LOST_ERROR: &str = "the worker running the task was lost (its l
 pub const LEASE_LOST_REASON: &str = "this worker lost its lease on the registry";
 
 impl Worker {
-    pub(super) async fn renew_lease(&self) -> Result<(), RedisTrackerError> {
+    /// Renews the lease. Returns true when Redis had lost what this process last wrote there: its lease was
+    /// gone or older (a reaper forgot it, a restart from older state, a failover to a lagging replica).
+    pub(super) async fn renew_lease(&self) -> Result<bool, RedisTrackerError> {
         let lease = self.options.lease.as_millis().to_string();
-        let [_server_time, existed]: [i64; 2] = store::call(
+        let [_server_time, existed, previous, expiry]: [i64; 4] = store::call(
             &mut self.connection.clone(),
             "lease",
             &[&self.keys.workers()],
@@ -33,7 +35,8 @@ impl Worker {
             // A new lease, or a reaper took this process for dead and forgot its lease and announcements.
             forget_announcements(&mut lock(&self.runs));
         }
-        Ok(())
+        let written = lock(&self.lease_expiry).replace(expiry);
+        Ok(written.is_some_and(|written| existed == 0 || previous != written))
     }
 
     /// Past a whole lease without renewal, the others may have failed this worker's runs: their runners stop.
@@ -42,14 +45,19 @@ impl Worker {
             return;
         }
         for run in self.held_runs() {
-            if let Some(mirror) = self.mirrors.get(&run.session_id) {
-                mirror.tracker.apply_remote_cancel(
-                    &run.task_id,
-                    LEASE_LOST_REASON,
-                    CancelCause::Lease,
-                    &run.task_id,
-                );
-            }
+            self.fence(&run);
+        }
+    }
+
+    /// Fires the token of `run` as the fence does: cause `lease`, reason [`LEASE_LOST_REASON`] (contract §21).
+    pub(super) fn fence(&self, run: &RunKey) {
+        if let Some(mirror) = self.mirrors.get(&run.session_id) {
+            mirror.tracker.apply_remote_cancel(
+                &run.task_id,
+                LEASE_LOST_REASON,
+                CancelCause::Lease,
+                &run.task_id,
+            );
         }
     }
 
@@ -146,7 +154,10 @@ pub(super) async fn keep_lease(worker: Arc<Worker>) {
     // already have been reaped, even if it can renew now.
     worker.fence_if_lease_lost();
     // The fence covers a lease that runs out while renewals fail.
-    if worker.renew_lease().await.is_ok() {
+    if let Ok(lost_writes) = worker.renew_lease().await {
+        if lost_writes {
+            let _ = worker.recover_lost_writes().await;
+        }
         let _ = worker.announce_busy_sessions().await;
     }
 }

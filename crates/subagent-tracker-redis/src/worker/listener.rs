@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use subagent_tracker::{CancelCause, WaitForHandlers};
 
+use super::lease::WORKER_LOST_ERROR;
 use super::{lock, RunKey, Worker};
 use crate::connection::Client;
 use crate::store;
@@ -18,13 +19,19 @@ use crate::RedisTrackerError;
 /// the cancel's notification.
 const UNMATCHED_NOTIFICATIONS: usize = 1024;
 
+/// The cancel reason of a run whose session's keys are gone from Redis though nobody closed it (evicted): the
+/// runner's work can no longer be recorded, so it stops.
+pub const SESSION_LOST_REASON: &str =
+    "the session was lost: its keys are gone from Redis though nobody closed it (evicted)";
+
 /// How long the listener waits before it reconnects to a server that dropped it.
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 
-/// The error of a task whose start or claim took effect in Redis but whose runner never got its handle (the
-/// reply was lost).
+/// The error of a task recorded as run by a worker process that holds no runner of it: the reply to its start or
+/// claim never came, or Redis lost the task's end and the run is back (contract §21).
 pub const ORPHANED_RUN_ERROR: &str =
-    "the task's start took effect but its runner never got the handle (the reply was lost)";
+    "no runner of its worker process holds the task: the reply to its start or \
+     claim was lost, or Redis lost the task's end (a restart from older state, a failover)";
 
 impl Worker {
     /// Compares `runs` with Redis and brings each mirror in line: a cancel, a resume or an end by id made there
@@ -39,27 +46,73 @@ impl Worker {
             if self.mirrors.get(&session_id).is_none() {
                 continue;
             }
-            let mut applied = Vec::new();
+            let lost = statuses
+                .iter()
+                .any(|status| status.len() == 1 && status[0] == "lost")
+                && self.is_session_lost(&session_id).await;
+            if lost {
+                // What is left of the runs it held goes now (nothing indexes them any more); the rest is the
+                // sweep's.
+                let _: Result<i64, _> =
+                    store::call(&mut connection, "drop_lost", &[&key], &args).await;
+                // Listed, if eviction took it from the index too, so that the sweep finds what is left of it; an
+                // entry still there keeps its time, so that the session goes idle.
+                let _: Result<i64, _> = redis::cmd("ZADD")
+                    .arg(self.keys.sessions())
+                    .arg("NX")
+                    .arg(store::epoch_millis(std::time::SystemTime::now()))
+                    .arg(&*session_id)
+                    .query_async(&mut connection)
+                    .await;
+            }
+            let mut cancels = Vec::new();
             for (run, status) in runs.iter().zip(statuses) {
                 match status.as_slice() {
+                    [status] if status == "lost" && lost => {
+                        self.apply_cancel(
+                            run,
+                            SESSION_LOST_REASON,
+                            CancelCause::Session,
+                            &run.task_id,
+                        );
+                        self.apply_end(run);
+                    }
                     [status, resume_value, pauses, ..] if status == "running" => {
                         self.apply_resume(run, pauses, resume_value);
+                    }
+                    [status, .., error] if status == "failed" && error == WORKER_LOST_ERROR => {
+                        // A reaper took this live process for dead (Redis lost its lease renewals): its runner
+                        // stops as a fenced one would (contract §21), then the mirror ends.
+                        self.fence(run);
+                        self.apply_end(run);
                     }
                     [status, ..] if matches!(status.as_str(), "completed" | "failed") => {
                         self.apply_end(run);
                     }
-                    [status, reason, origin, cause, handling]
+                    [status, reason, origin, cause, handling, _]
                         if status == "cancelled" && lock(&self.runs).held.contains(run) =>
                     {
-                        let cause = CancelCause::from_name(cause).unwrap_or(CancelCause::Requested);
-                        let handlers = self.apply_cancel(run, reason, cause, origin);
-                        if handling == "1" {
-                            applied.push((run.clone(), handlers));
-                        }
+                        let cancel = RemoteCancel {
+                            reason: reason.clone(),
+                            origin: origin.clone(),
+                            cause: CancelCause::from_name(cause).unwrap_or(CancelCause::Requested),
+                            handling: handling == "1",
+                        };
+                        cancels.push((run.clone(), cancel));
                     }
                     _ => {}
                 }
             }
+            let handling: std::collections::HashSet<RunKey> = cancels
+                .iter()
+                .filter(|(_, cancel)| cancel.handling)
+                .map(|(run, _)| run.clone())
+                .collect();
+            let applied = self
+                .apply_cancels(cancels)
+                .into_iter()
+                .filter(|(run, _)| handling.contains(run))
+                .collect();
             self.report_handled(applied).await;
         }
         Ok(())
@@ -118,6 +171,29 @@ impl Worker {
         Ok(())
     }
 
+    /// After Redis lost writes of this process (a restart from older state, a failover to a lagging replica),
+    /// what it did may be undone: a run it ended may be running again with nobody to end it, and a run it holds
+    /// may have been reaped. Every session that this process has business with, or that Redis records it as
+    /// running tasks in, goes to the orphan check (contract §§2, 21), and the held runs are reconciled at once.
+    pub(super) async fn recover_lost_writes(&self) -> Result<(), RedisTrackerError> {
+        let announced: Vec<String> = redis::cmd("ZRANGE")
+            .arg(self.keys.announced(&self.process))
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.connection.clone())
+            .await?;
+        {
+            let now = Instant::now();
+            let mut runs = lock(&self.runs);
+            let known: Vec<Arc<str>> = runs.sessions.keys().cloned().collect();
+            for session_id in announced.into_iter().map(Arc::from).chain(known) {
+                runs.sessions.entry(session_id).or_default().unsettled_since = Some(now);
+            }
+        }
+        self.reconcile(self.held_runs()).await?;
+        self.end_orphans().await
+    }
+
     /// Applies a cancel made in Redis to the mirror of `run`, and returns the wait for the cancel handlers that
     /// it (or an earlier cancel) ran here: `None` when the mirror no longer holds the run.
     fn apply_cancel(
@@ -127,17 +203,76 @@ impl Worker {
         cause: CancelCause,
         origin: &str,
     ) -> Option<WaitForHandlers> {
-        let mirror = self.mirrors.get(&run.session_id)?;
-        // Taken before the cancel: the run may end, and leave the mirror, as soon as its token fires.
-        let handlers = mirror
-            .tracker
-            .token(&run.task_id)
-            .ok()
-            .map(|token| token.wait_for_handlers());
-        mirror
-            .tracker
-            .apply_remote_cancel(&run.task_id, reason, cause, origin);
-        handlers
+        let cancel = RemoteCancel {
+            reason: reason.to_owned(),
+            origin: origin.to_owned(),
+            cause,
+            handling: false,
+        };
+        self.apply_cancels(vec![(run.clone(), cancel)])
+            .pop()
+            .and_then(|(_, handlers)| handlers)
+    }
+
+    /// Applies cancels made in Redis to the mirrors of their runs: those of one session together, so that no
+    /// waiter or callback of one runs before the others' tokens have fired (a cascade reaches a process's runs
+    /// in one message). Returns each run with the wait for its cancel handlers, as [`apply_cancel`] does.
+    ///
+    /// [`apply_cancel`]: Self::apply_cancel
+    fn apply_cancels(
+        &self,
+        cancels: Vec<(RunKey, RemoteCancel)>,
+    ) -> Vec<(RunKey, Option<WaitForHandlers>)> {
+        let mut applied = Vec::with_capacity(cancels.len());
+        let mut by_session: HashMap<Arc<str>, Vec<(RunKey, RemoteCancel)>> = HashMap::new();
+        for (run, cancel) in cancels {
+            by_session
+                .entry(run.session_id.clone())
+                .or_default()
+                .push((run, cancel));
+        }
+        for (session_id, cancels) in by_session {
+            let Some(mirror) = self.mirrors.get(&session_id) else {
+                applied.extend(cancels.into_iter().map(|(run, _)| (run, None)));
+                continue;
+            };
+            // Taken before the cancels: a run may end, and leave the mirror, as soon as its token fires.
+            for (run, _) in &cancels {
+                let handlers = mirror
+                    .tracker
+                    .token(&run.task_id)
+                    .ok()
+                    .map(|token| token.wait_for_handlers());
+                applied.push((run.clone(), handlers));
+            }
+            mirror
+                .tracker
+                .apply_remote_cancels(cancels.iter().map(|(run, cancel)| {
+                    (
+                        &*run.task_id,
+                        cancel.reason.as_str(),
+                        cancel.cause,
+                        cancel.origin.as_str(),
+                    )
+                }));
+        }
+        applied
+    }
+
+    /// Fires the token of `run`, which this process has just begun to hold, with the cancel that the reply of
+    /// its start or claim carried; reports its handlers done, in a task of its own, when Redis waits for that.
+    pub(crate) fn apply_cancel_from_reply(
+        worker: &Arc<Worker>,
+        run: &RunKey,
+        cancel: &RemoteCancel,
+    ) {
+        let handlers = worker.apply_cancel(run, &cancel.reason, cancel.cause, &cancel.origin);
+        if cancel.handling {
+            let (reporter, run) = (worker.clone(), run.clone());
+            worker
+                .runtime
+                .spawn(async move { reporter.report_handled(vec![(run, handlers)]).await });
+        }
     }
 
     /// Reports to Redis, once their handlers are done, the cancels applied here (contract §3, cancel and wait):
@@ -159,36 +294,46 @@ impl Worker {
         }
     }
 
-    /// A notification that run `run` was cancelled in Redis, with the cancel's details, or resumed, or ended.
-    /// Returns, for a cancel applied here, the run and the wait for its handlers, to report once they are done.
-    fn notified(&self, notification: Notification) -> Option<(RunKey, Option<WaitForHandlers>)> {
-        if notification.cause == ENDED_CAUSE {
-            self.apply_end(&notification.run);
-            return None;
-        }
-        if notification.cause == RESUME_CAUSE {
-            // The value travels as the reason, and the number of the pause it ends as the origin.
-            self.apply_resume(
-                &notification.run,
-                &notification.origin,
-                &notification.reason,
-            );
-            return None;
-        }
-        let run = notification.run;
-        {
-            let mut runs = lock(&self.runs);
-            if !runs.held.contains(&run) {
-                if runs.unmatched.len() == UNMATCHED_NOTIFICATIONS {
-                    runs.unmatched.pop_front();
-                }
-                runs.unmatched.push_back(run);
-                return None;
+    /// The notifications of one message: runs cancelled in Redis, with each cancel's details, or resumed, or
+    /// ended. The cancels apply together (see [`apply_cancels`](Self::apply_cancels)). Returns, for each cancel
+    /// applied here, the run and the wait for its handlers, to report once they are done.
+    fn notified(&self, notifications: Vec<Notification>) -> Vec<(RunKey, Option<WaitForHandlers>)> {
+        let mut cancels = Vec::new();
+        for notification in notifications {
+            if notification.cause == ENDED_CAUSE {
+                self.apply_end(&notification.run);
+                continue;
             }
+            if notification.cause == RESUME_CAUSE {
+                // The value travels as the reason, and the number of the pause it ends as the origin.
+                self.apply_resume(
+                    &notification.run,
+                    &notification.origin,
+                    &notification.reason,
+                );
+                continue;
+            }
+            let run = notification.run;
+            {
+                let mut runs = lock(&self.runs);
+                if !runs.held.contains(&run) {
+                    if runs.unmatched.len() == UNMATCHED_NOTIFICATIONS {
+                        runs.unmatched.pop_front();
+                    }
+                    runs.unmatched.push_back(run);
+                    continue;
+                }
+            }
+            let cancel = RemoteCancel {
+                cause: CancelCause::from_name(&notification.cause)
+                    .unwrap_or(CancelCause::Requested),
+                reason: notification.reason,
+                origin: notification.origin,
+                handling: true,
+            };
+            cancels.push((run, cancel));
         }
-        let cause = CancelCause::from_name(&notification.cause).unwrap_or(CancelCause::Requested);
-        let handlers = self.apply_cancel(&run, &notification.reason, cause, &notification.origin);
-        Some((run, handlers))
+        self.apply_cancels(cancels)
     }
 }
 
@@ -214,6 +359,15 @@ const RESUME_CAUSE: &str = "resume";
 /// The cause a notification of a paused run's end by id carries in a cancel's place (`stv2_end`).
 const ENDED_CAUSE: &str = "ended";
 
+/// A cancel made in Redis, as the reply of a start or a claim carries it.
+pub(crate) struct RemoteCancel {
+    pub(crate) reason: String,
+    pub(crate) origin: String,
+    pub(crate) cause: CancelCause,
+    /// Redis waits for this process to report the cancel's handlers done (`stv2_handled`).
+    pub(crate) handling: bool,
+}
+
 /// A cancel of a run this worker executes, as the functions publish it (or a resume, in its framing).
 struct Notification {
     run: RunKey,
@@ -225,6 +379,7 @@ struct Notification {
 /// Receives the worker's notifications, resubscribing (and reconciling what it may have missed) whenever the
 /// server drops the subscription.
 pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
+    let mut resubscribed = false;
     loop {
         let channel = match worker.upgrade() {
             Some(worker) => worker.keys.worker_channel(&worker.process),
@@ -232,16 +387,20 @@ pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
         };
         if let Ok(mut messages) = client.subscribe(&channel).await {
             if let Some(worker) = worker.upgrade() {
-                let _ = worker.reconcile(worker.held_runs()).await;
+                // A subscription that dropped may mean a server that restarted, or a failover: what Redis
+                // holds now may be older than what this process did.
+                let _ = if resubscribed {
+                    worker.recover_lost_writes().await
+                } else {
+                    worker.reconcile(worker.held_runs()).await
+                };
             }
+            resubscribed = true;
             while let Some(message) = messages.next().await {
                 let Some(worker) = worker.upgrade() else {
                     return;
                 };
-                let applied: Vec<_> = parse_notifications(&message)
-                    .into_iter()
-                    .filter_map(|notification| worker.notified(notification))
-                    .collect();
+                let applied = worker.notified(parse_notifications(&message));
                 if !applied.is_empty() {
                     // Reported in a task of its own: handlers may take long, and notifications keep coming.
                     let reporter = worker.clone();

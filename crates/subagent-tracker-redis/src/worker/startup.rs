@@ -52,6 +52,9 @@ impl Worker {
             .query_async::<String>(&mut connection)
             .await
             .map_err(|error| configuration_error(url, &error))?;
+        if !options.eviction_allowed {
+            refuse_evicting_policy(&mut connection, url).await?;
+        }
         store::load(&mut connection).await?;
         let keys = Keys::new(&options.key_prefix);
         check_prefix_is_ours(&mut connection, &keys).await?;
@@ -77,6 +80,7 @@ impl Worker {
             runtime: tokio::runtime::Handle::current(),
             background: Mutex::new(Vec::new()),
             renewed_at: Mutex::new(Instant::now()),
+            lease_expiry: Mutex::new(None),
         });
         worker.renew_lease().await?;
         worker.start_background(client);
@@ -119,6 +123,47 @@ where
             return;
         };
         step(worker).await;
+    }
+}
+
+/// Refuses a server whose `maxmemory-policy` may evict any key: it would drop live sessions under memory pressure
+/// without a word. A server that tells neither through `CONFIG GET` nor through `INFO` (a user without those
+/// commands) is taken at its word that it keeps what it is given.
+async fn refuse_evicting_policy(
+    connection: &mut Connection,
+    url: &str,
+) -> Result<(), RedisTrackerError> {
+    let configured: Result<Vec<String>, _> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("maxmemory-policy")
+        .query_async(connection)
+        .await;
+    let policy = match configured {
+        Ok(pair) => pair.into_iter().nth(1),
+        Err(_) => {
+            let info: Result<String, _> = redis::cmd("INFO")
+                .arg("memory")
+                .query_async(connection)
+                .await;
+            info.ok().and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("maxmemory_policy:"))
+                    .map(|policy| policy.trim().to_owned())
+            })
+        }
+    };
+    match policy {
+        Some(policy) if policy.starts_with("allkeys-") => Err(RedisTrackerError::InvalidOption(
+            format!(
+                "the Redis at {} has maxmemory-policy {policy}, which evicts any key under memory pressure, \
+                 live sessions included: set it to noeviction (or a volatile-* policy), or allow eviction \
+                 (allow_eviction=True; Rust: RedisOptions::with_eviction_allowed) to have evicted sessions \
+                 raise SessionLostError",
+                crate::error::shown_url(url)
+            )
+            .into(),
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -49,6 +49,25 @@ impl RedisServer {
         std::mem::forget(killed);
     }
 
+    /// Writes a snapshot (`SAVE`) of a server without an append-only file: [`restart`](Self::restart) then
+    /// starts it from that older state, losing every write made since, as a restore from a backup or a failover
+    /// to a lagging replica does.
+    pub fn save_snapshot(&self) {
+        assert!(
+            cli(self.port, &["SAVE"]).contains("OK"),
+            "the server saved its snapshot"
+        );
+    }
+
+    /// [`restart`](Self::restart) with `settings` beyond those the server was started with, for this start alone.
+    pub fn restart_with(&mut self, settings: &[&str]) {
+        let kept = self.settings.clone();
+        self.settings
+            .extend(settings.iter().map(|setting| (*setting).to_owned()));
+        self.restart();
+        self.settings = kept;
+    }
+
     fn spawn(port: u16, aof_directory: Option<PathBuf>, settings: Vec<String>) -> RedisServer {
         let mut command = Command::new("redis-server");
         command
