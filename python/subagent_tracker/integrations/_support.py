@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
 
 from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
 from subagent_tracker._native import (
@@ -24,6 +25,9 @@ from subagent_tracker._native import (
     _check_seconds,
 )
 from subagent_tracker._session import Session, _in_background, _resolved
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 #: The sessions a run can be tracked in: either API, either store.
 TrackedSession: TypeAlias = Session | RedisSession | AsyncRedisSession | AwaitableSession
@@ -151,6 +155,11 @@ class DelegatingCall:
         #: The latest subagent run inside the call that ended cancelled.
         self.cancelled_run: CancelledRun | None = None
 
+    def answer(self, result: _T) -> _T | str:
+        """What the call answers once its body returned ``result``: the text of a tracked subagent that ended
+        cancelled inside it, if one did (whether its framework raised or returned), else ``result``."""
+        return result if self.cancelled_run is None else self.cancelled_run.text()
+
 
 _DELEGATING_CALL: ContextVar[DelegatingCall | None] = ContextVar(
     "subagent_tracker_delegating_call", default=None
@@ -166,6 +175,36 @@ def delegating_call() -> Iterator[DelegatingCall]:
         yield call
     finally:
         _DELEGATING_CALL.reset(previous)
+
+
+def answers_for_subagents(
+    function: Callable[_P, Awaitable[_T]],
+) -> Callable[_P, Coroutine[Any, Any, _T | str]]:
+    """Makes an async tool function a delegating tool call, for a framework whose adapter cannot reach its
+    tools (a LangChain tool in a LangGraph graph): a tracked subagent of any framework that the tool runs, and
+    that ends cancelled, answers the call with :func:`cancelled_run_text`, with its reason and partial output,
+    whether its framework raised (the exception is taken as that report) or returned normally (the return is
+    replaced by it). An asyncio cancel of the call itself goes on up. Applied twice, it wraps once."""
+    if getattr(function, _ANSWERS_FOR_SUBAGENTS, False):
+        return cast("Callable[_P, Coroutine[Any, Any, _T | str]]", function)
+
+    @functools.wraps(function)
+    async def delegating(*args: _P.args, **kwargs: _P.kwargs) -> _T | str:
+        with delegating_call() as call:
+            try:
+                result = await function(*args, **kwargs)
+            except Exception:
+                if call.cancelled_run is None:
+                    raise
+                return call.cancelled_run.text()
+        return call.answer(result)
+
+    setattr(delegating, _ANSWERS_FOR_SUBAGENTS, True)
+    return delegating
+
+
+#: The mark of a function :func:`answers_for_subagents` made.
+_ANSWERS_FOR_SUBAGENTS = "_subagent_tracker_answers_for_subagents"
 
 
 def report_cancelled_run(run: CancelledRun) -> None:

@@ -27,12 +27,13 @@ from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker._native import CancellationToken
 from subagent_tracker.integrations import STREAM_CLOSED_REASON, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
+    CancelledRun,
     cancel_in_background,
-    cancelled_run_text,
     cancelled_tool_call_text,
     check_run_options,
     missing_framework,
     on_cancel_in_loop,
+    report_cancelled_run,
     resolved,
 )
 
@@ -138,10 +139,12 @@ async def _run_subgraph(
         await resolved(task.complete(output.text))
         if finished:
             return output.text
-        text = cancelled_run_text(
+        cancelled = CancelledRun(
             agent=agent, task_id=task.task_id, reason=task.token.reason, partial=output.text
         )
-    raise _SubagentCancelled(text)
+        # Its tool answers for it; the report is for a delegating call of another framework around that tool.
+        report_cancelled_run(cancelled)
+    raise _SubagentCancelled(cancelled.text())
 
 
 async def _follow(

@@ -38,6 +38,7 @@ from subagent_tracker.integrations._support import (
     CancelledRun,
     StreamedText,
     absorb_own_cancel,
+    answers_for_subagents,
     blocking_twin,
     cancel_in_background,
     cancelled_tool_call_text,
@@ -511,6 +512,11 @@ class _RecordingHooks(RunHooks[Any]):
         await self._inner.on_llm_end(context, agent, response)
 
     async def on_agent_start(self, context: AgentHookContext[Any], agent: Any) -> None:
+        # Each function tool of the run answers for a tracked subagent of any framework that ends cancelled in
+        # it (`answers_for_subagents`, which wraps a tool once): the SDK has no hook around a tool's call.
+        for tool in getattr(agent, "tools", ()):
+            if isinstance(tool, FunctionTool):
+                tool.on_invoke_tool = answers_for_subagents(tool.on_invoke_tool)
         await self._inner.on_agent_start(context, agent)
 
     async def on_agent_end(self, context: AgentHookContext[Any], agent: Any, output: Any) -> None:

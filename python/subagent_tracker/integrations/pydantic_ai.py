@@ -258,7 +258,9 @@ class SubagentTracking(AbstractCapability[Any]):
                     return _cancelled_call_text(call, tool_call.cancelled_run, None, started)
                 raise
         await _held_until_torn_down(state, ctx)
-        return result
+        # A tracked subagent that ended cancelled without raising (a Strands agent returns) answers the call
+        # all the same.
+        return tool_call.answer(result)
 
 
 async def _torn_down() -> None:

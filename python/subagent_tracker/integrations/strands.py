@@ -39,13 +39,16 @@ from subagent_tracker.integrations import (
     tracked,
 )
 from subagent_tracker.integrations._support import (
+    CancelledRun,
+    DelegatingCall,
     StreamedText,
     absorb_own_cancel,
-    cancelled_run_text,
     cancelled_tool_call_text,
     check_run_options,
+    delegating_call,
     missing_framework,
     on_cancel_in_loop,
+    report_cancelled_run,
     resolved,
 )
 
@@ -139,26 +142,34 @@ class _Step:
 
 
 class _ToolCall(_Step):
-    """A tool call of a tracked run. A tracked subagent running inside it (an agent used as a tool) is not
-    interrupted from outside: it is cancelled with the run (it is its child, or linked to it) and stops at its
-    own checkpoints, so its history and partial output survive and its tool call gets its cancelled text."""
+    """A tool call of a tracked run, and a delegating call (``delegating_call``): a tracked subagent of any
+    framework that ends cancelled inside it answers it with its cancelled text. A Strands subagent running
+    inside it (an agent used as a tool) is not interrupted from outside: it is cancelled with the run (it is
+    its child, or linked to it) and stops at its own checkpoints, so its history and partial output
+    survive."""
 
     def __init__(self, run: _AgentRun) -> None:
         super().__init__(run)
         self._key: asyncio.Task[Any] | None = None
         self.subagent_runs: list[_AgentRun] = []
         self._deferred = False
+        self._delegating = contextlib.ExitStack()
+        self.delegating: DelegatingCall | None = None
 
     def enter(self) -> None:
-        # By the task that runs the call: a subagent started inside it finds its call so.
+        # By the task that runs the call: a subagent started inside it finds its call so, and reports to it.
         super().enter()
         self._key = self._task
         self._run.tool_calls[self._key] = self
+        self.delegating = self._delegating.enter_context(delegating_call())
 
     def leave(self) -> None:
         super().leave()
         if self._run.tool_calls.get(self._key) is self:
             del self._run.tool_calls[self._key]
+        # Left in a context of its own when a finalizer closes the call: nothing to restore there.
+        with contextlib.suppress(ValueError):
+            self._delegating.close()
 
     def interrupt(self) -> None:
         if any(not run.ended for run in self.subagent_runs):
@@ -196,6 +207,12 @@ class _AgentRun:
         self.text = StreamedText()
         self.ended = False
         self.cancelled = False
+
+    def cancelled_run(self, reason: str | None) -> CancelledRun:
+        """The run, stopped by a cancel with ``reason``, as the tool call that ran it reports it."""
+        return CancelledRun(
+            agent=self.agent.name, task_id=self.handle.task_id, reason=reason, partial=self.text.text or None
+        )
 
     def stop(self) -> None:
         """The run's cancel, on its loop: the agent's own cancel, and the steps it has in flight."""
@@ -333,9 +350,13 @@ class SubagentHooks(HookProvider):
         stopped = (
             result is not None and result.stop_reason == "cancelled" and event.agent.cancel_signal.is_set()
         )
+        run.cancelled = stopped
+        if stopped:
+            # The run returns rather than raises, so it reports itself to the tool call that ran it (`tracked`
+            # does so for a run that raises), before any wait on the session.
+            report_cancelled_run(run.cancelled_run(token.reason or FRAMEWORK_CANCEL_REASON))
         if stopped and not token.is_cancelled:
             await resolved(self._session.cancel_subagent_task(handle.task_id, reason=FRAMEWORK_CANCEL_REASON))
-        run.cancelled = stopped
         if stopped or result is None:
             # After a cancel this is a late end: the task stays CANCELLED and keeps what the run had streamed
             # (``result`` is None only for the deprecated ``structured_output`` call).
@@ -394,7 +415,7 @@ def _stop_tool_call(
     def passing(event: Any) -> Any:
         if isinstance(event, ToolResultEvent):
             call.answered = True
-            return _answer_for_subagent(context, call, event)
+            return _answer_for_subagent(call, event)
         return event
 
     def stopped() -> Any:
@@ -409,22 +430,14 @@ def _cancelled_tool_result(context: ExecuteToolContext, reason: str | None, star
     return {"toolUseId": tool_use_id, "status": "error", "content": [{"text": text}]}
 
 
-def _answer_for_subagent(
-    context: ExecuteToolContext, call: _ToolCall, event: ToolResultEvent
-) -> ToolResultEvent:
-    """The result of a tool call that ran an agent as a tool: strands' generic text for a cancelled subagent
-    becomes the reason and the partial output."""
-    subagent = getattr(context.tool, "agent", None)
-    run = next((run for run in reversed(call.subagent_runs) if run.agent is subagent), None)
-    if run is None or not run.cancelled:
+def _answer_for_subagent(call: _ToolCall, event: ToolResultEvent) -> ToolResultEvent:
+    """The result of a tool call that ran a tracked subagent, of any framework, that ended cancelled: the
+    subagent's reason and partial output, in place of what the tool made of it (strands' generic text for an
+    agent used as a tool, another framework's exception)."""
+    cancelled = None if call.delegating is None else call.delegating.cancelled_run
+    if cancelled is None:
         return event
-    text = cancelled_run_text(
-        agent=run.agent.name,
-        task_id=run.handle.task_id,
-        reason=run.handle.token.reason,
-        partial=run.text.text,
-    )
     return ToolResultEvent(
-        {"toolUseId": event.tool_use_id, "status": "error", "content": [{"text": text}]},
+        {"toolUseId": event.tool_use_id, "status": "error", "content": [{"text": cancelled.text()}]},
         exception=event.exception,
     )

@@ -1,0 +1,286 @@
+"""A subagent of one framework run by a tool of another's orchestrator, cancelled by id mid stream, answers
+the tool call with its reason and partial output (``cancelled_run_text``), and the orchestrator's run goes
+on: every ordered pair of the four frameworks (docs/integrations.md). The regression test of a defect a
+hostile run found: a Strands subagent under a pydantic-ai tool returned Strands' generic "Cancelled by user",
+and five more pairs lost the report too. An OpenAI Agents orchestrator run with ``tracked_run_streamed``
+answers for its function tools itself; a LangGraph tool opts in with ``answers_for_subagents``, since no
+adapter reaches a graph's tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterable, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from agents import AgentToolStreamEvent, RawResponsesStreamEvent, ToolCallOutputItem, function_tool
+from agents.tool_context import ToolContext
+from langchain_core.messages import HumanMessage, ToolMessage
+from langchain_core.tools import tool as langchain_tool
+from langgraph_fakes import agent_graph, scripted_model, tool_calls
+from openai.types.responses import ResponseTextDeltaEvent
+from openai_agents_fakes import calls_step, scripted_agent, slow_text_step, text_step
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai_fakes import all_tool_results, calls_then_text, slow_text
+from strands import Agent as StrandsAgent
+from strands import tool as strands_tool
+from strands_fakes import Reply, ScriptedModel, ToolCall
+
+from subagent_tracker import Session, SubagentStatus
+from subagent_tracker.integrations import answers_for_subagents, cancelled_run_text
+from subagent_tracker.integrations.langgraph import tracked_astream, tracked_subgraph_tool
+from subagent_tracker.integrations.openai_agents import tracked_as_tool, tracked_run_streamed
+from subagent_tracker.integrations.pydantic_ai import SubagentTracking
+from subagent_tracker.integrations.strands import SubagentHooks
+
+pytestmark = pytest.mark.timeout(60)
+
+FRAMEWORKS = ["pydantic_ai", "openai_agents", "langgraph", "strands"]
+PAIRS = [(x, y) for x in FRAMEWORKS for y in FRAMEWORKS if x != y]
+WORDS = [f"w{index}" for index in range(300)]
+DELAY = 0.01  # 300 words x 10 ms = 3 s: only the cancel ends the subagent within the test
+CHUNKS_BEFORE_THE_CANCEL = 5
+REASON = "stop the sub"
+SUB = "sub"  # the subagent's task id, and its agent name as the tracker records it
+
+
+# --- subagents (Y): a coroutine that runs the subagent and returns its output, and a streaming counter ------
+
+
+@dataclass
+class Subagent:
+    ask: Callable[[], Awaitable[str]]
+    chunks: Callable[[], int]
+
+
+def pydantic_ai_subagent(session: Session) -> Subagent:
+    streamed = [0]
+    sub = PydanticAgent(
+        slow_text(len(WORDS), delay=DELAY, prefix="w", streamed=lambda n: streamed.__setitem__(0, n)),
+        name=SUB,
+        capabilities=[SubagentTracking(session, task_id=SUB)],
+    )
+
+    async def drain(_ctx: Any, events: AsyncIterable[Any]) -> None:
+        async for _ in events:
+            pass
+
+    async def ask() -> str:
+        # raises pydantic_ai.exceptions.RunCancelled when cancelled
+        return (await sub.run("research", event_stream_handler=drain)).output
+
+    return Subagent(ask, lambda: streamed[0])
+
+
+def openai_agents_subagent(session: Session) -> Subagent:
+    deltas = [0]
+
+    def count(payload: AgentToolStreamEvent) -> None:
+        event = payload["event"]
+        if isinstance(event, RawResponsesStreamEvent) and isinstance(event.data, ResponseTextDeltaEvent):
+            deltas[0] += 1
+
+    sub_tool = tracked_as_tool(
+        scripted_agent(SUB, [slow_text_step(WORDS, delay=DELAY)]),
+        session,
+        tool_name=SUB,
+        tool_description="Researches.",
+        task_id=SUB,
+        on_stream=count,
+    )
+
+    async def ask() -> str:
+        arguments = json.dumps({"input": "research"})
+        context = ToolContext(context=None, tool_name=SUB, tool_call_id="sub-1", tool_arguments=arguments)
+        return str(await sub_tool.on_invoke_tool(context, arguments))
+
+    return Subagent(ask, lambda: deltas[0])
+
+
+def langgraph_subagent(session: Session) -> Subagent:
+    model = scripted_model([" ".join(WORDS)], token_delay=DELAY)
+    sub_tool = tracked_subgraph_tool(
+        agent_graph(model, name=SUB), session, name=SUB, description="Researches.", task_id=SUB
+    )
+
+    async def ask() -> str:
+        return str(await sub_tool.ainvoke({"input": "research"}))
+
+    return Subagent(ask, lambda: model.chunks_streamed)
+
+
+def strands_subagent(session: Session) -> Subagent:
+    model = ScriptedModel([Reply(" ".join(WORDS), chunk_delay=DELAY)])
+    sub = StrandsAgent(
+        model=model, name=SUB, hooks=[SubagentHooks(session, task_id=SUB)], callback_handler=None
+    )
+
+    async def ask() -> str:
+        # returns normally, stop_reason "cancelled", when cancelled
+        return str(await sub.invoke_async("research"))
+
+    return Subagent(ask, lambda: model.text_chunks)
+
+
+SUBAGENTS: dict[str, Callable[[Session], Subagent]] = {
+    "pydantic_ai": pydantic_ai_subagent,
+    "openai_agents": openai_agents_subagent,
+    "langgraph": langgraph_subagent,
+    "strands": strands_subagent,
+}
+
+# --- orchestrators (X): one tool, "ask", whose body is ``ask``; returns the text that answers its call -----
+
+Orchestrator = Callable[[Session, Callable[[], Awaitable[str]]], Awaitable[str]]
+
+
+async def pydantic_ai_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    orchestrator = PydanticAgent(
+        calls_then_text([("ask", {})]),
+        name="orchestrator",
+        capabilities=[SubagentTracking(session, task_id="orchestrator")],
+    )
+
+    @orchestrator.tool_plain(name="ask")
+    async def ask_tool() -> str:
+        return await ask()
+
+    result = await orchestrator.run("go")
+    answer = str(all_tool_results(result.all_messages())["call-0"].content)
+    assert result.output == f"ask: {answer}", "the orchestrator's model read the answer and finished"
+    return answer
+
+
+async def openai_agents_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    async def ask_body() -> str:
+        """Asks the subagent."""
+        return await ask()
+
+    # No opt-in: tracked_run_streamed makes each function tool answer for the subagents it runs.
+    ask_tool = function_tool(ask_body, name_override="ask")
+
+    orchestrator = scripted_agent(
+        "orchestrator", [calls_step(("ask", {}, "call-ask")), text_step("orchestrator done")], [ask_tool]
+    )
+    result = tracked_run_streamed(session, orchestrator, "go", task_id="orchestrator")
+    async for _ in result.stream_events():
+        pass
+    assert result.final_output == "orchestrator done"
+    return next(str(item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem))
+
+
+async def langgraph_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    async def ask_body() -> str:
+        """Asks the subagent."""
+        return await ask()
+
+    ask_tool = langchain_tool("ask")(answers_for_subagents(ask_body))
+
+    graph = agent_graph(
+        scripted_model([tool_calls(("call-ask", "ask", {})), "orchestrator done"]),
+        [ask_tool],
+        name="orchestrator",
+    )
+    last: Any = None
+    async for state in tracked_astream(
+        session, graph, {"messages": [HumanMessage("go")]}, task_id="orchestrator", stream_mode="values"
+    ):
+        last = state
+    messages = last["messages"]
+    assert messages[-1].content == "orchestrator done"
+    return next(str(message.content) for message in messages if isinstance(message, ToolMessage))
+
+
+async def strands_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    @strands_tool(name="ask")
+    async def ask_tool() -> str:
+        """Asks the subagent."""
+        return await ask()
+
+    orchestrator = StrandsAgent(
+        model=ScriptedModel([Reply("Asking.", (ToolCall("ask", {}),)), "orchestrator done"]),
+        name="orchestrator",
+        tools=[ask_tool],
+        hooks=[SubagentHooks(session, task_id="orchestrator")],
+        callback_handler=None,
+    )
+    result = await orchestrator.invoke_async("go")
+    assert str(result).strip() == "orchestrator done"
+    results = [
+        block["toolResult"]
+        for message in orchestrator.messages
+        for block in message["content"]
+        if "toolResult" in block
+    ]
+    return str(results[0]["content"][0]["text"])
+
+
+ORCHESTRATORS: dict[str, Orchestrator] = {
+    "pydantic_ai": pydantic_ai_orchestrator,
+    "openai_agents": openai_agents_orchestrator,
+    "langgraph": langgraph_orchestrator,
+    "strands": strands_orchestrator,
+}
+
+
+async def _until_streaming(session: Session, subagent: Subagent) -> None:
+    """Waits until the subagent's task runs and its model has streamed a few chunks (bounded)."""
+    deadline = time.monotonic() + 10
+    while True:
+        task = session.subagent_task(SUB)
+        if task is not None and task.status == SubagentStatus.RUNNING:
+            if subagent.chunks() >= CHUNKS_BEFORE_THE_CANCEL:
+                return
+        assert time.monotonic() < deadline, "the subagent did not stream within 10 s"
+        await asyncio.sleep(0.005)
+
+
+@pytest.mark.parametrize(("x", "y"), PAIRS, ids=[f"{x}-runs-{y}" for x, y in PAIRS])
+def test_a_subagent_cancelled_by_id_answers_the_tool_call_of_another_framework(x: str, y: str) -> None:
+    session = Session()
+    subagent = SUBAGENTS[y](session)
+
+    async def scenario() -> str:
+        running = asyncio.ensure_future(ORCHESTRATORS[x](session, subagent.ask))
+        await _until_streaming(session, subagent)
+        assert session.cancel_subagent_task(SUB, reason=REASON)
+        return await asyncio.wait_for(running, 10)
+
+    answer = asyncio.run(scenario())
+    sub, orchestrator = session.subagent_task(SUB), session.subagent_task("orchestrator")
+    assert sub is not None and orchestrator is not None
+    assert (sub.status, sub.cancel_reason, sub.parent_id) == (
+        SubagentStatus.CANCELLED,
+        REASON,
+        "orchestrator",
+    )
+    assert str(sub.result).startswith("w0 w1 w2"), sub.result
+    assert "w299" not in str(sub.result), "stopped mid stream"
+    expected = cancelled_run_text(agent=SUB, task_id=SUB, reason=REASON, partial=sub.result)
+    assert answer == expected
+    assert orchestrator.status == SubagentStatus.COMPLETED, "the delegating run went on"
+    assert session.pending_subagent_tasks() == []
+
+
+def test_answers_for_subagents_leaves_a_call_without_a_cancelled_subagent_alone() -> None:
+    async def add_one(value: int) -> int:
+        return value + 1
+
+    async def broken() -> None:
+        raise ValueError("the tool's own error")
+
+    wrapped = answers_for_subagents(add_one)
+    assert answers_for_subagents(wrapped) is wrapped, "applied twice, it wraps once"
+    assert wrapped.__name__ == "add_one"
+    assert asyncio.run(wrapped(1)) == 2
+    with pytest.raises(ValueError, match="the tool's own error"):
+        asyncio.run(answers_for_subagents(broken)())
+
+    async def cancelled_itself() -> None:
+        raise asyncio.CancelledError
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(answers_for_subagents(cancelled_itself)())
