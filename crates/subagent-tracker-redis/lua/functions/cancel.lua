@@ -6,7 +6,7 @@
 local function st_cancel(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
-  touch(session_key)
+  touch()
   local base = base_of(session_key)
   local key = task_key(base, args[2])
   local task = fields(key, 'status', 'run')

@@ -3,7 +3,7 @@
 local function st_cancel_all(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
-  touch(session_key)
+  touch()
   local base = base_of(session_key)
   local reason = args[2]
   if args[3] == '1' then

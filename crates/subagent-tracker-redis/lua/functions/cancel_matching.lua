@@ -29,7 +29,7 @@ end
 local function st_cancel_matching(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
-  touch(session_key)
+  touch()
   local base = base_of(session_key)
   local reason, agent, status = args[2], args[3], args[4]
   local wanted = args[5] ~= '' and cjson.decode(args[5]) or nil

@@ -13,7 +13,7 @@ local function st_claim(keys, args)
   local status = state[2]
   if status ~= 'queued' and status ~= 'cancelled' then return redis.error_reply('ENDED ' .. status) end
   if status == 'queued' then status = 'running' end
-  touch(session_key)
+  touch()
   local at = now()
   redis.call('ZREM', base .. 'timers', timer('c', task_id, state[1]))
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', process)

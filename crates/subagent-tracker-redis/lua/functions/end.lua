@@ -18,13 +18,13 @@ local function st_end(keys, args)
   local state = fields(key, 'run', 'status', 'fin', 'due_ms', 'claim_error', unpack(GROUP_FIELDS))
   local paused_runner = run == '' and state[2] == 'paused' and redis.call('HGET', key, 'worker')
   if not state[1] or state[3] == '1' or (run ~= '' and state[1] ~= run) then
-    touch(session_key)
+    touch()
     return { 0, 0 }
   end
   local status = state[2]
   if outcome == 'claim_expired' then
     if status ~= 'queued' then
-      touch(session_key)
+      touch()
       return { 0, 0 }
     end
     outcome = 'failed'

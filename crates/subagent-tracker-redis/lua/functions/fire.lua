@@ -7,7 +7,7 @@ local function st_fire(keys, args)
   local at = now()
   local due = {}
   local listed = redis.call('ZRANGEBYSCORE', base .. 'timers', '-inf', now_ms(), 'WITHSCORES')
-  if #listed > 0 then touch(session_key) end
+  if #listed > 0 then touch() end
   for index = 1, #listed, 2 do
     local kind, task_id, run = string.match(listed[index], '^(%a)\t(.*)\t(%d+)$')
     table.insert(due, { member = listed[index], at = tonumber(listed[index + 1]), kind = kind, task_id = task_id,

@@ -9,7 +9,7 @@ local function st_pause(keys, args)
   local key = task_key(base, args[2])
   local state = fields(key, 'run', 'status', 'fin')
   if state[1] ~= args[3] or state[2] ~= 'running' or state[3] == '1' then return 0 end
-  touch(keys[1])
+  touch()
   local reason = args[4]
   local number = redis.call('HINCRBY', key, 'pauses', 1)
   if reason then

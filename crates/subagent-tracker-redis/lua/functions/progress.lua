@@ -15,7 +15,7 @@ local function st_progress(keys, args)
   local key = task_key(base, args[2])
   local state = fields(key, 'run', 'fin', 'status', 'progress_count')
   if not state[1] or (args[3] ~= '' and state[1] ~= args[3]) or state[2] == '1' then return 0 end
-  touch(keys[1])
+  touch()
   local at = now()
   local count = (tonumber(state[4]) or 0) + 1
   local written = { 'progress', args[4], 'progress_count', digits(count) }

@@ -21,10 +21,10 @@ local function st_restore(keys, args)
     tasks[#tasks + 1] = { task_id = task_id, first = position + 2, last = position + 1 + 2 * count }
     position = position + 2 + 2 * count
   end
-  touch(session_key)
+  touch()
   for _, task in ipairs(tasks) do
     local run = next_run()
-    record_change(session_key, 'seq', run)
+    record_change('seq', run)
     local key = task_key(base, task.task_id)
     redis.call('HSET', key, 'id', task.task_id, 'run', run, 'fin', '1', unpack(args, task.first, task.last))
     retain(base, session_key, task.task_id, run)

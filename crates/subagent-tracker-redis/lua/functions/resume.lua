@@ -10,7 +10,7 @@ local function st_resume(keys, args)
   local key = task_key(base, task_id)
   local state = fields(key, 'status', 'run', 'worker', 'pauses')
   if state[1] ~= 'paused' then return 0 end
-  touch(keys[1])
+  touch()
   local value = args[3]
   if value then
     redis.call('HSET', key, 'status', 'running', 'resume_value', value)

@@ -19,7 +19,7 @@ local function st_touch(keys, args)
     if args[3] and args[3] ~= '' then redis.call('HSET', session_key, 'early_ttl', args[3]) end
     if args[4] and args[4] ~= '' then redis.call('HSET', session_key, 'log_size', args[4]) end
   end
-  touch(session_key)
+  touch()
   return session_state(session_key)
 end
 

@@ -48,9 +48,9 @@ local function open_task(session_key, base, a, first, deadline_reason)
     release_run(base, task_id, old[1])
     redis.call('DEL', key)
     stored_retained = stored_retained - 1
-    record_change(session_key, 'seq', run, 'retained', digits(stored_retained))
+    record_change('seq', run, 'retained', digits(stored_retained))
   else
-    record_change(session_key, 'seq', run)
+    record_change('seq', run)
   end
   local at = now()
   local status = reserved and 'queued' or 'running'

@@ -46,7 +46,7 @@ local function forget_ended_before(base, session_key, cutoff_us)
   end
   if forgotten > 0 then
     stored_retained = stored_retained - forgotten
-    record_change(session_key, 'retained', digits(stored_retained))
+    record_change('retained', digits(stored_retained))
   end
   return forgotten
 end
@@ -74,7 +74,7 @@ local function retain(base, session_key, task_id, run)
     end
   end
   stored_retained = retained
-  record_change(session_key, 'retained', digits(retained))
+  record_change('retained', digits(retained))
   -- Runs replaced by a restart of their id leave stale entries; drop them once they outnumber the retained.
   if listed > 2 * retained + 64 then
     local kept = {}

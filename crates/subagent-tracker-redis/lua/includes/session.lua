@@ -14,9 +14,12 @@ local stored_max = nil
 -- How long, in microseconds, a finished run is kept after it ended (nil: until the bound evicts it).
 local stored_max_age = nil
 -- The session's last run number and its count of retained runs, read with the incarnation and kept current by the
--- function's own writes (`record_change`), so that a start or an end changes the session's hash in one call.
+-- function's own writes (`record_change`).
 local stored_seq = nil
 local stored_retained = 0
+-- The fields of the session's hash that the running function changed (`record_change`): written in one HSET when
+-- it ends, with the last event's id, so that a start or an end changes the session's hash once.
+local changed = {}
 
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
@@ -33,11 +36,19 @@ local function session_function(callback)
       last_event_ms, last_event_number = tonumber(ms), tonumber(number)
     end
     local numbered = last_event_number
+    -- A call that failed part way leaves nothing for the next one to write.
+    changed = {}
     local reply = callback(keys, args)
-    -- A session without its hash (evicted, removed) gets no stray one: a function that found none wrote nothing.
-    if stored_inc and last_event_number ~= numbered then
-      redis.call('HSET', keys[1], 'ev', digits(last_event_ms) .. '-' .. digits(last_event_number))
+    if last_event_number ~= numbered then
+      changed.ev = digits(last_event_ms) .. '-' .. digits(last_event_number)
     end
+    -- A session without its hash (evicted, removed) gets no stray one: a function that found none changed nothing.
+    local written = {}
+    for field, value in pairs(changed) do
+      written[#written + 1] = field
+      written[#written + 1] = value
+    end
+    if #written > 0 then redis.call('HSET', keys[1], unpack(written)) end
     return reply
   end
 end
@@ -65,13 +76,16 @@ local function next_run()
 end
 
 -- Records a change of the session now (a session is idle from its last change), with the session's fields the
--- change sets (`...`: field, value, ...) in the same call.
-local function record_change(session_key, ...)
-  redis.call('HSET', session_key, 'touched', digits(now_ms()), ...)
+-- change sets (`...`: field, value, ...), for `session_function` to write to the session's hash when the
+-- function ends.
+local function record_change(...)
+  changed.touched = digits(now_ms())
+  local fields = { ... }
+  for index = 1, #fields, 2 do changed[fields[index]] = fields[index + 1] end
 end
 
-local function touch(session_key)
-  record_change(session_key)
+local function touch()
+  record_change()
 end
 
 local function base_of(session_key)
