@@ -7,6 +7,9 @@ local stored_inc = false
 -- behind the last, so that after Redis lost writes (a restart from older state, a failover) the numbers go back
 -- and the ids do not: a reader reads every new event, and sees by its number that events it had read were lost.
 local last_event_ms, last_event_number = 0, 0
+-- The last event's id as the session's hash holds it (false for none), read with the incarnation and parsed only
+-- by a call that emits.
+local stored_ev = false
 -- The session's first close reason (false while open) and its bound on finished runs, read with the incarnation:
 -- neither changes during a call that did not write it.
 local stored_closed = false
@@ -17,9 +20,9 @@ local stored_max_age = nil
 -- function's own writes (`record_change`).
 local stored_seq = nil
 local stored_retained = 0
--- The fields of the session's hash that the running function changed (`record_change`): written in one HSET when
--- it ends, with the last event's id, so that a start or an end changes the session's hash once.
-local changed = {}
+-- The fields of the session's hash that the running function changed (`record_change`; nil for none): written in
+-- one HSET when it ends, with the last event's id, so that a start or an end changes the session's hash once.
+local changed = nil
 
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
@@ -28,36 +31,52 @@ local function session_function(callback)
     stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
     stored_seq, stored_retained = tonumber(session[4]), tonumber(session[5]) or 0
     stored_max_age = tonumber(session[6])
-    -- An incarnation numbers its events on from its own number, which is past every earlier incarnation's
-    -- events: a reader of an ended incarnation sees the numbers jump.
-    last_event_ms, last_event_number = 0, tonumber(stored_inc) or 0
-    if session[7] then
-      local ms, number = string.match(session[7], '^(%d+)-(%d+)$')
-      last_event_ms, last_event_number = tonumber(ms), tonumber(number)
-    end
-    local numbered = last_event_number
+    stored_ev, last_event_ms = session[7], nil
     -- A call that failed part way leaves nothing for the next one to write.
-    changed = {}
+    changed = nil
     local reply = callback(keys, args)
-    if last_event_number ~= numbered then
-      changed.ev = digits(last_event_ms) .. '-' .. digits(last_event_number)
-    end
     -- A session without its hash (evicted, removed) gets no stray one: a function that found none changed nothing.
-    local written = {}
-    for field, value in pairs(changed) do
-      written[#written + 1] = field
-      written[#written + 1] = value
+    if changed then
+      local written = {}
+      for field, value in pairs(changed) do
+        written[#written + 1] = field
+        written[#written + 1] = value
+      end
+      redis.call('HSET', keys[1], unpack(written))
     end
-    if #written > 0 then redis.call('HSET', keys[1], unpack(written)) end
     return reply
   end
 end
 
--- The id of the session's next event (see `last_event_ms`).
+-- Records a change of the session now (a session is idle from its last change), with the session's fields the
+-- change sets (`...`: field, value, ...), for `session_function` to write to the session's hash when the
+-- function ends.
+local function record_change(...)
+  changed = changed or {}
+  changed.touched = digits(now_ms())
+  for index = 1, select('#', ...), 2 do
+    local field, value = select(index, ...)
+    changed[field] = value
+  end
+end
+
+-- The id of the session's next event (see `last_event_ms`), recorded as the session's last.
 local function next_event_id()
+  if not last_event_ms then
+    -- An incarnation numbers its events on from its own number, which is past every earlier incarnation's
+    -- events: a reader of an ended incarnation sees the numbers jump.
+    last_event_ms, last_event_number = 0, tonumber(stored_inc) or 0
+    if stored_ev then
+      local ms, number = string.match(stored_ev, '^(%d+)-(%d+)$')
+      last_event_ms, last_event_number = tonumber(ms), tonumber(number)
+    end
+  end
   last_event_ms = math.max(last_event_ms, now_ms())
   last_event_number = last_event_number + 1
-  return digits(last_event_ms) .. '-' .. digits(last_event_number)
+  local id = string.format('%d-%d', last_event_ms, last_event_number)
+  changed = changed or {}
+  changed.ev = id
+  return id
 end
 
 -- True when the caller's session object (incarnation `inc`, '' for any) is the session the function works on.
@@ -73,15 +92,6 @@ local function gone() return redis.error_reply('GONE') end
 local function next_run()
   stored_seq = math.max(stored_seq + 1, now_us())
   return digits(stored_seq)
-end
-
--- Records a change of the session now (a session is idle from its last change), with the session's fields the
--- change sets (`...`: field, value, ...), for `session_function` to write to the session's hash when the
--- function ends.
-local function record_change(...)
-  changed.touched = digits(now_ms())
-  local fields = { ... }
-  for index = 1, #fields, 2 do changed[fields[index]] = fields[index + 1] end
 end
 
 local function touch()
