@@ -199,12 +199,18 @@ def test_a_cancelled_await_of_a_start_never_leaves_the_task_running(redis_server
 
     async def main() -> None:
         session = await _redis_session(redis_server)
+        abandoned = 0
         for index in range(20):
             starting = asyncio.ensure_future(session.start_subagent_task(f"abandoned-{index}"))
             await asyncio.sleep(0)
             starting.cancel()
-            with pytest.raises(asyncio.CancelledError):
+            try:
+                # A start whose reply came within the one turn of the loop returns its handle, dropped here
+                # unused: the task must end the same way.
                 await starting
+            except asyncio.CancelledError:
+                abandoned += 1
+        assert abandoned > 0, "the awaits were cancelled before the starts' replies came"
         for index in range(20):
             snapshot = await _finished(session, f"abandoned-{index}")
             assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, DROPPED_HANDLE_ERROR)
