@@ -536,7 +536,7 @@ impl RedisSession {
         if let Some(cancel) = cancel {
             // Cancelled before this run began here (under a cancelled parent, by its deadline, before its
             // claim): the reply said how, so the token fires before the runner gets it, whatever Redis does next.
-            Worker::apply_cancel_from_reply(&self.worker, &key, &cancel);
+            Worker::apply_cancel_from_reply(&self.worker, &key, cancel);
         } else if announced || status == SubagentStatus::Cancelled.as_str() {
             // Cancelled just after its start, with the notification first, or by a link that had fired: the
             // reconcile reads the cancel's reason, origin and cause, and fires the token before the runner gets

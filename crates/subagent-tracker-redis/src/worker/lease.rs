@@ -4,10 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use subagent_tracker::CancelCause;
-
 use super::announcements::forget_announcements;
-use super::{lock, RunKey, Worker, BATCH};
+use super::{lock, RemoteCancel, Worker, BATCH};
 use crate::connection::Connection;
 use crate::store;
 use crate::RedisTrackerError;
@@ -44,21 +42,15 @@ impl Worker {
         if lock(&self.renewed_at).elapsed() < self.options.lease {
             return;
         }
-        for run in self.held_runs() {
-            self.fence(&run);
-        }
-    }
-
-    /// Fires the token of `run` as the fence does: cause `lease`, reason [`LEASE_LOST_REASON`] (contract §21).
-    pub(super) fn fence(&self, run: &RunKey) {
-        if let Some(mirror) = self.mirrors.get(&run.session_id) {
-            mirror.tracker.apply_remote_cancel(
-                &run.task_id,
-                LEASE_LOST_REASON,
-                CancelCause::Lease,
-                &run.task_id,
-            );
-        }
+        let fenced = self
+            .held_runs()
+            .into_iter()
+            .map(|run| {
+                let cancel = RemoteCancel::lease_lost(&run);
+                (run, cancel)
+            })
+            .collect();
+        self.apply_cancels(fenced);
     }
 
     /// Fails the tasks of the workers whose lease has passed and sweeps idle sessions, unless another worker is

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use subagent_tracker::{CancelCause, WaitForHandlers};
 
-use super::lease::WORKER_LOST_ERROR;
+use super::lease::{LEASE_LOST_REASON, WORKER_LOST_ERROR};
 use super::{lock, RunKey, Worker};
 use crate::connection::Client;
 use crate::store;
@@ -66,16 +66,18 @@ impl Worker {
                     .await;
             }
             let mut cancels = Vec::new();
+            // Runs whose token fires with the others' before their mirror ends.
+            let mut ended = Vec::new();
             for (run, status) in runs.iter().zip(statuses) {
                 match status.as_slice() {
                     [status] if status == "lost" && lost => {
-                        self.apply_cancel(
+                        let cancel = RemoteCancel::of_this_process(
                             run,
                             SESSION_LOST_REASON,
                             CancelCause::Session,
-                            &run.task_id,
                         );
-                        self.apply_end(run);
+                        cancels.push((run.clone(), cancel));
+                        ended.push(run);
                     }
                     [status, resume_value, pauses, ..] if status == "running" => {
                         self.apply_resume(run, pauses, resume_value);
@@ -83,8 +85,8 @@ impl Worker {
                     [status, .., error] if status == "failed" && error == WORKER_LOST_ERROR => {
                         // A reaper took this live process for dead (Redis lost its lease renewals): its runner
                         // stops as a fenced one would (contract §21), then the mirror ends.
-                        self.fence(run);
-                        self.apply_end(run);
+                        cancels.push((run.clone(), RemoteCancel::lease_lost(run)));
+                        ended.push(run);
                     }
                     [status, ..] if matches!(status.as_str(), "completed" | "failed") => {
                         self.apply_end(run);
@@ -103,16 +105,15 @@ impl Worker {
                     _ => {}
                 }
             }
-            let handling: std::collections::HashSet<RunKey> = cancels
-                .iter()
-                .filter(|(_, cancel)| cancel.handling)
-                .map(|(run, _)| run.clone())
-                .collect();
             let applied = self
                 .apply_cancels(cancels)
                 .into_iter()
-                .filter(|(run, _)| handling.contains(run))
+                .filter(|(_, handling, _)| *handling)
+                .map(|(run, _, handlers)| (run, handlers))
                 .collect();
+            for run in ended {
+                self.apply_end(run);
+            }
             self.report_handled(applied).await;
         }
         Ok(())
@@ -194,35 +195,15 @@ impl Worker {
         self.end_orphans().await
     }
 
-    /// Applies a cancel made in Redis to the mirror of `run`, and returns the wait for the cancel handlers that
-    /// it (or an earlier cancel) ran here: `None` when the mirror no longer holds the run.
-    fn apply_cancel(
-        &self,
-        run: &RunKey,
-        reason: &str,
-        cause: CancelCause,
-        origin: &str,
-    ) -> Option<WaitForHandlers> {
-        let cancel = RemoteCancel {
-            reason: reason.to_owned(),
-            origin: origin.to_owned(),
-            cause,
-            handling: false,
-        };
-        self.apply_cancels(vec![(run.clone(), cancel)])
-            .pop()
-            .and_then(|(_, handlers)| handlers)
-    }
-
-    /// Applies cancels made in Redis to the mirrors of their runs: those of one session together, so that no
-    /// waiter or callback of one runs before the others' tokens have fired (a cascade reaches a process's runs
-    /// in one message). Returns each run with the wait for its cancel handlers, as [`apply_cancel`] does.
-    ///
-    /// [`apply_cancel`]: Self::apply_cancel
-    fn apply_cancels(
+    /// Applies cancels to the mirrors of their runs: those of one session together, so that no waiter or
+    /// callback of one runs before the others' tokens have fired (a cascade reaches a process's runs in one
+    /// message). Returns each run, whether Redis waits for its handlers' report (`RemoteCancel::handling`), and
+    /// the wait for the cancel handlers that this (or an earlier) cancel ran here: `None` when the mirror no
+    /// longer holds the run.
+    pub(super) fn apply_cancels(
         &self,
         cancels: Vec<(RunKey, RemoteCancel)>,
-    ) -> Vec<(RunKey, Option<WaitForHandlers>)> {
+    ) -> Vec<(RunKey, bool, Option<WaitForHandlers>)> {
         let mut applied = Vec::with_capacity(cancels.len());
         let mut by_session: HashMap<Arc<str>, Vec<(RunKey, RemoteCancel)>> = HashMap::new();
         for (run, cancel) in cancels {
@@ -233,17 +214,21 @@ impl Worker {
         }
         for (session_id, cancels) in by_session {
             let Some(mirror) = self.mirrors.get(&session_id) else {
-                applied.extend(cancels.into_iter().map(|(run, _)| (run, None)));
+                applied.extend(
+                    cancels
+                        .into_iter()
+                        .map(|(run, cancel)| (run, cancel.handling, None)),
+                );
                 continue;
             };
             // Taken before the cancels: a run may end, and leave the mirror, as soon as its token fires.
-            for (run, _) in &cancels {
+            for (run, cancel) in &cancels {
                 let handlers = mirror
                     .tracker
                     .token(&run.task_id)
                     .ok()
                     .map(|token| token.wait_for_handlers());
-                applied.push((run.clone(), handlers));
+                applied.push((run.clone(), cancel.handling, handlers));
             }
             mirror
                 .tracker
@@ -264,14 +249,19 @@ impl Worker {
     pub(crate) fn apply_cancel_from_reply(
         worker: &Arc<Worker>,
         run: &RunKey,
-        cancel: &RemoteCancel,
+        cancel: RemoteCancel,
     ) {
-        let handlers = worker.apply_cancel(run, &cancel.reason, cancel.cause, &cancel.origin);
-        if cancel.handling {
-            let (reporter, run) = (worker.clone(), run.clone());
+        let applied: Vec<_> = worker
+            .apply_cancels(vec![(run.clone(), cancel)])
+            .into_iter()
+            .filter(|(_, handling, _)| *handling)
+            .map(|(run, _, handlers)| (run, handlers))
+            .collect();
+        if !applied.is_empty() {
+            let reporter = worker.clone();
             worker
                 .runtime
-                .spawn(async move { reporter.report_handled(vec![(run, handlers)]).await });
+                .spawn(async move { reporter.report_handled(applied).await });
         }
     }
 
@@ -334,6 +324,9 @@ impl Worker {
             cancels.push((run, cancel));
         }
         self.apply_cancels(cancels)
+            .into_iter()
+            .map(|(run, _, handlers)| (run, handlers))
+            .collect()
     }
 }
 
@@ -359,13 +352,31 @@ const RESUME_CAUSE: &str = "resume";
 /// The cause a notification of a paused run's end by id carries in a cancel's place (`stv2_end`).
 const ENDED_CAUSE: &str = "ended";
 
-/// A cancel made in Redis, as the reply of a start or a claim carries it.
+/// A cancel to apply to a run of this process: made in Redis (a notification, a reconcile, the reply of a start
+/// or a claim), or decided here about its own runs (a lost lease, a lost session).
 pub(crate) struct RemoteCancel {
     pub(crate) reason: String,
     pub(crate) origin: String,
     pub(crate) cause: CancelCause,
     /// Redis waits for this process to report the cancel's handlers done (`stv2_handled`).
     pub(crate) handling: bool,
+}
+
+impl RemoteCancel {
+    /// A cancel this process decides about its own run, with the run as its origin.
+    pub(crate) fn of_this_process(run: &RunKey, reason: &str, cause: CancelCause) -> RemoteCancel {
+        RemoteCancel {
+            reason: reason.to_owned(),
+            origin: run.task_id.to_string(),
+            cause,
+            handling: false,
+        }
+    }
+
+    /// The fence's cancel (contract §21): cause `lease`, reason [`LEASE_LOST_REASON`].
+    pub(crate) fn lease_lost(run: &RunKey) -> RemoteCancel {
+        RemoteCancel::of_this_process(run, LEASE_LOST_REASON, CancelCause::Lease)
+    }
 }
 
 /// A cancel of a run this worker executes, as the functions publish it (or a resume, in its framing).
