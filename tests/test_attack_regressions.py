@@ -481,6 +481,41 @@ def test_deadlines_fire_in_a_forked_child_and_still_in_the_parent() -> None:
     assert "child=0 parent=True" in finished.stdout, _describe(finished)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_delivers_deadlines_though_the_parent_had_delivery_threads() -> None:
+    """The parent's deadlines ran on the delivery pool's threads before the fork (issue 30, defect 9): the
+    child has none of them, and its own deadlines still wake their waiters and run their callbacks."""
+    code = """
+    import os, signal, threading
+    from subagent_tracker import Session
+
+    session = Session()
+    fired = session.start_subagent_task("in-parent", timeout=0.01)
+    assert fired.token.wait(timeout=2)  # the pool has a thread now, idle
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(5)  # a hung child dies instead of lingering
+        code = 0
+        try:
+            ran = threading.Event()
+            in_child = session.start_subagent_task("in-child", timeout=0.05)
+            in_child.token.on_cancel(ran.set)
+            if not in_child.token.wait(timeout=2):
+                code = 3
+            elif not ran.wait(timeout=2):
+                code = 4
+        except BaseException:
+            code = 5
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(f"child={os.waitstatus_to_exitcode(status)}")
+    """
+    finished = _run_child(code, timeout=15)
+    assert finished.returncode == 0, _describe(finished)
+    # child=3: the waiter never woke; child=4: the callback never ran.
+    assert "child=0" in finished.stdout, _describe(finished)
+
+
 # --- Defect 6: a slow callback delays no other deadline, and user code never runs on the timer
 
 
