@@ -1,6 +1,6 @@
 """An SSE server that streams a subagent's output and cancels its task when the client disconnects.
 
-    pip install starlette uvicorn        # or: pip install 'subagent-tracker[server]'
+    pip install starlette uvicorn        # or the server extra: from a clone, pip install '.[server]'
     python examples/sse_server.py        # then: curl -N http://127.0.0.1:8000/agents/demo/stream
 
 Press Ctrl-C in curl mid-stream: the task ends CANCELLED ("client disconnected"), finished, with the text

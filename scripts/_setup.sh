@@ -8,4 +8,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
-python -m pip install --quiet --disable-pip-version-check -r "${SETUP_REQUIREMENTS:-scripts/requirements-dev.txt}"
+# SETUP_WITH: a command to run the install under (demo.sh's prints the time while it is quiet).
+${SETUP_WITH:-} python -m pip install --quiet --disable-pip-version-check \
+  -r "${SETUP_REQUIREMENTS:-scripts/requirements-dev.txt}"

@@ -85,7 +85,7 @@ lane=$!
 trap 'pkill -P "$lane" 2>/dev/null; kill "$lane" 2>/dev/null; cat target/smoke-lane.log' EXIT
 echo "-- the Python blocks of the README and docs/integrations.md, as written; the demo, the examples and the"
 echo "   Python benchmarks"
-python scripts/run_doc_examples.py
+python scripts/run_doc_examples.py --strict
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
 python examples/streaming_agent.py >/dev/null

@@ -4,10 +4,17 @@ each in a fresh interpreter.
 A block is a fragment when the line before its opening fence is ``<!-- fragment -->``. Exits non-zero, naming
 the file and the block's first line, when a block fails or runs longer than a minute: an example in the docs
 that rots fails CI.
+
+A block that imports a module of an extra this interpreter lacks (a framework, the dashboard's server) is
+skipped, with the extra it needs and the command that adds it; ``--strict`` (which ``scripts/check.sh`` gives)
+counts a skip as a failure, so that CI runs every block.
 """
 
 from __future__ import annotations
 
+import argparse
+import ast
+import importlib.util
 import re
 import subprocess
 import sys
@@ -18,6 +25,26 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", ROOT / "docs" / "integrations.md"]
 BLOCK = re.compile(r"(?P<before>[^\n]*)\n```python\n(?P<code>.*?)\n```", re.DOTALL)
 FRAGMENT = "<!-- fragment -->"
+TIMEOUT_SECONDS = 60
+#: The extra that installs each top-level module a block may import (pyproject.toml's optional dependencies
+#: name distributions, not the modules they provide).
+EXTRA_OF_MODULE = {
+    "pydantic_ai": "pydantic-ai",
+    "agents": "openai-agents",
+    "langgraph": "langgraph",
+    "strands": "strands",
+    "starlette": "server",
+    "uvicorn": "server",
+    "prometheus_client": "server",
+}
+#: The modules of this package that need an extra, and the module of the extra they import.
+EXTRA_OF_PACKAGE_MODULE = {
+    "subagent_tracker.integrations.pydantic_ai": "pydantic_ai",
+    "subagent_tracker.integrations.openai_agents": "agents",
+    "subagent_tracker.integrations.langgraph": "langgraph",
+    "subagent_tracker.integrations.strands": "strands",
+    "subagent_tracker.dashboard": "starlette",
+}
 
 
 def runnable_blocks(text: str) -> list[tuple[int, str]]:
@@ -29,21 +56,62 @@ def runnable_blocks(text: str) -> list[tuple[int, str]]:
     ]
 
 
-def main() -> int:
+def missing_extra(code: str) -> tuple[str, str] | None:
+    """The extra a block needs that this interpreter lacks, and the module it lacks; ``None`` if none."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module is not None and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            module = EXTRA_OF_PACKAGE_MODULE.get(name, name.partition(".")[0])
+            extra = EXTRA_OF_MODULE.get(module)
+            if extra is not None and importlib.util.find_spec(module) is None:
+                return extra, module
+    return None
+
+
+def run_block(name: str, line: int, code: str, strict: bool) -> bool:
+    """Runs one block; false if it failed, timed out, or (with ``strict``) was skipped."""
+    lacking = missing_extra(code)
+    if lacking is not None:
+        extra, module = lacking
+        print(
+            f"{name} line {line}: skipped: it needs the {extra!r} extra (no module {module!r} here); "
+            f"add it with ./scripts/add_extra.sh {extra}",
+            file=sys.stderr if strict else sys.stdout,
+        )
+        return not strict
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_SECONDS
+        )
+    except subprocess.TimeoutExpired:
+        print(f"{name} line {line}: the block ran longer than {TIMEOUT_SECONDS} s", file=sys.stderr)
+        return False
+    if result.returncode != 0:
+        print(f"{name} line {line}: the block failed\n{result.stdout}{result.stderr}", file=sys.stderr)
+        return False
+    print(f"{name} line {line}: ran")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--strict", action="store_true", help="count a skipped block as a failure")
+    strict = parser.parse_args(argv).strict
+    passed = True
     for document in DOCUMENTS:
-        name = document.relative_to(ROOT)
+        name = str(document.relative_to(ROOT))
         blocks = runnable_blocks(document.read_text(encoding="utf-8"))
         if not blocks:
             print(f"{name} has no runnable Python block", file=sys.stderr)
             return 1
         for line, code in blocks:
-            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-            if result.returncode != 0:
-                failure = f"{name} line {line}: the block failed\n{result.stdout}{result.stderr}"
-                print(failure, file=sys.stderr)
-                return 1
-            print(f"{name} line {line}: ran")
-    return 0
+            passed = run_block(name, line, code, strict) and passed
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

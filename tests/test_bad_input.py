@@ -166,10 +166,39 @@ def test_strange_strings_are_just_ids(session: Session) -> None:
         assert snapshot is not None and snapshot.task_id == task_id
 
 
-def test_an_unencodable_id_is_an_error_not_a_crash(session: Session) -> None:
-    with pytest.raises(UnicodeEncodeError):
-        session.start_subagent_task("\ud800")
-    assert session.subagent_tasks() == []
+def test_an_id_holding_a_lone_surrogate_is_a_value_error_naming_the_argument(session: Session) -> None:
+    for call in _calls_taking_an_id(session, "a\ud800"):
+        with pytest.raises(ValueError, match=r"^(task_id|parent_id) must be text that UTF-8 can") as bad:
+            call()
+        assert not isinstance(bad.value, UnicodeError)
+    with pytest.raises(ValueError, match=r"^session_id must be text that UTF-8 can encode"):
+        Session("\udfff")
+    handle = session.start_subagent_task("a")
+    with pytest.raises(ValueError, match=r"^message must be text that UTF-8 can encode"):
+        handle.progress("\ud800")
+    handle.complete()
+    assert [task.task_id for task in session.subagent_tasks()] == ["a"]
+
+
+def test_a_handle_dropped_while_its_call_raises_keeps_the_error(session: Session) -> None:
+    """The temporary handle of a call that raised is dropped while the error propagates: its warning must not
+    replace the error with a ``SystemError``."""
+    with pytest.warns(ResourceWarning, match="never ended"), pytest.raises(TypeError, match="message"):
+        session.start_subagent_task("temporary").progress(5)  # type: ignore[arg-type]
+    with pytest.warns(ResourceWarning), pytest.raises(ValueError, match="message must be text"):
+        session.start_subagent_task("surrogate").progress("\ud800")
+
+
+def test_a_huge_number_of_seconds_is_shown_short(session: Session) -> None:
+    handle = session.start_subagent_task("a")
+    with pytest.raises(ValueError) as refused:
+        handle.token.wait(timeout=1e300)
+    assert str(refused.value) == (
+        "timeout must be a finite, non-negative number of seconds no larger than 1e9; got 1e300, which is "
+        "more than 1e9 seconds"
+    )
+    with pytest.raises(ValueError, match=r"got 1e20, which is more than 1e9 seconds"):
+        handle.token.wait(timeout=10**20)
 
 
 def test_errors_quote_ids_alike_and_a_default_reason_is_not_repeated() -> None:

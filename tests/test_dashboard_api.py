@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import subprocess
 import sys
 import time
@@ -440,6 +441,58 @@ def test_bad_ids_and_an_unreachable_redis_get_json_errors() -> None:
             assert unreachable.status_code == 503 and "error" in unreachable.json()
     finally:
         served.stop()
+
+
+def test_the_stream_says_when_the_registry_is_unavailable_and_logs_no_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The page shows "connected" only while its data is live: the stream says when it is not, with the
+    registry's error, rather than an overview that stops changing; nothing escapes a started response."""
+    from subagent_tracker import RedisRegistry
+
+    redis_server = RedisServer()
+    registry = RedisRegistry(redis_server.url, timeout=0.5)
+    registry.session("s")
+    served = ServedDashboard(registry)
+    try:
+        with caplog.at_level(logging.ERROR), served.client() as client:
+            live = stream_events(client, "/api/stream", lambda event, _data: event == "overview")
+            assert [session["session_id"] for session in live[-1][1]["sessions"]] == ["s"]
+
+            stopped: list[bool] = []
+
+            def paused(event: str, data: Any) -> bool:
+                if event == "unavailable":
+                    assert "the Redis registry is unavailable" in data["error"], data
+                    return True
+                if not stopped:
+                    redis_server.stop()
+                    stopped.append(True)
+                return False
+
+            stream_events(client, "/api/stream", paused, timeout=15)
+            # A stream opened while Redis is down starts with the same event, not a broken response.
+            (first, data), *_ = stream_events(client, "/api/stream", lambda _event, _data: True)
+            assert first == "unavailable" and "unavailable" in data["error"]
+    finally:
+        served.stop()
+    assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+def test_a_notice_is_sent_with_every_overview(registry: Registry) -> None:
+    served = ServedDashboard(registry, notice="this registry is the server's own")
+    try:
+        with served.client() as client:
+            (event, data), *_ = stream_events(client, "/api/stream", lambda _event, _data: True)
+    finally:
+        served.stop()
+    assert event == "overview" and data["notice"] == "this registry is the server's own"
+
+
+def test_no_notice_by_default(served: ServedDashboard) -> None:
+    with served.client() as client:
+        (_event, data), *_ = stream_events(client, "/api/stream", lambda _event, _data: True)
+    assert data["notice"] is None
 
 
 @pytest.mark.parametrize("task_id", [".", "..", "a/../b", "%2e"])

@@ -36,7 +36,13 @@ def test_importing_an_adapter_without_its_framework_names_the_extra(
     with pytest.raises(ImportError) as raised:
         importlib.import_module(module)
 
-    assert f"pip install 'subagent-tracker[{extra}]'" in str(raised.value)
+    message = str(raised.value)
+    assert message.splitlines() == [message]
+    # The form that works from a clone comes first, each form labelled.
+    assert f"from a clone, pip install '.[{extra}]'" in message
+    assert f"./scripts/add_extra.sh {extra}" in message
+    assert f"from the package index, pip install 'subagent-tracker[{extra}]'" in message
+    assert message.index("from a clone") < message.index("from the package index")
     assert module not in sys.modules
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -180,6 +181,28 @@ def test_bad_input_is_refused_before_anything_is_sent(redis_server: RedisServer)
     asyncio.run(main())
     with pytest.raises(TypeError, match=r"await AsyncRedisRegistry.connect"):
         AsyncRedisRegistry(redis_server.url)
+
+
+def test_connect_checks_its_arguments_at_the_call_and_needs_a_loop_only_when_awaited(
+    redis_server: RedisServer,
+) -> None:
+    with pytest.raises(TypeError, match="lease"):
+        AsyncRedisRegistry.connect(redis_server.url, lease="1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="worker_id"):
+        AsyncRedisRegistry.connect(redis_server.url, worker_id="")
+    connecting = AsyncRedisRegistry.connect(redis_server.url, worker_id="run-by-asyncio-run")
+    assert inspect.iscoroutine(connecting)
+    registry = asyncio.run(connecting)
+    assert isinstance(registry, AsyncRedisRegistry) and registry.worker_id == "run-by-asyncio-run"
+
+    async def round_trip() -> bool:
+        session = await registry.session("made-after-asyncio-run")
+        handle = await session.start_subagent_task("a")
+        return await handle.complete("done")
+
+    assert asyncio.run(round_trip()) is True
+    with pytest.raises(ValueError, match="not a Redis URL"):
+        asyncio.run(AsyncRedisRegistry.connect("not a url"))
 
 
 def test_a_call_outside_a_running_loop_raises_and_changes_nothing(redis_server: RedisServer) -> None:

@@ -12,6 +12,7 @@ import pytest
 from redis_support import CertificateAuthority, RedisServer, Worker
 
 from subagent_tracker import AsyncRedisRegistry, RedisRegistry, RegistryUnavailableError, SubagentStatus
+from subagent_tracker._loopback import free_port
 
 
 @pytest.fixture(scope="module")
@@ -90,10 +91,31 @@ def test_a_server_named_otherwise_than_its_certificate_is_refused(tls_server: Re
         RedisRegistry(f"rediss://localhost:{tls_server.tls_port}/0", timeout=2)
 
 
-def test_a_plain_client_on_the_tls_port_is_not_mistaken_for_a_working_server(
-    tls_server: RedisServer,
-) -> None:
-    """``redis://`` on a TLS port: the server drops the connection, so nothing answers within the timeout."""
+def test_a_plain_url_to_the_tls_port_says_the_server_speaks_tls(tls_server: RedisServer) -> None:
+    """``redis://`` on a TLS port: the server closes the connection, which alone looks like a server that went
+    away; a TLS handshake that it takes tells the two apart."""
     assert tls_server.tls_port is not None
-    with pytest.raises((RegistryUnavailableError, ValueError)):
+    with pytest.raises(ValueError) as refused:
         RedisRegistry(f"redis://127.0.0.1:{tls_server.tls_port}/0", timeout=1)
+    assert not isinstance(refused.value, RegistryUnavailableError)
+    message = str(refused.value)
+    assert message.startswith(f"the server at redis://127.0.0.1:{tls_server.tls_port}/0 speaks TLS"), message
+    assert "Use rediss://" in message and "\n" not in message
+
+
+def test_a_tls_url_to_a_plain_server_says_it_does_not_speak_tls(tls_server: RedisServer) -> None:
+    """``rediss://`` on a plain port: the server never answers the handshake, which alone looks like a
+    timeout; a plain PING that it answers tells the two apart, within the timeout and a second."""
+    started = time.monotonic()
+    with pytest.raises(ValueError) as refused:
+        RedisRegistry(f"rediss://127.0.0.1:{tls_server.port}/0", timeout=1)
+    assert time.monotonic() - started < 3
+    assert not isinstance(refused.value, RegistryUnavailableError)
+    message = str(refused.value)
+    assert "does not speak TLS: it answered a plain PING but not a TLS handshake" in message, message
+    assert "Use redis://" in message and "\n" not in message
+
+
+def test_a_tls_url_where_nothing_listens_stays_unavailable() -> None:
+    with pytest.raises(RegistryUnavailableError):
+        RedisRegistry(f"rediss://127.0.0.1:{free_port()}/0", timeout=1)

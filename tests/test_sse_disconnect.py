@@ -58,19 +58,23 @@ def _wait_finished(example: ModuleType, task_id: str) -> object:
         time.sleep(0.01)
 
 
-def test_a_client_disconnect_mid_stream_cancels_the_task_and_keeps_the_partial_output(
-    server: tuple[ModuleType, str],
-) -> None:
-    example, base_url = server
+def _disconnect_mid_stream(base_url: str, task_id: str) -> None:
     received = []
     with httpx.Client(timeout=10) as client:
-        with client.stream("GET", f"{base_url}/agents/mid-stream/stream?words=200&delay=0.02") as response:
+        with client.stream("GET", f"{base_url}/agents/{task_id}/stream?words=200&delay=0.02") as response:
             assert response.status_code == 200
             for line in response.iter_lines():
                 if line.startswith("data: "):
                     received.append(line)
                 if len(received) == 3:
                     break  # leaving the block closes the connection mid-stream
+
+
+def test_a_client_disconnect_mid_stream_cancels_the_task_and_keeps_the_partial_output(
+    server: tuple[ModuleType, str],
+) -> None:
+    example, base_url = server
+    _disconnect_mid_stream(base_url, "mid-stream")
     task = _wait_finished(example, "mid-stream")
     assert task.status is SubagentStatus.CANCELLED  # type: ignore[attr-defined]
     assert task.cancel_reason == "client disconnected"  # type: ignore[attr-defined]
@@ -93,6 +97,8 @@ def test_a_client_disconnect_during_silence_still_cancels(server: tuple[ModuleTy
 def test_the_snapshot_endpoint_reports_tasks(server: tuple[ModuleType, str]) -> None:
     example, base_url = server
     assert httpx.get(f"{base_url}/agents/unknown", timeout=10).status_code == 404
-    _wait_finished(example, "mid-stream")
-    body = httpx.get(f"{base_url}/agents/mid-stream", timeout=10).json()
+    # A task of its own: under xdist this test may run in a process where no other test made one.
+    _disconnect_mid_stream(base_url, "snapshot")
+    _wait_finished(example, "snapshot")
+    body = httpx.get(f"{base_url}/agents/snapshot", timeout=10).json()
     assert body["status"] == "cancelled" and body["cancel_cause"] == "requested" and body["finished"]

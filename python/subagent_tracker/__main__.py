@@ -1,66 +1,163 @@
-"""Command line: ``python -m subagent_tracker demo [options]`` and ``... serve [options]``."""
+"""Command line: ``python -m subagent_tracker demo [options]`` and ``... serve [options]``.
+
+Every mistake and every failure answers in one line on stderr, never a traceback; the exit status says which
+it was (``EXIT_STATUSES``).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import re
 import sys
+from typing import NoReturn
 from urllib.parse import urlsplit
 
 from subagent_tracker import _demo, _demo_workers
 from subagent_tracker._errors import RegistryUnavailableError
+from subagent_tracker._install import install_hint
 
 #: The modules of the ``server`` extra: without them ``serve`` and ``demo --web`` cannot run.
 SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "prometheus_client"})
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+#: What a shell reports for a process that SIGINT stopped (128 + 2).
+EXIT_INTERRUPTED = 130
+EXIT_STATUSES = (
+    "exit status: 0 done; 1 failed while running (Redis unreachable, a port in use, a task left unfinished); "
+    "2 a usage mistake (an unknown option, a bad value, options that do not go together, a URL that is not "
+    "a Redis's); 130 stopped by Ctrl-C."
+)
+#: The most subagents the multi-process demo runs: its workers claim them one by one, a few per process.
+MOST_WORKER_SUBAGENTS = 200
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m subagent_tracker")
-    # The metavar lists the public commands only: argparse would list the hidden worker command too.
+class CommandError(Exception):
+    """A failure the command line reports in one line, with its exit status."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse, whose usage mistakes are one line (its own print the whole usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
+
+
+def _whole_number(least: int, most: int) -> type[int]:
+    """An argparse type: an int from ``least`` to ``most``, refused with what was expected."""
+
+    def parse(text: str) -> int:
+        expected = f"a whole number from {least} to {most}"
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown_number(text)}")
+        return value
+
+    return parse  # type: ignore[return-value]
+
+
+def _seconds(least: float, most: float, *, exclusive_least: bool = False) -> type[float]:
+    """An argparse type: a number of seconds within the bounds, refused with what was expected."""
+
+    def parse(text: str) -> float:
+        above = f"above {least:g}" if exclusive_least else f"at least {least:g}"
+        expected = f"a number {above} and at most {most:g}"
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        too_low = value <= least if exclusive_least else value < least
+        if math.isnan(value) or too_low or value > most:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown_number(text)}")
+        return value
+
+    return parse  # type: ignore[return-value]
+
+
+def _shown_number(text: str) -> str:
+    """A number as the user typed it, cut short if it would flood the line."""
+    return text if len(text) <= 20 else f"{text[:8]}…{text[-4:]} ({len(text)} characters)"
+
+
+PORT = _whole_number(0, 65535)
+
+
+def _parser() -> _OneLineParser:
+    parser = _OneLineParser(prog="python -m subagent_tracker", epilog=EXIT_STATUSES)
     commands = parser.add_subparsers(dest="command", required=True, metavar="{demo,serve}")
-    demo = commands.add_parser("demo", help="run a simulated orchestrator and cancel parts of it live")
+    demo = commands.add_parser(
+        "demo",
+        help="run a simulated orchestrator and cancel parts of it live",
+        description="A simulated orchestrator fans out subagents, which start children of their own; the "
+        "demo cancels one by id, a subtree, and at its deadline the rest. Ctrl-C cancels the whole session.",
+        epilog=EXIT_STATUSES,
+    )
     demo.add_argument(
-        "--subagents", type=int, default=300, help="how many subagents to fan out (default 300)"
+        "--subagents",
+        type=_whole_number(10, 100_000),
+        help=f"how many subagents to fan out (default 300; with --workers, {MOST_WORKER_SUBAGENTS}, the most "
+        "it runs)",
     )
     demo.add_argument("--seed", type=int, default=7, help="random seed of the simulated work (default 7)")
-    demo.add_argument("--speed", type=float, default=1.0, help="time scale: 2 runs twice as fast (default 1)")
+    demo.add_argument(
+        "--speed",
+        type=_seconds(0, 100, exclusive_least=True),
+        default=1.0,
+        help="time scale: 2 runs twice as fast (default 1)",
+    )
     demo.add_argument(
         "--plain", action="store_true", help="print status lines instead of redrawing (the default off a TTY)"
     )
     demo.add_argument(
         "--workers",
-        type=int,
-        default=0,
-        help="run the subagents in this many worker processes, one session on Redis (default: in memory)",
+        type=_whole_number(2, 64),
+        help="run the subagents in this many worker processes (at least 2: one is killed to show leases), "
+        "sharing one session on Redis (default: one process, in memory)",
     )
-    demo.add_argument("--redis", help="the Redis for --workers (default: start a local redis-server)")
+    demo.add_argument(
+        "--redis",
+        help="with --workers, the Redis to use (default: the demo starts a redis-server of its own)",
+    )
     demo.add_argument(
         "--web",
         action="store_true",
-        help="serve the dashboard on a local port while the demo runs, and print its address",
+        help="serve the dashboard on a local port while the in-memory demo runs, and print its address",
     )
-    demo.add_argument(
-        "--port", type=int, default=0, help="the dashboard's port with --web (default: a free one)"
-    )
+    demo.add_argument("--port", type=PORT, help="with --web, the dashboard's port (default: a free one)")
     demo.add_argument(
         "--start-wait",
-        type=float,
-        default=_demo.WEB_START_WAIT_SECONDS,
+        type=_seconds(0, 3600),
         help="with --web, start the demo once the page connects or after this many seconds "
         f"(default {_demo.WEB_START_WAIT_SECONDS:g})",
     )
     demo.add_argument(
         "--linger",
-        type=float,
-        default=None,
+        type=_seconds(0, 86_400),
         help="with --web, keep the dashboard up this many seconds after the demo (default: until Ctrl-C)",
     )
-    serve = commands.add_parser("serve", help="serve the live dashboard of a registry's sessions")
-    serve.add_argument("--redis", help="the Redis whose sessions to show (default: an in-memory registry)")
+    serve = commands.add_parser(
+        "serve",
+        help="serve the live dashboard of a registry's sessions",
+        description="Serves the dashboard of the sessions kept in Redis, by every process that uses it. "
+        "Without --redis it shows an in-memory registry of its own, which no other process can reach, so it "
+        "stays empty: give --redis URL to see a fleet's work, or run `demo --web` to watch the demo.",
+        epilog=EXIT_STATUSES,
+    )
+    serve.add_argument(
+        "--redis",
+        help="the Redis whose sessions to show (default: an empty in-memory registry, to try the page)",
+    )
     serve.add_argument("--host", default="127.0.0.1", help="the address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="the port (default 8000)")
+    serve.add_argument("--port", type=PORT, default=8000, help="the port; 0 picks a free one (default 8000)")
     serve.add_argument(
         "--token",
         help="the token every API call must carry; required off loopback (or set SUBAGENT_TRACKER_TOKEN)",
@@ -68,23 +165,35 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--details", action="store_true", help="show tasks' metadata, results and errors (may hold user data)"
     )
-    worker = commands.add_parser("_demo-worker")
-    worker.add_argument("parameters", nargs=4)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     arguments = parser.parse_args(argv)
-    # A first user meets these two before anything else: one line that says what to do, not a traceback.
     try:
-        return _run(parser, arguments)
+        return _run(arguments)
+    except CommandError as failed:
+        parser.exit(failed.status, f"{parser.prog} {arguments.command}: {failed}\n")
+    except KeyboardInterrupt:
+        # A Ctrl-C outside the commands' own handling (during imports, say): one line, never a traceback.
+        parser.exit(EXIT_INTERRUPTED, f"{parser.prog} {arguments.command}: stopped by Ctrl-C\n")
     except RegistryUnavailableError as unavailable:
         url = getattr(arguments, "redis", None)
         where = f"at {_without_password(url)}" if url else "(the local redis-server the demo started)"
-        parser.exit(1, f"{parser.prog} {arguments.command}: cannot reach Redis {where}: {unavailable}\n")
+        parser.exit(
+            EXIT_FAILURE, f"{parser.prog} {arguments.command}: cannot reach Redis {where}: {unavailable}\n"
+        )
+    except ValueError as refused:
+        # What the library refuses in a value given here: a URL that is not a Redis's, say.
+        parser.exit(EXIT_USAGE, f"{parser.prog} {arguments.command}: {refused}\n")
     except ModuleNotFoundError as missing:
         if missing.name not in SERVER_EXTRA_MODULES:
             raise
         parser.exit(
-            1,
+            EXIT_FAILURE,
             f"{parser.prog} {arguments.command}: the dashboard needs the 'server' extra "
-            f"(no module named {missing.name!r}): pip install 'subagent-tracker[server]'\n",
+            f"(no module named {missing.name!r}): {install_hint('server')}\n",
         )
 
 
@@ -95,64 +204,89 @@ PASSWORD_IN_QUERY = re.compile(r"([?&](?:pass|password)=)[^&#]*")
 def _without_password(url: str) -> str:
     """``url`` as the user gave it, its passwords (in the authority or the query) shown as ``***``: a terminal
     is often shared."""
-    password = urlsplit(url).password
+    try:
+        password = urlsplit(url).password
+    except ValueError:
+        password = None  # a port that is not a number: there is no authority to hide
     if password is not None:
         url = url.replace(f":{password}@", ":***@", 1)
     return PASSWORD_IN_QUERY.sub(r"\1***", url)
 
 
-def _run(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
-    if arguments.command == "_demo-worker":
-        _demo_workers.worker_main(arguments.parameters)
-        return 0
+def _run(arguments: argparse.Namespace) -> int:
     if arguments.command == "serve":
-        from subagent_tracker.dashboard import _serve
+        return _serve(arguments)
+    _refuse_silent_options(arguments)
+    if arguments.subagents is None:
+        arguments.subagents = MOST_WORKER_SUBAGENTS if arguments.workers is not None else 300
+    if arguments.workers is not None:
+        workers = _demo_workers.WorkersOptions(
+            workers=arguments.workers,
+            subagents=arguments.subagents,
+            seed=arguments.seed,
+            speed=arguments.speed,
+            redis_url=arguments.redis,
+        )
+        outcome: _demo.DemoSummary | _demo_workers.WorkersOutcome = _demo_workers.run_workers_demo(workers)
+    else:
+        live = sys.stdout.isatty() and not arguments.plain and not arguments.web
+        options = _demo.DemoOptions(
+            subagents=arguments.subagents, seed=arguments.seed, speed=arguments.speed, live=live
+        )
+        if arguments.web:
+            from subagent_tracker.dashboard import _demo_web
 
-        token = arguments.token or os.environ.get(_serve.TOKEN_VARIABLE) or None
-        try:
-            _serve.check_binding(arguments.host, token)
-        except ValueError as refused:
-            parser.error(str(refused))
-        _serve.serve(
+            start_wait = (
+                _demo.WEB_START_WAIT_SECONDS if arguments.start_wait is None else arguments.start_wait
+            )
+            outcome = asyncio.run(
+                _demo_web.run_demo_with_dashboard(options, arguments.port or 0, arguments.linger, start_wait)
+            )
+        else:
+            outcome = asyncio.run(_demo.run_demo_until_interrupted(options))
+    if outcome.interrupted:
+        return EXIT_INTERRUPTED
+    return 0 if outcome.all_finished else EXIT_FAILURE
+
+
+def _usage(message: str) -> CommandError:
+    """A usage mistake found after parsing, reported as argparse's are."""
+    return CommandError(f"{message} (see --help)", EXIT_USAGE)
+
+
+def _refuse_silent_options(arguments: argparse.Namespace) -> None:
+    """Refuses a combination of ``demo`` options one of which would otherwise be ignored."""
+    if arguments.workers is not None and arguments.web:
+        raise _usage("--web runs the in-memory demo; for workers, run `serve --redis URL` beside the demo")
+    if arguments.redis is not None and arguments.workers is None:
+        raise _usage("--redis is the Redis of --workers; the demo without --workers runs in memory")
+    if arguments.workers is not None and (arguments.subagents or 0) > MOST_WORKER_SUBAGENTS:
+        raise _usage(f"--workers runs at most {MOST_WORKER_SUBAGENTS} subagents, got {arguments.subagents}")
+    if not arguments.web:
+        for option in ("port", "start_wait", "linger"):
+            if getattr(arguments, option) is not None:
+                raise _usage(f"--{option.replace('_', '-')} goes with --web, which serves the dashboard")
+
+
+def _serve(arguments: argparse.Namespace) -> int:
+    from subagent_tracker.dashboard import _serve
+
+    token = arguments.token or os.environ.get(_serve.TOKEN_VARIABLE) or None
+    try:
+        _serve.check_binding(arguments.host, token)
+    except ValueError as refused:
+        raise _usage(str(refused)) from None
+    try:
+        stopped = _serve.serve(
             redis_url=arguments.redis,
             host=arguments.host,
             port=arguments.port,
             token=token,
             details=arguments.details,
         )
-        return 0
-    if arguments.subagents < 10:
-        parser.error("--subagents must be at least 10")
-    if arguments.speed <= 0:
-        parser.error("--speed must be positive")
-    if not 0 <= arguments.start_wait <= 3600:
-        parser.error("--start-wait must be between 0 and 3600 seconds")
-    if arguments.workers:
-        if arguments.workers < 2:
-            parser.error("--workers must be at least 2 (one of them is killed to show leases)")
-        workers = _demo_workers.WorkersOptions(
-            workers=arguments.workers,
-            subagents=min(arguments.subagents, 200),
-            seed=arguments.seed,
-            speed=arguments.speed,
-            redis_url=arguments.redis,
-        )
-        return 0 if _demo_workers.run_workers_demo(workers) else 1
-    if arguments.web and arguments.workers:
-        parser.error("--web runs the in-memory demo; for workers, run `serve --redis URL` beside it")
-    live = sys.stdout.isatty() and not arguments.plain and not arguments.web
-    options = _demo.DemoOptions(
-        subagents=arguments.subagents, seed=arguments.seed, speed=arguments.speed, live=live
-    )
-    if arguments.web:
-        from subagent_tracker.dashboard import _demo_web
-
-        summary = asyncio.run(
-            _demo_web.run_demo_with_dashboard(options, arguments.port, arguments.linger, arguments.start_wait)
-        )
-    else:
-        summary = asyncio.run(_demo.run_demo(options))
-    return 0 if summary.all_finished else 1
+    except _serve.BindError as failed:
+        raise CommandError(str(failed)) from None
+    return EXIT_INTERRUPTED if stopped else 0
 
 
 if __name__ == "__main__":

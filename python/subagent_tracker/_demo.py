@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from subagent_tracker import CancellationToken, Registry, Session, SubagentStatus, TaskCancelledError
+from subagent_tracker._ctrl_c import ctrl_c_sets, first_of
 from subagent_tracker._native import _quoted  # how every message quotes an id: the core's rule
 
 _T = TypeVar("_T")
@@ -31,6 +32,11 @@ AGENTS = ("researcher", "coder", "reviewer", "summarizer", "tool-runner")
 WEB_START_WAIT_SECONDS = 5.0
 #: The share of subagents whose plan fails with a simulated model error, to show failures beside cancels.
 FAILURE_SHARE = 0.03
+#: The reason of the session cancel that Ctrl-C makes: the last lines show it.
+CTRL_C_REASON = "stopped by Ctrl-C"
+#: How long the scenario runs at speed 1, fan-out aside: its steps' pauses (3 + 2 + 3 * 3 s), and the runners'
+#: last chunks after the deadline's cancel.
+SCENARIO_SECONDS = 14.5
 TOOLS = ("web_search", "read_file", "run_tests", "query_db", "fetch_url")
 COLOUR = sys.stdout.isatty()
 STATUS_COLOURS = {
@@ -85,6 +91,8 @@ class DemoSummary:
     latencies_ms: list[float]
     all_finished: bool
     log: list[str] = field(default_factory=list)
+    #: Whether Ctrl-C stopped the run, by a session cancel with ``CTRL_C_REASON``.
+    interrupted: bool = False
 
 
 async def interruptible(token: CancellationToken, work: asyncio.Future[_T]) -> _T:
@@ -112,6 +120,11 @@ class Orchestrator:
         self.runners: list[asyncio.Task[None]] = []
         self.log: list[str] = []
         self.started = time.perf_counter()
+        #: The subagents whose plan failed so far: the log names the first and counts the rest, so that the
+        #: cancels stay readable among them.
+        self.failures = 0
+        #: Set by Ctrl-C: no runner starts a task after the session's cancel.
+        self.stopping = False
 
     def scaled(self, seconds: float) -> float:
         return seconds / self.options.speed
@@ -122,6 +135,8 @@ class Orchestrator:
             print(self.log[-1], flush=True)
 
     async def run_subagent(self, task_id: str, parent_id: str, depth: int) -> None:
+        if self.stopping:
+            return
         plan, generator = plan_for(self.options.seed, task_id, depth)
         handle = self.session.start_subagent_task(
             task_id,
@@ -156,10 +171,16 @@ class Orchestrator:
             pass  # The handle already recorded the outcome; a runner just stops.
         except RuntimeError as error:
             # The handle recorded the failure; the log says why, so that a failed task is no mystery.
-            self.note(f"{task_id} failed on purpose ({FAILURE_SHARE:.0%} of plans do): {error}")
+            self.failures += 1
+            if self.failures == 1:
+                self.note(
+                    f"{task_id} failed on purpose ({FAILURE_SHARE:.0%} of plans do): {error}; "
+                    "the status lines count the next ones"
+                )
 
     def spawn(self, task_id: str, parent_id: str, depth: int) -> None:
-        self.runners.append(asyncio.ensure_future(self.run_subagent(task_id, parent_id, depth)))
+        if not self.stopping:
+            self.runners.append(asyncio.ensure_future(self.run_subagent(task_id, parent_id, depth)))
 
     async def fan_out(self) -> None:
         for index in range(self.options.subagents):
@@ -207,12 +228,23 @@ class Orchestrator:
                 self.note("letting the rest run: slow subagents' tool calls take 8 to 14 s")
                 for _ in range(3):
                     await asyncio.sleep(self.scaled(3.0))
-                    self.note(f"{self.finished_count()} tasks finished, {self.pending_count()} still running")
+                    self.note(
+                        f"{self.finished_count()} tasks finished ({self.failures} failed on purpose), "
+                        f"{self.pending_count()} still running"
+                    )
                 stragglers = len(self.session.pending_subagent_tasks())
                 moved = self.session.cancel(reason="deadline for the whole request passed")
                 self.note(f"cancelled the session's stragglers: {moved} of {stragglers} still running")
             finally:
                 await asyncio.gather(*self.runners, return_exceptions=True)
+
+    def stop_on_ctrl_c(self, scenario: asyncio.Future[None]) -> None:
+        """Cancels the whole session, with ``CTRL_C_REASON``, and the scenario's next steps: every runner's
+        token fires, so the scenario's wait for its runners ends within a chunk's pause."""
+        self.stopping = True
+        moved = self.session.cancel(reason=CTRL_C_REASON)
+        self.note(f"Ctrl-C: cancelled the session, {moved} tasks, with reason {_quoted(CTRL_C_REASON)}")
+        scenario.cancel()
 
     def finished_count(self) -> int:
         return sum(1 for task in self.session.subagent_tasks() if task.finished)
@@ -300,22 +332,55 @@ def print_summary(summary: DemoSummary, total: int, elapsed: float) -> None:
         print(f"  {'min':>10}{'median':>10}{'max':>10}")
         print(f"  {min(latencies):>8.2f}ms{statistics.median(latencies):>8.2f}ms{max(latencies):>8.2f}ms")
     print(f"\n  every task finished: {'yes' if summary.all_finished else 'NO'}")
+    if summary.interrupted:
+        print(f"  stopped by Ctrl-C: the session was cancelled with reason {_quoted(CTRL_C_REASON)}")
 
 
-async def run_demo(options: DemoOptions, registry: Registry | None = None) -> DemoSummary:
-    """Runs the scenario on a session of its own, or on session "demo" of ``registry`` (for the dashboard)."""
+def announce(options: DemoOptions) -> None:
+    """The first line: what the run will do, from its own options."""
+    seconds = (SCENARIO_SECONDS + 0.03 * (options.subagents // 20)) / options.speed
+    print(
+        f"an orchestrator fans out {options.subagents} subagents, some of which start children of their own, "
+        f"and cancels parts of them live for about {seconds:.0f} s (Ctrl-C cancels the whole session)",
+        flush=True,
+    )
+
+
+async def run_demo_until_interrupted(options: DemoOptions) -> DemoSummary:
+    """``run_demo`` on a session of its own, which Ctrl-C cancels."""
+    pressed = asyncio.Event()
+    with ctrl_c_sets(pressed):
+        return await run_demo(options, ctrl_c=pressed)
+
+
+async def run_demo(
+    options: DemoOptions, registry: Registry | None = None, ctrl_c: asyncio.Event | None = None
+) -> DemoSummary:
+    """Runs the scenario on a session of its own, or on session "demo" of ``registry`` (for the dashboard).
+    When ``ctrl_c`` is set, the run cancels its session and ends as soon as its runners have stopped."""
+    announce(options)
     orchestrator = Orchestrator(options, registry)
     done = asyncio.Event()
     display = asyncio.ensure_future(
         orchestrator.show_live(done) if options.live else orchestrator.show_plain(done)
     )
+    scenario = asyncio.ensure_future(orchestrator.scenario())
+    interrupted = False
     try:
-        await orchestrator.scenario()
+        if ctrl_c is not None and await first_of(scenario, ctrl_c):
+            interrupted = True
+            orchestrator.stop_on_ctrl_c(scenario)
+        await asyncio.wait({scenario})
+        if not interrupted:
+            scenario.result()
     finally:
+        if not scenario.done():
+            scenario.cancel()  # this run was cancelled itself
         done.set()
         await display
     elapsed = time.perf_counter() - orchestrator.started
     summary = summarize(orchestrator.session)
     summary.log = orchestrator.log
+    summary.interrupted = interrupted
     print_summary(summary, len(orchestrator.session.subagent_tasks()), elapsed)
     return summary

@@ -2,10 +2,12 @@
 process as the orchestrator that queues the work and stops parts of it.
 
 ``python -m subagent_tracker demo --workers 3 [--redis URL]``: without a URL it starts a ``redis-server`` of
-its own on a free loopback port (Debian's ``redis-server`` package), and stops it at the end. The scenario:
+its own on a free loopback port (Debian's ``redis-server`` package), says so, and stops it at the end. The
+workers run ``python -m subagent_tracker._demo_workers``, a command no user types. The scenario:
 queue parents and children, let the workers claim them, cancel one task by id, cancel a subtree, kill one
 worker outright (its tasks fail once its lease has passed), and finally cancel the session. Every latency is
-measured, ``ended_at - cancelled_at`` of each cancelled task, both stamped by the Redis server's clock.
+measured, ``ended_at - cancelled_at`` of each cancelled task, both stamped by the Redis server's clock. Ctrl-C
+cancels the session, with the reason the last line shows, and stops the workers.
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ from subagent_tracker import (
     TaskCancelledError,
 )
 from subagent_tracker._loopback import free_port
+from subagent_tracker._native import _quoted  # how every message quotes an id: the core's rule
 
 SESSION = "demo"
 LEASE = 1.0
+#: The reason of the session cancel that Ctrl-C makes.
+CTRL_C_REASON = "stopped by Ctrl-C"
+#: How long Ctrl-C waits for the workers to report their cancelled runs' ends before it stops them.
+CTRL_C_WAIT_SECONDS = 0.5
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,13 @@ class WorkersOptions:
     seed: int = 7
     speed: float = 1.0
     redis_url: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkersOutcome:
+    all_finished: bool
+    #: Whether Ctrl-C stopped the run.
+    interrupted: bool = False
 
 
 def start_redis() -> tuple[subprocess.Popen[bytes], str]:
@@ -163,14 +177,23 @@ def kill(process: subprocess.Popen[bytes]) -> str:
     return f"pid {process.pid} killed"
 
 
-def run_workers_demo(options: WorkersOptions) -> bool:
+def run_workers_demo(options: WorkersOptions) -> WorkersOutcome:
     server, url = (None, options.redis_url) if options.redis_url else start_redis()
+    if server is not None:
+        print(f"started a redis-server of its own at {url} (stopped at the end)", flush=True)
     processes: list[subprocess.Popen[bytes]] = []
+    session: RedisSession | None = None
+    started = time.monotonic()
     try:
         registry = RedisRegistry(url, worker_id="orchestrator", lease=LEASE)
+        print(
+            f"an orchestrator queues {options.subagents} subagents on Redis for {options.workers} worker "
+            f"processes, and stops parts of them for about {7 / options.speed:.0f} s (Ctrl-C cancels the "
+            "whole session)",
+            flush=True,
+        )
         session = registry.session(SESSION, max_finished_tasks=100_000)
         session.cancel("a new demo run")
-        started = time.monotonic()
         parents = queue_work(session, options)
         print(
             f"queued {options.subagents} subagents under {len(parents)} plans; "
@@ -181,8 +204,7 @@ def run_workers_demo(options: WorkersOptions) -> bool:
                 [
                     sys.executable,
                     "-m",
-                    "subagent_tracker",
-                    "_demo-worker",
+                    "subagent_tracker._demo_workers",
                     url,
                     f"worker-{index}",
                     str(options.speed),
@@ -208,7 +230,8 @@ def run_workers_demo(options: WorkersOptions) -> bool:
             show(session.subagent_tasks(), elapsed)
             time.sleep(0.5 / options.speed)
         moved = session.cancel("demo over")
-        print(f"cancelled the session: {moved} still pending")
+        elapsed = (time.monotonic() - started) * options.speed
+        print(f"{elapsed:5.1f}s  cancelled the session: {moved} still pending")
         for process in processes:
             process.wait(timeout=30)
         deadline = time.monotonic() + 10
@@ -230,7 +253,9 @@ def run_workers_demo(options: WorkersOptions) -> bool:
             )
         unfinished = [task for task in tasks if not task.finished]
         print("every task finished" if not unfinished else f"{len(unfinished)} tasks unfinished")
-        return not unfinished
+        return WorkersOutcome(all_finished=not unfinished)
+    except KeyboardInterrupt:
+        return stop_on_ctrl_c(session, started, options.speed)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -240,6 +265,33 @@ def run_workers_demo(options: WorkersOptions) -> bool:
             server.wait()
 
 
+def stop_on_ctrl_c(session: RedisSession | None, started: float, speed: float) -> WorkersOutcome:
+    """Cancels the session with ``CTRL_C_REASON`` and gives the workers a moment to report their runs' ends;
+    the caller then stops the workers and the server."""
+    elapsed = (time.monotonic() - started) * speed
+    if session is None:
+        print(f"{elapsed:5.1f}s  stopped by Ctrl-C before the session was made", flush=True)
+        return WorkersOutcome(all_finished=True, interrupted=True)
+    moved = session.cancel(CTRL_C_REASON)
+    deadline = time.monotonic() + CTRL_C_WAIT_SECONDS
+    while session.pending_subagent_tasks() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    pending = len(session.pending_subagent_tasks())
+    print(
+        f"{elapsed:5.1f}s  stopped by Ctrl-C: cancelled the session, {moved} tasks, with reason "
+        f"{_quoted(CTRL_C_REASON)}; {pending} still stopping as the workers are stopped",
+        flush=True,
+    )
+    return WorkersOutcome(all_finished=pending == 0, interrupted=True)
+
+
 def worker_main(argv: list[str]) -> None:
+    # The orchestrator stops the workers: a Ctrl-C at the terminal reaches the whole process group, and each
+    # worker would otherwise print a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     url, name, speed, seed = argv
     run_worker(url, name, float(speed), int(seed))
+
+
+if __name__ == "__main__":
+    worker_main(sys.argv[1:])

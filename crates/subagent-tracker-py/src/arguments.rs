@@ -63,6 +63,18 @@ pub(crate) fn string<'py>(value: &Bound<'py, PyAny>, name: &str) -> PyResult<Bou
     })
 }
 
+/// The text of the `str` argument `name`. A `str` that UTF-8 cannot encode (one that holds a lone surrogate,
+/// such as `'\ud800'`) is refused with `ValueError` naming the argument, where Python's own
+/// `UnicodeEncodeError` would name none.
+pub(crate) fn text<'a>(value: &'a Bound<'_, PyString>, name: &str) -> PyResult<&'a str> {
+    value.to_str().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{name} must be text that UTF-8 can encode, got a str holding a lone surrogate (a code point from \
+             U+D800 to U+DFFF)"
+        ))
+    })
+}
+
 /// An optional `str` argument: `None` or a `str`.
 pub(crate) fn optional_string(
     value: Option<&Bound<'_, PyAny>>,
@@ -71,7 +83,7 @@ pub(crate) fn optional_string(
     match value {
         None => Ok(None),
         Some(value) if value.is_none() => Ok(None),
-        Some(value) => Ok(Some(string(value, name)?.to_str()?.to_owned())),
+        Some(value) => Ok(Some(text(&string(value, name)?, name)?.to_owned())),
     }
 }
 
@@ -82,8 +94,8 @@ impl<'a, 'py, N: ArgumentName> FromPyObject<'a, 'py> for Id<N> {
     type Error = PyErr;
 
     fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
-        let text = string(&value, N::NAME)?;
-        let text = text.to_str()?;
+        let string = string(&value, N::NAME)?;
+        let text = text(&string, N::NAME)?;
         subagent_tracker::validate_task_id(N::NAME, text)
             .map_err(|error| tracker_error(value.py(), error))?;
         Ok(Id(Arc::from(text), PhantomData))
@@ -368,8 +380,8 @@ fn nested_copy<'py>(
 /// The text of a failure: a `str`, or an exception rendered as `Type: message`. An exception whose `str()`
 /// raises is still rendered, as Python's traceback module does, so that no exit leaves its task running.
 fn error_text(value: &Bound<'_, PyAny>) -> PyResult<String> {
-    if let Ok(text) = value.cast::<PyString>() {
-        return Ok(text.to_str()?.to_owned());
+    if let Ok(error) = value.cast::<PyString>() {
+        return Ok(text(error, "error")?.to_owned());
     }
     if value.is_instance_of::<pyo3::exceptions::PyBaseException>() {
         let name = type_name(value);
@@ -408,8 +420,8 @@ pub(crate) fn failure(
         failure = failure.error_type(error_type);
     }
     if let Some(error_code) = error_code.filter(|code| !code.is_none()) {
-        let code = if let Ok(text) = error_code.cast::<PyString>() {
-            text.to_str()?.to_owned()
+        let code = if let Ok(code) = error_code.cast::<PyString>() {
+            text(code, "error_code")?.to_owned()
         } else if error_code.is_instance_of::<PyInt>() && !error_code.is_instance_of::<PyBool>() {
             error_code.str()?.to_string()
         } else {

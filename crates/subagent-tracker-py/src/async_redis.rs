@@ -9,7 +9,7 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
+use pyo3::types::{PyCFunction, PyDict, PyTuple};
 use subagent_tracker::TrackerConfig;
 use subagent_tracker_redis::RedisRegistry as CoreRegistry;
 
@@ -23,7 +23,7 @@ use crate::batch_arguments::batch_starts;
 use crate::errors::redis_error;
 use crate::event_arguments::recorded_event;
 use crate::filter_arguments::FilterArguments;
-use crate::package_imports::{pause_function, snapshots_function};
+use crate::package_imports::{deferred_function, pause_function, snapshots_function};
 use crate::ready::Ready;
 use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
 use crate::redis_handle::handle_repr;
@@ -93,7 +93,9 @@ impl AsyncRedisRegistry {
         ))
     }
 
-    /// Connects to Redis; the awaitable gives the registry. Raises as `RedisRegistry(...)` does.
+    /// Connects to Redis; the coroutine gives the registry. Bad arguments raise at the call, as for
+    /// `RedisRegistry(...)`; the connection starts once the coroutine is awaited, so no loop need run at the
+    /// call (`asyncio.run(AsyncRedisRegistry.connect(url))` works).
     #[staticmethod]
     // One parameter per Python keyword argument: the signature is the Python API.
     #[allow(clippy::too_many_arguments)]
@@ -126,21 +128,28 @@ impl AsyncRedisRegistry {
             wait_for_replicas,
             allow_eviction,
         )?;
-        let made_in = MadeIn::here();
-        ASYNCIO.deliver(
-            py,
-            made_in,
-            async move { CoreRegistry::connect(&url, options).await },
-            move |py, registry| {
-                let registry = registry.map_err(|error| redis_error(py, error))?;
-                let calls = RegistryCalls {
-                    registry,
+        let start = PyCFunction::new_closure(py, None, None, move |arguments, _| {
+            let py = arguments.py();
+            let (url, options) = (url.clone(), options.clone());
+            let made_in = MadeIn::here();
+            ASYNCIO
+                .deliver(
+                    py,
                     made_in,
-                    delivery: ASYNCIO,
-                };
-                Ok(Py::new(py, AsyncRedisRegistry { calls })?.into_any())
-            },
-        )
+                    async move { CoreRegistry::connect(&url, options).await },
+                    move |py, registry| {
+                        let registry = registry.map_err(|error| redis_error(py, error))?;
+                        let calls = RegistryCalls {
+                            registry,
+                            made_in,
+                            delivery: ASYNCIO,
+                        };
+                        Ok(Py::new(py, AsyncRedisRegistry { calls })?.into_any())
+                    },
+                )
+                .map(Bound::unbind)
+        })?;
+        deferred_function(py)?.call1((start,))
     }
 
     /// This process's worker id.

@@ -67,7 +67,7 @@ pub(crate) fn recorded_event<V: StoredValue>(
             arguments::type_name(&kind)
         ))
     })?;
-    let kind = kind.to_str()?;
+    let kind = arguments::text(kind, "event 'kind'")?;
     if !matches!(kind, "started" | "progress" | "ended") {
         return Ok(None);
     }

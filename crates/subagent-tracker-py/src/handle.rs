@@ -91,7 +91,7 @@ impl SubagentTaskHandle {
         data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let message = arguments::string(message, "message")?;
-        let message = message.to_str()?;
+        let message = arguments::text(&message, "message")?;
         let data = data
             .filter(|data| !data.is_none())
             .map(|data| arguments::frozen_copy(data, "data"))
@@ -236,6 +236,10 @@ impl Drop for SubagentTaskHandle {
             return;
         }
         Python::try_attach(|py| {
+            // A handle is often dropped while an exception propagates (the temporary of a call that raised,
+            // as `session.start_subagent_task("a").progress(bad)`): that exception must survive the warning,
+            // as CPython's own destructors keep it, or the caller gets a `SystemError` instead.
+            let propagating = PyErr::take(py);
             let message = format!(
                 "subagent task {:?} of session {:?} was never ended: its handle was dropped while the task was {}, \
                  so the task is marked finished ({})",
@@ -250,6 +254,9 @@ impl Drop for SubagentTaskHandle {
             if let Err(error) = PyErr::warn(py, &category, &message, 1) {
                 // Warnings turned into errors have nowhere to go from a destructor.
                 error.write_unraisable(py, None);
+            }
+            if let Some(propagating) = propagating {
+                propagating.restore(py);
             }
         });
     }

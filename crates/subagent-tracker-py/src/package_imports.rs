@@ -35,6 +35,12 @@ pub(crate) fn snapshots_function<'py>(py: Python<'py>, name: &str) -> PyResult<B
     module(py, &MODULE, "subagent_tracker._snapshots")?.getattr(name)
 }
 
+/// `subagent_tracker._deferred.deferred`: the coroutine of a call that starts on a loop only once awaited.
+pub(crate) fn deferred_function(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    module(py, &MODULE, "subagent_tracker._deferred")?.getattr("deferred")
+}
+
 /// An exception class of `subagent_tracker._errors`.
 pub(crate) fn error_class<'py>(
     py: Python<'py>,

@@ -745,7 +745,8 @@ impl HandleCalls {
         message: &Bound<'_, PyAny>,
         data: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let message = arguments::string(message, "message")?.to_str()?.to_owned();
+        let message =
+            arguments::text(&arguments::string(message, "message")?, "message")?.to_owned();
         let data = data
             .filter(|data| !data.is_none())
             .map(|data| json_text(data, "data"))

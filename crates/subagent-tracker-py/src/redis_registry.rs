@@ -80,7 +80,7 @@ pub(crate) fn connect_options(
     wait_for_replicas: Option<&Bound<'_, PyAny>>,
     allow_eviction: Option<bool>,
 ) -> PyResult<(String, RedisOptions)> {
-    let url = arguments::string(url, "url")?.to_str()?.to_owned();
+    let url = arguments::text(&arguments::string(url, "url")?, "url")?.to_owned();
     let mut options = RedisOptions::default();
     if let Some(worker_id) = worker_id {
         options = options.with_worker_id(&*worker_id.0);

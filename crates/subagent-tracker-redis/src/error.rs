@@ -236,8 +236,10 @@ pub(crate) fn configuration_error(url: &str, error: &redis::RedisError) -> Redis
              its certificate does"
         )
     } else if error.kind() == redis::ErrorKind::Parse {
+        // The parser's own words quote the bytes it met, over several lines: a sentence is enough.
         format!(
-            "the server at {shown} does not speak Redis's protocol ({error}): check the host and the port"
+            "the server at {shown} does not speak Redis's protocol: its answer did not parse as a Redis \
+             reply. Check the host and the port"
         )
     } else if error
         .detail()
@@ -261,7 +263,9 @@ fn is_untrusted_certificate(error: &redis::RedisError) -> bool {
 }
 
 /// The rustls error behind `cause`: redis-rs keeps it in a shared I/O error.
-fn tls_error<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a rustls::Error> {
+pub(crate) fn tls_error<'a>(
+    cause: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
     if let Some(tls) = cause.downcast_ref::<rustls::Error>() {
         return Some(tls);
     }

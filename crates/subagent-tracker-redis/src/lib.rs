@@ -19,6 +19,7 @@ mod maps;
 mod mirrors;
 mod options;
 mod registry;
+mod scheme_check;
 mod session;
 mod session_state;
 mod store;

@@ -492,6 +492,34 @@ async fn configuration_mistakes_are_invalid_options_that_say_what_to_do() {
     assert!(RedisRegistry::connect(&url, options("a9:")).await.is_ok());
 }
 
+/// A server that answers in another protocol (HTTP here) is one sentence, not the parser's dump of the bytes
+/// it met, over several lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_does_not_speak_redis_is_one_line() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten().take(4) {
+            let mut stream = stream;
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n<html></html>\n",
+            );
+        }
+    });
+    match RedisRegistry::connect(&format!("redis://127.0.0.1:{port}/0"), options("http")).await {
+        Err(RedisTrackerError::InvalidOption(message)) => {
+            assert!(
+                message.contains("does not speak Redis's protocol"),
+                "{message}"
+            );
+            assert!(!message.contains('\n'), "{message}");
+        }
+        Err(other) => panic!("expected a refusal, got {other}"),
+        Ok(_) => panic!("connected to an HTTP server"),
+    }
+}
+
 /// Defects 11 and 12: every registry-wide key is checked before a prefix is taken, and a library of this
 /// version's name with other code is never replaced.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

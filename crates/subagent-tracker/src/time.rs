@@ -26,18 +26,35 @@ pub enum SecondsProblem {
 
 impl fmt::Display for SecondsProblem {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
+        match *self {
             SecondsProblem::NotANumber => formatter.write_str("got nan"),
             SecondsProblem::Infinite(seconds) => write!(formatter, "got {seconds}"),
             SecondsProblem::Negative(seconds) => {
-                write!(formatter, "got {seconds}, which is negative")
+                write!(formatter, "got {}, which is negative", Shown(seconds))
             }
             SecondsProblem::TooLarge(seconds) => {
                 write!(
                     formatter,
-                    "got {seconds}, which is more than {MAX_SECONDS:e} seconds"
+                    "got {}, which is more than {MAX_SECONDS:e} seconds",
+                    Shown(seconds)
                 )
             }
+        }
+    }
+}
+
+/// A number of seconds in a message: in exponent form from `SHOWN_IN_FULL_BELOW` on, as `1e300`, where the
+/// decimal form would print every one of its 301 digits.
+struct Shown(f64);
+
+const SHOWN_IN_FULL_BELOW: f64 = 1e15;
+
+impl fmt::Display for Shown {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.abs() < SHOWN_IN_FULL_BELOW {
+            write!(formatter, "{}", self.0)
+        } else {
+            write!(formatter, "{:e}", self.0)
         }
     }
 }
@@ -170,6 +187,22 @@ mod tests {
         assert_eq!(
             duration_from_seconds(f64::INFINITY),
             Err(SecondsProblem::Infinite(f64::INFINITY))
+        );
+    }
+
+    #[test]
+    fn a_huge_number_of_seconds_is_shown_short() {
+        assert_eq!(
+            SecondsProblem::TooLarge(1e300).to_string(),
+            "got 1e300, which is more than 1e9 seconds"
+        );
+        assert_eq!(
+            SecondsProblem::Negative(-1e300).to_string(),
+            "got -1e300, which is negative"
+        );
+        assert_eq!(
+            SecondsProblem::TooLarge(2e9).to_string(),
+            "got 2000000000, which is more than 1e9 seconds"
         );
     }
 

@@ -59,9 +59,10 @@ class _Problem(Exception):
 class Dashboard:
     """The state behind one dashboard app: the registry, the settings and the followers of its sessions."""
 
-    def __init__(self, registry: RegistryLike, details: bool) -> None:
+    def __init__(self, registry: RegistryLike, details: bool, notice: str | None = None) -> None:
         self.registry = registry
         self.details = details
+        self.notice = notice
         self.watch = Watch(registry)
         self._overview: tuple[float, list[dict[str, Any]]] | None = None
         self._overview_lock = asyncio.Lock()
@@ -163,9 +164,8 @@ class Dashboard:
 
     async def _stream(self, request: Request, session: SessionProtocol | None) -> AsyncIterator[str]:
         feed = self.watch.subscribe(session.session_id) if session is not None else None
-        overview = await self._overview_message()
         try:
-            yield overview
+            yield await self._overview_or_unavailable()
             if feed is not None:
                 feed.resync = True
             next_overview = time.monotonic() + 1.0
@@ -177,10 +177,7 @@ class Dashboard:
                     if feed.gone:
                         return
                 if time.monotonic() >= next_overview:
-                    with contextlib.suppress(Exception):
-                        # Redis unreachable: the page keeps the last overview until it is back.
-                        overview = await self._overview_message()
-                    yield overview
+                    yield await self._overview_or_unavailable()
                     next_overview = time.monotonic() + 1.0
                 wake = feed.wake.wait() if feed is not None else asyncio.sleep(3600)
                 # asyncio's own class: on Python 3.10 it is not the builtin TimeoutError.
@@ -203,9 +200,10 @@ class Dashboard:
                 return await run_in_threadpool(self._snapshot_message, session)
             if changed:
                 return await run_in_threadpool(self._changes_message, session, changed)
-        except Exception:
+        except Exception as failure:
             # Redis unreachable: send everything once it is back.
             feed.resync = True
+            return _unavailable_message(failure)
         return None
 
     # Messages are built in a worker thread: for 10,000 tasks, views and JSON take tens of milliseconds that
@@ -226,12 +224,20 @@ class Dashboard:
         removed = sorted(changed - {task.task_id for task in tasks})
         return _event("tasks", {"now": time.time(), "tasks": self.views(tasks), "removed": removed})
 
+    async def _overview_or_unavailable(self) -> str:
+        """The overview, or while the registry cannot be read an ``unavailable`` event that says why: the page
+        shows its stream as connected only while what it shows is live. Nothing may escape a stream whose
+        response has started (the server could only log it)."""
+        try:
+            return await self._overview_message()
+        except Exception as failure:
+            return _unavailable_message(failure)
+
     async def _overview_message(self) -> str:
         sessions = await self.sessions()
         chart = self.watch.chart()
-        return await run_in_threadpool(
-            _event, "overview", {"now": time.time(), "sessions": sessions, "chart": chart}
-        )
+        overview = {"now": time.time(), "sessions": sessions, "chart": chart, "notice": self.notice}
+        return await run_in_threadpool(_event, "overview", overview)
 
     # --- the page
 
@@ -272,6 +278,10 @@ def _id(request: Request, name: str) -> str:
     return value
 
 
+def _unavailable_message(failure: Exception) -> str:
+    return _event("unavailable", {"error": str(failure)})
+
+
 def _event(name: str, data: object) -> str:
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
@@ -309,6 +319,7 @@ def app(
     token: str | None = None,
     details: bool = False,
     allowed_hosts: Iterable[str] | None = None,
+    notice: str | None = None,
 ) -> Starlette:
     """The dashboard over ``registry`` (a ``Registry`` or a ``RedisRegistry``), as an ASGI app that a
     Starlette or FastAPI server can mount, or that ``python -m subagent_tracker serve`` serves on its own.
@@ -318,13 +329,15 @@ def app(
     - ``details``: show tasks' metadata, results and errors (off by default: they can hold user data).
     - ``allowed_hosts``: the host names requests may be addressed to. Without a token it defaults to the
       loopback names only; with a token, to any.
+    - ``notice``: a sentence the page shows in place of "No sessions yet." (``serve`` without Redis says there
+      why its page stays empty).
 
     Cancels go through the session's own ``cancel_subagent_task`` and ``cancel``, so the contract's rules hold
     as they do for code.
     """
     if token is not None and not token.strip():
         raise ValueError("token must be a non-empty string, or None for no token")
-    dashboard = Dashboard(registry, details)
+    dashboard = Dashboard(registry, details, notice)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

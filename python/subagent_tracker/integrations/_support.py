@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
 
 from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
+from subagent_tracker._install import install_hint
 from subagent_tracker._native import (
     AsyncRedisSession,
     AsyncRedisTaskHandle,
@@ -68,8 +69,7 @@ def missing_framework(module: str, extra: str, error: ImportError) -> ImportErro
     """The ``ImportError`` an adapter module raises when its framework is not installed: it names the extra
     that installs it, so the fix is one copied command."""
     return ImportError(
-        f"subagent_tracker.integrations.{module} needs the {extra!r} extra: "
-        f"pip install 'subagent-tracker[{extra}]' ({error})"
+        f"subagent_tracker.integrations.{module} needs the {extra!r} extra ({error}): {install_hint(extra)}"
     )
 
 

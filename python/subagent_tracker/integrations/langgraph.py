@@ -12,7 +12,7 @@ Redis cancel arrives on another thread): that reaches the graph wherever it awai
 tool calls, and inside a running async tool. A synchronous tool running in a worker thread cannot be stopped;
 its late result is dropped.
 
-Install with ``pip install 'subagent-tracker[langgraph]'``.
+Install with the ``langgraph`` extra (from a clone: ``pip install '.[langgraph]'``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ use super::{lock, Runs, Worker};
 use crate::connection::{Client, Connection};
 use crate::error::{cluster_mismatch, configuration_error, timeout_error};
 use crate::mirrors::Mirrors;
+use crate::scheme_check::scheme_mismatch;
 use crate::store::{self, Keys};
 use crate::{RedisOptions, RedisTrackerError};
 
@@ -26,10 +27,28 @@ impl Worker {
         options.check()?;
         let id: Arc<str> = Arc::from(options.worker_id.clone().unwrap_or_else(generate_id));
         validate_task_id("worker_id", &id)?;
-        let probed = tokio::time::timeout(options.timeout, Client::probe(url, options.timeout))
-            .await
-            .map_err(|_| timeout_error())?
-            .map_err(|error| configuration_error(url, &error))?;
+        let probed = match tokio::time::timeout(
+            options.timeout,
+            Client::probe(url, options.timeout),
+        )
+        .await
+        {
+            Ok(Ok(probed)) => probed,
+            Ok(Err(error)) => {
+                let failed = configuration_error(url, &error);
+                return Err(match failed {
+                    RedisTrackerError::Unavailable { .. } => scheme_mismatch(url, options.timeout)
+                        .await
+                        .unwrap_or(failed),
+                    _ => failed,
+                });
+            }
+            Err(_) => {
+                return Err(scheme_mismatch(url, options.timeout)
+                    .await
+                    .unwrap_or_else(timeout_error))
+            }
+        };
         if let (Some(wanted), Some(is_cluster_node)) = (options.cluster, probed) {
             if wanted != is_cluster_node {
                 return Err(cluster_mismatch(url, is_cluster_node));

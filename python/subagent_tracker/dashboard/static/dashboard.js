@@ -980,7 +980,7 @@
       throw Object.assign(new Error(`Live stream: ${data?.error || `HTTP ${response.status}`}`),
         { httpStatus: response.status });
     }
-    setConnection("connected");
+    // Connected once the first event says the data is live (see dispatchStreamEvent).
     // Events still parsed from a connection left behind must not reach the new session's model.
     const feed = createSseParser((name, data, receivedAt) => {
       if (generation === stream.generation) dispatchStreamEvent(name, data, receivedAt);
@@ -1042,6 +1042,16 @@
   }
 
   function dispatchStreamEvent(name, data, receivedAt) {
+    // The server says whether what it sends is live: "connected" shows only while it is.
+    if (name === "unavailable") {
+      setConnection("unavailable");
+      showMessage(`Live data paused: ${data.error}`);
+      return;
+    }
+    if (dom.connection.dataset.state !== "connected") {
+      setConnection("connected");
+      if (dom.message.textContent.startsWith("Live data paused")) setText(dom.message, "");
+    }
     if (name === "overview") onOverview(data);
     else if (name === "snapshot") onSnapshot(data, receivedAt);
     else if (name === "tasks") onTasks(data);
@@ -1049,6 +1059,7 @@
   }
 
   function onOverview(data) {
+    if (typeof data.notice === "string") dom.sessionsEmpty.textContent = data.notice;
     syncClock(data.now);
     setSessions(data.sessions);
     if (Array.isArray(data.chart)) drawChart(data.chart.filter((p) => p && typeof p === "object"));
@@ -1149,8 +1160,9 @@
   function setConnection(connection) {
     if (dom.connection.dataset.state === connection) return;
     dom.connection.dataset.state = connection;
-    dom.connectionLabel.textContent = connection;
-    dom.connection.title = `Live stream: ${connection}`;
+    const label = connection === "unavailable" ? "registry unavailable" : connection;
+    dom.connectionLabel.textContent = label;
+    dom.connection.title = `Live stream: ${label}`;
   }
 
   // ---------------------------------------------------------------- wiring
