@@ -12,6 +12,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 from urllib.parse import urlsplit
 
@@ -49,7 +50,7 @@ class _OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see --help)\n")
 
 
-def _whole_number(least: int, most: int) -> type[int]:
+def _whole_number(least: int, most: int) -> Callable[[str], int]:
     """An argparse type: an int from ``least`` to ``most``, refused with what was expected."""
 
     def parse(text: str) -> int:
@@ -62,11 +63,11 @@ def _whole_number(least: int, most: int) -> type[int]:
             raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown_number(text)}")
         return value
 
-    return parse  # type: ignore[return-value]
+    return parse
 
 
-def _seconds(least: float, most: float, *, exclusive_least: bool = False) -> type[float]:
-    """An argparse type: a number of seconds within the bounds, refused with what was expected."""
+def _number(least: float, most: float, *, exclusive_least: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number within the bounds, refused with what was expected."""
 
     def parse(text: str) -> float:
         above = f"above {least:g}" if exclusive_least else f"at least {least:g}"
@@ -80,7 +81,7 @@ def _seconds(least: float, most: float, *, exclusive_least: bool = False) -> typ
             raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown_number(text)}")
         return value
 
-    return parse  # type: ignore[return-value]
+    return parse
 
 
 def _shown_number(text: str) -> str:
@@ -110,7 +111,7 @@ def _parser() -> _OneLineParser:
     demo.add_argument("--seed", type=int, default=7, help="random seed of the simulated work (default 7)")
     demo.add_argument(
         "--speed",
-        type=_seconds(0, 100, exclusive_least=True),
+        type=_number(0, 100, exclusive_least=True),
         default=1.0,
         help="time scale: 2 runs twice as fast (default 1)",
     )
@@ -135,13 +136,13 @@ def _parser() -> _OneLineParser:
     demo.add_argument("--port", type=PORT, help="with --web, the dashboard's port (default: a free one)")
     demo.add_argument(
         "--start-wait",
-        type=_seconds(0, 3600),
+        type=_number(0, 3600),
         help="with --web, start the demo once the page connects or after this many seconds "
         f"(default {_demo.WEB_START_WAIT_SECONDS:g})",
     )
     demo.add_argument(
         "--linger",
-        type=_seconds(0, 86_400),
+        type=_number(0, 86_400),
         help="with --web, keep the dashboard up this many seconds after the demo (default: until Ctrl-C)",
     )
     serve = commands.add_parser(

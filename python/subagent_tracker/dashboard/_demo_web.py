@@ -43,9 +43,12 @@ async def run_demo_with_dashboard(
                 return summary
             if linger is None:
                 print("the demo is over; the dashboard stays up until Ctrl-C", flush=True)
-            lingering = asyncio.ensure_future(asyncio.sleep(3600 * 24 * 366 if linger is None else linger))
-            summary.interrupted = await first_of(lingering, pressed)
-            lingering.cancel()
+                await pressed.wait()
+                summary.interrupted = True
+            else:
+                lingering = asyncio.ensure_future(asyncio.sleep(linger))
+                summary.interrupted = await first_of(lingering, pressed)
+                lingering.cancel()
             if summary.interrupted:
                 print("stopped by Ctrl-C: the dashboard is closed", flush=True)
             return summary
