@@ -111,6 +111,36 @@ def test_cancelling_a_subtree_from_the_page_cancels_every_task_in_it(page: Page,
         served.stop()
 
 
+def test_the_page_says_connected_only_while_the_registry_answers(page: Page) -> None:
+    redis_server = RedisServer()
+    registry = RedisRegistry(redis_server.url, worker_id="dashboard", timeout=0.5)
+    registry.session("shared")
+    served = ServedDashboard(registry)
+    try:
+        page.goto(served.url + "/")
+        expect(page.locator('#sessions [data-session-id="shared"]')).to_be_visible()
+        expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
+        redis_server.stop()
+        expect(page.locator("#connection")).to_have_attribute("data-state", "unavailable", timeout=15_000)
+        expect(page.locator("#connection-label")).to_have_text("registry unavailable")
+        expect(page.locator("#message")).to_contain_text("the Redis registry is unavailable")
+        redis_server.restart()
+        expect(page.locator("#connection")).to_have_attribute("data-state", "connected", timeout=15_000)
+        expect(page.locator("#message")).not_to_contain_text("Live data paused")
+    finally:
+        served.stop()
+        redis_server.stop()
+
+
+def test_the_page_shows_the_server_s_notice_for_no_sessions(page: Page, registry: Registry) -> None:
+    served = ServedDashboard(registry, notice="this registry is the server's own")
+    try:
+        page.goto(served.url + "/")
+        expect(page.locator("#sessions-empty")).to_have_text("this registry is the server's own")
+    finally:
+        served.stop()
+
+
 def test_over_redis_the_page_shows_the_tasks_of_three_worker_processes_live(page: Page) -> None:
     redis_server = RedisServer()
     workers = [Worker(redis_server.url, f"worker-{index}") for index in range(3)]
