@@ -14,6 +14,7 @@ with_progress() {
       [ -z "$line" ] || printf '%s\n' "$line"
       printf '   ... still working: %d s so far\n' $((SECONDS - started))
     else
+      [ -z "$line" ] || printf '%s\n' "$line"  # a last line without its newline
       break
     fi
   done
@@ -23,8 +24,8 @@ echo "== setting up .venv with the build tool and the dashboard's server (the fi
 SETUP_REQUIREMENTS=scripts/requirements-demo.txt
 SETUP_WITH=with_progress
 . "$(dirname "$0")/_setup.sh"
-echo "== building the Rust core and its Python extension (the first time: about 1 minute on 2 free cores, less"
-echo "   on more; up to 3 on a busy machine; then seconds, for what changed)"
+echo "== building the Rust core and its Python extension (the first time: under a minute on 2 free cores, less"
+echo "   on more, up to 3 on a busy machine; later, seconds for what changed)"
 # pip would print a line for each optional dependency of each extra it skips (issue 21 counted 12, the
 # framework extras added 4 more): PIP_QUIET keeps them out of a newcomer's first screen. Cargo's own progress
 # (one line per crate) stays, so that the build shows how far it is.

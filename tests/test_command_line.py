@@ -12,6 +12,7 @@ import pytest
 
 import subagent_tracker.dashboard
 from subagent_tracker import __main__ as command_line
+from subagent_tracker._command_errors import without_password
 from subagent_tracker._loopback import free_port
 
 
@@ -64,15 +65,17 @@ def test_serve_help_says_what_it_shows_without_redis(capsys: pytest.CaptureFixtu
             '"not a url" is not a Redis URL: expected redis://',
         ),
         (["serve", "--redis", "bogus"], '"bogus" is not a Redis URL'),
-        (["serve", "--port", "99999"], "--port: expected a whole number from 0 to 65535, got 99999"),
+        (["serve", "--port", "99999"], "--port: expected a whole number from 0 to 65535, got '99999'"),
         (["serve", "--port", "http"], "--port: expected a whole number from 0 to 65535, got 'http'"),
         (["serve", "--host", "0.0.0.0"], "refusing to serve the dashboard on 0.0.0.0 without a token"),
-        (["demo", "--workers", "0"], "--workers: expected a whole number from 2 to 64, got 0"),
-        (["demo", "--workers", "1"], "--workers: expected a whole number from 2 to 64, got 1"),
-        (["demo", "--subagents", "5"], "--subagents: expected a whole number from 10 to 100000, got 5"),
-        (["demo", "--speed", "0"], "--speed: expected a number above 0 and at most 100, got 0"),
-        (["demo", "--speed", "nan"], "--speed: expected a number above 0 and at most 100, got nan"),
-        (["demo", "--speed", "9" * 400], "--speed: expected a number above 0 and at most 100, got 99999999…"),
+        (["demo", "--workers", "0"], "--workers: expected a whole number from 2 to 64, got '0'"),
+        (["demo", "--workers", "1"], "--workers: expected a whole number from 2 to 64, got '1'"),
+        (["demo", "--subagents", "5"], "--subagents: expected a whole number from 10 to 100000, got '5'"),
+        (["demo", "--speed", "0"], "--speed: expected a number above 0 and at most 100, got '0'"),
+        (["demo", "--speed", "nan"], "--speed: expected a number above 0 and at most 100, got 'nan'"),
+        (["demo", "--speed", "9" * 400], "number above 0 and at most 100, got '99999999…"),
+        (["demo", "--subagents", "9" * 5000], "got '99999999…9999 (5000 characters)'"),
+        (["demo", "--seed", "-" + "9" * 5000], "--seed: expected a whole number from"),
         (["demo", "--redis", "redis://127.0.0.1:6379/0"], "--redis is the Redis of --workers"),
         (["demo", "--web", "--workers", "2"], "--web runs the in-memory demo"),
         (["demo", "--workers", "2", "--subagents", "500"], "--workers runs at most 200 subagents, got 500"),
@@ -111,13 +114,14 @@ def test_a_server_that_does_not_speak_redis_is_one_line() -> None:
     assert "does not speak Redis's protocol" in one_line(finished)
 
 
-def test_a_port_in_use_is_one_line_with_status_1() -> None:
+@pytest.mark.parametrize("command", [["serve"], ["demo", "--web"]], ids=["serve", "demo-web"])
+def test_a_port_in_use_is_one_line_with_status_1(command: list[str]) -> None:
     with socket.create_server(("127.0.0.1", 0)) as taken:
         port = taken.getsockname()[1]
-        finished = run("serve", "--port", str(port))
+        finished = run(*command, "--port", str(port))
     assert finished.returncode == 1
     expected = f"cannot serve the dashboard on 127.0.0.1:{port}: the port is in use"
-    assert one_line(finished) == f"python -m subagent_tracker serve: {expected}"
+    assert one_line(finished) == f"python -m subagent_tracker {command[0]}: {expected}"
 
 
 @pytest.mark.parametrize(
@@ -167,7 +171,7 @@ def test_the_unreachable_url_is_shown_without_its_password() -> None:
     ],
 )
 def test_a_shown_url_keeps_everything_but_its_passwords(url: str, shown: str) -> None:
-    assert command_line._without_password(url) == shown
+    assert without_password(url) == shown
 
 
 def test_a_missing_server_extra_says_which_extra_to_install(

@@ -5,6 +5,7 @@ cores)."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -34,11 +35,14 @@ class Command:
     """``python -m subagent_tracker ...`` in a child process, read line by line until Ctrl-C is sent."""
 
     def __init__(self, *arguments: str) -> None:
+        # A session of its own, whose process group plays the terminal's: Ctrl-C at a terminal signals the
+        # whole foreground group, the command's own children included.
         self.process = subprocess.Popen(
             [sys.executable, "-m", "subagent_tracker", *arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
         self.lines: list[str] = []
 
@@ -61,7 +65,7 @@ class Command:
 
     def ctrl_c(self) -> Stopped:
         sent = time.monotonic()
-        self.process.send_signal(signal.SIGINT)
+        os.killpg(self.process.pid, signal.SIGINT)
         try:
             output, errors = self.process.communicate(timeout=30)
         finally:
@@ -153,6 +157,18 @@ def test_the_multi_process_demo_cancels_its_session_and_stops_its_workers_and_re
     assert "stopped by Ctrl-C: cancelled the session" in last and 'with reason "stopped by Ctrl-C"' in last
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", redis_port), timeout=1).close()
+
+
+def test_serve_stops_on_ctrl_c_while_it_connects_to_a_silent_redis() -> None:
+    """A Redis that accepts the connection and never answers: the connect waits for its timeout, and Ctrl-C
+    stops it at once."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        serve = Command("serve", "--port", "0", "--redis", f"redis://127.0.0.1:{silent.getsockname()[1]}/0")
+        time.sleep(1.0)
+        stopped = serve.ctrl_c()
+    assert stopped.status == 130, stopped.output + stopped.errors
+    assert stopped.errors == "python -m subagent_tracker serve: stopped by Ctrl-C\n"
+    assert stopped.seconds < EXIT_BOUND_SECONDS
 
 
 def read_the_stream_until_it_ends(address: str) -> None:

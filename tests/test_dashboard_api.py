@@ -454,6 +454,10 @@ def test_the_stream_says_when_the_registry_is_unavailable_and_logs_no_error(
     registry = RedisRegistry(redis_server.url, timeout=0.5)
     registry.session("s")
     served = ServedDashboard(registry)
+    # uvicorn's loggers do not propagate to the root logger, where caplog listens: its own, where it reports
+    # an app's exception ("Exception in ASGI application"), is listened to directly.
+    server_log = logging.getLogger("uvicorn.error")
+    server_log.addHandler(caplog.handler)
     try:
         with caplog.at_level(logging.ERROR), served.client() as client:
             live = stream_events(client, "/api/stream", lambda event, _data: event == "overview")
@@ -475,6 +479,8 @@ def test_the_stream_says_when_the_registry_is_unavailable_and_logs_no_error(
             (first, data), *_ = stream_events(client, "/api/stream", lambda _event, _data: True)
             assert first == "unavailable" and "unavailable" in data["error"]
     finally:
+        # Before the stop: the test's server is stopped by force, which its lifespan logs.
+        server_log.removeHandler(caplog.handler)
         served.stop()
     assert [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR] == []
 

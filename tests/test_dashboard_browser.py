@@ -118,7 +118,7 @@ def test_the_page_says_connected_only_while_the_registry_answers(page: Page) -> 
     served = ServedDashboard(registry)
     try:
         page.goto(served.url + "/")
-        expect(page.locator('#sessions [data-session-id="shared"]')).to_be_visible()
+        page.locator('#sessions [data-session-id="shared"]').click()
         expect(page.locator("#connection")).to_have_attribute("data-state", "connected")
         redis_server.stop()
         expect(page.locator("#connection")).to_have_attribute("data-state", "unavailable", timeout=15_000)

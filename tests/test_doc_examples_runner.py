@@ -66,4 +66,3 @@ def test_a_block_that_hangs_is_named(
     monkeypatch.setattr(runner, "TIMEOUT_SECONDS", 0.5)
     assert runner.run_block("docs/x.md", 40, "import time\ntime.sleep(30)", strict=True) is False
     assert capsys.readouterr().err == "docs/x.md line 40: the block ran longer than 0.5 s\n"
-

@@ -186,10 +186,11 @@ def test_bad_input_is_refused_before_anything_is_sent(redis_server: RedisServer)
 def test_connect_checks_its_arguments_at_the_call_and_needs_a_loop_only_when_awaited(
     redis_server: RedisServer,
 ) -> None:
+    # Refused at the call: no coroutine is made, so none is left unawaited.
     with pytest.raises(TypeError, match="lease"):
-        AsyncRedisRegistry.connect(redis_server.url, lease="1")  # type: ignore[arg-type]
+        _ = AsyncRedisRegistry.connect(redis_server.url, lease="1")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="worker_id"):
-        AsyncRedisRegistry.connect(redis_server.url, worker_id="")
+        _ = AsyncRedisRegistry.connect(redis_server.url, worker_id="")
     connecting = AsyncRedisRegistry.connect(redis_server.url, worker_id="run-by-asyncio-run")
     assert inspect.iscoroutine(connecting)
     registry = asyncio.run(connecting)

@@ -1,7 +1,7 @@
 """Command line: ``python -m subagent_tracker demo [options]`` and ``... serve [options]``.
 
 Every mistake and every failure answers in one line on stderr, never a traceback; the exit status says which
-it was (``EXIT_STATUSES``).
+it was (``EXIT_STATUSES``). Ctrl-C stops every command at once, with status 130.
 """
 
 from __future__ import annotations
@@ -10,37 +10,26 @@ import argparse
 import asyncio
 import math
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import NoReturn
-from urllib.parse import urlsplit
 
 from subagent_tracker import _demo, _demo_workers
+from subagent_tracker._command_errors import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_STATUSES,
+    EXIT_USAGE,
+    CommandError,
+    usage_error,
+)
 from subagent_tracker._errors import RegistryUnavailableError
 from subagent_tracker._install import install_hint
 
 #: The modules of the ``server`` extra: without them ``serve`` and ``demo --web`` cannot run.
 SERVER_EXTRA_MODULES = frozenset({"starlette", "uvicorn", "prometheus_client"})
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-#: What a shell reports for a process that SIGINT stopped (128 + 2).
-EXIT_INTERRUPTED = 130
-EXIT_STATUSES = (
-    "exit status: 0 done; 1 failed while running (Redis unreachable, a port in use, a task left unfinished); "
-    "2 a usage mistake (an unknown option, a bad value, options that do not go together, a URL that is not "
-    "a Redis's); 130 stopped by Ctrl-C."
-)
 #: The most subagents the multi-process demo runs: its workers claim them one by one, a few per process.
 MOST_WORKER_SUBAGENTS = 200
-
-
-class CommandError(Exception):
-    """A failure the command line reports in one line, with its exit status."""
-
-    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -58,9 +47,9 @@ def _whole_number(least: int, most: int) -> Callable[[str], int]:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(text)}") from None
         if not least <= value <= most:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown_number(text)}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(text)}")
         return value
 
     return parse
@@ -75,18 +64,20 @@ def _number(least: float, most: float, *, exclusive_least: bool = False) -> Call
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(text)}") from None
         too_low = value <= least if exclusive_least else value < least
         if math.isnan(value) or too_low or value > most:
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown_number(text)}")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {_shown(text)}")
         return value
 
     return parse
 
 
-def _shown_number(text: str) -> str:
-    """A number as the user typed it, cut short if it would flood the line."""
-    return text if len(text) <= 20 else f"{text[:8]}…{text[-4:]} ({len(text)} characters)"
+def _shown(text: str) -> str:
+    """A value as the user typed it, quoted, and cut short if it would flood the line."""
+    if len(text) > 20:
+        text = f"{text[:8]}…{text[-4:]} ({len(text)} characters)"
+    return repr(text)
 
 
 PORT = _whole_number(0, 65535)
@@ -108,7 +99,12 @@ def _parser() -> _OneLineParser:
         help=f"how many subagents to fan out (default 300; with --workers, {MOST_WORKER_SUBAGENTS}, the most "
         "it runs)",
     )
-    demo.add_argument("--seed", type=int, default=7, help="random seed of the simulated work (default 7)")
+    demo.add_argument(
+        "--seed",
+        type=_whole_number(-(2**63), 2**63 - 1),
+        default=7,
+        help="random seed of the simulated work (default 7)",
+    )
     demo.add_argument(
         "--speed",
         type=_number(0, 100, exclusive_least=True),
@@ -177,17 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     except CommandError as failed:
         parser.exit(failed.status, f"{parser.prog} {arguments.command}: {failed}\n")
     except KeyboardInterrupt:
-        # A Ctrl-C outside the commands' own handling (during imports, say): one line, never a traceback.
+        # A Ctrl-C outside the commands' own handling (while connecting, say): one line, never a traceback.
         parser.exit(EXIT_INTERRUPTED, f"{parser.prog} {arguments.command}: stopped by Ctrl-C\n")
     except RegistryUnavailableError as unavailable:
-        url = getattr(arguments, "redis", None)
-        where = f"at {_without_password(url)}" if url else "(the local redis-server the demo started)"
-        parser.exit(
-            EXIT_FAILURE, f"{parser.prog} {arguments.command}: cannot reach Redis {where}: {unavailable}\n"
-        )
-    except ValueError as refused:
-        # What the library refuses in a value given here: a URL that is not a Redis's, say.
-        parser.exit(EXIT_USAGE, f"{parser.prog} {arguments.command}: {refused}\n")
+        # Redis gone while a command runs (`connect_redis` reports a Redis unreachable at the start).
+        parser.exit(EXIT_FAILURE, f"{parser.prog} {arguments.command}: lost Redis: {unavailable}\n")
     except ModuleNotFoundError as missing:
         if missing.name not in SERVER_EXTRA_MODULES:
             raise
@@ -198,28 +188,13 @@ def main(argv: list[str] | None = None) -> int:
         )
 
 
-#: A password in a Redis URL's query (``unix:///run/redis.sock?pass=...``), up to the next parameter.
-PASSWORD_IN_QUERY = re.compile(r"([?&](?:pass|password)=)[^&#]*")
-
-
-def _without_password(url: str) -> str:
-    """``url`` as the user gave it, its passwords (in the authority or the query) shown as ``***``: a terminal
-    is often shared."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        password = None  # a port that is not a number: there is no authority to hide
-    if password is not None:
-        url = url.replace(f":{password}@", ":***@", 1)
-    return PASSWORD_IN_QUERY.sub(r"\1***", url)
-
-
 def _run(arguments: argparse.Namespace) -> int:
     if arguments.command == "serve":
         return _serve(arguments)
     _refuse_silent_options(arguments)
     if arguments.subagents is None:
         arguments.subagents = MOST_WORKER_SUBAGENTS if arguments.workers is not None else 300
+    outcome: _demo.DemoSummary | _demo_workers.WorkersOutcome
     if arguments.workers is not None:
         workers = _demo_workers.WorkersOptions(
             workers=arguments.workers,
@@ -228,21 +203,14 @@ def _run(arguments: argparse.Namespace) -> int:
             speed=arguments.speed,
             redis_url=arguments.redis,
         )
-        outcome: _demo.DemoSummary | _demo_workers.WorkersOutcome = _demo_workers.run_workers_demo(workers)
+        outcome = _demo_workers.run_workers_demo(workers)
     else:
         live = sys.stdout.isatty() and not arguments.plain and not arguments.web
         options = _demo.DemoOptions(
             subagents=arguments.subagents, seed=arguments.seed, speed=arguments.speed, live=live
         )
         if arguments.web:
-            from subagent_tracker.dashboard import _demo_web
-
-            start_wait = (
-                _demo.WEB_START_WAIT_SECONDS if arguments.start_wait is None else arguments.start_wait
-            )
-            outcome = asyncio.run(
-                _demo_web.run_demo_with_dashboard(options, arguments.port or 0, arguments.linger, start_wait)
-            )
+            outcome = _run_web_demo(options, arguments)
         else:
             outcome = asyncio.run(_demo.run_demo_until_interrupted(options))
     if outcome.interrupted:
@@ -250,23 +218,34 @@ def _run(arguments: argparse.Namespace) -> int:
     return 0 if outcome.all_finished else EXIT_FAILURE
 
 
-def _usage(message: str) -> CommandError:
-    """A usage mistake found after parsing, reported as argparse's are."""
-    return CommandError(f"{message} (see --help)", EXIT_USAGE)
+def _run_web_demo(options: _demo.DemoOptions, arguments: argparse.Namespace) -> _demo.DemoSummary:
+    from subagent_tracker.dashboard import _demo_web, _serve
+
+    start_wait = _demo.WEB_START_WAIT_SECONDS if arguments.start_wait is None else arguments.start_wait
+    try:
+        return asyncio.run(
+            _demo_web.run_demo_with_dashboard(options, arguments.port or 0, arguments.linger, start_wait)
+        )
+    except _serve.ServeError as failed:
+        raise CommandError(str(failed)) from None
 
 
 def _refuse_silent_options(arguments: argparse.Namespace) -> None:
     """Refuses a combination of ``demo`` options one of which would otherwise be ignored."""
     if arguments.workers is not None and arguments.web:
-        raise _usage("--web runs the in-memory demo; for workers, run `serve --redis URL` beside the demo")
+        raise usage_error(
+            "--web runs the in-memory demo; for workers, run `serve --redis URL` beside the demo"
+        )
     if arguments.redis is not None and arguments.workers is None:
-        raise _usage("--redis is the Redis of --workers; the demo without --workers runs in memory")
+        raise usage_error("--redis is the Redis of --workers; the demo without --workers runs in memory")
     if arguments.workers is not None and (arguments.subagents or 0) > MOST_WORKER_SUBAGENTS:
-        raise _usage(f"--workers runs at most {MOST_WORKER_SUBAGENTS} subagents, got {arguments.subagents}")
+        raise usage_error(
+            f"--workers runs at most {MOST_WORKER_SUBAGENTS} subagents, got {arguments.subagents}"
+        )
     if not arguments.web:
         for option in ("port", "start_wait", "linger"):
             if getattr(arguments, option) is not None:
-                raise _usage(f"--{option.replace('_', '-')} goes with --web, which serves the dashboard")
+                raise usage_error(f"--{option.replace('_', '-')} goes with --web, which serves the dashboard")
 
 
 def _serve(arguments: argparse.Namespace) -> int:
@@ -276,7 +255,7 @@ def _serve(arguments: argparse.Namespace) -> int:
     try:
         _serve.check_binding(arguments.host, token)
     except ValueError as refused:
-        raise _usage(str(refused)) from None
+        raise usage_error(str(refused)) from None
     try:
         stopped = _serve.serve(
             redis_url=arguments.redis,
@@ -285,7 +264,7 @@ def _serve(arguments: argparse.Namespace) -> int:
             token=token,
             details=arguments.details,
         )
-    except _serve.BindError as failed:
+    except _serve.ServeError as failed:
         raise CommandError(str(failed)) from None
     return EXIT_INTERRUPTED if stopped else 0
 

@@ -27,9 +27,10 @@ def ctrl_c_sets(pressed: asyncio.Event) -> Iterator[None]:
         loop.remove_signal_handler(signal.SIGINT)
 
 
-async def first_of(work: asyncio.Future[Any], pressed: asyncio.Event) -> bool:
-    """Waits for ``work`` to end or Ctrl-C to be pressed; true if Ctrl-C came first (``work`` still runs)."""
-    waiting = asyncio.ensure_future(pressed.wait())
+async def set_before_done(event: asyncio.Event, work: asyncio.Future[Any]) -> bool:
+    """Waits until ``work`` is done or ``event`` is set; true if ``event`` was set first, ``work`` still
+    running (the caller stops it as it must)."""
+    waiting = asyncio.ensure_future(event.wait())
     try:
         await asyncio.wait({work, waiting}, return_when=asyncio.FIRST_COMPLETED)
     finally:

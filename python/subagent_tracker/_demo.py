@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from subagent_tracker import CancellationToken, Registry, Session, SubagentStatus, TaskCancelledError
-from subagent_tracker._ctrl_c import ctrl_c_sets, first_of
+from subagent_tracker._ctrl_c import ctrl_c_sets, set_before_done
 from subagent_tracker._native import _quoted  # how every message quotes an id: the core's rule
 
 _T = TypeVar("_T")
@@ -91,7 +91,7 @@ class DemoSummary:
     latencies_ms: list[float]
     all_finished: bool
     log: list[str] = field(default_factory=list)
-    #: Whether Ctrl-C stopped the run, by a session cancel with ``CTRL_C_REASON``.
+    #: Whether Ctrl-C was pressed: while the scenario ran, it cancelled the session with ``CTRL_C_REASON``.
     interrupted: bool = False
 
 
@@ -350,7 +350,10 @@ async def run_demo_until_interrupted(options: DemoOptions) -> DemoSummary:
     """``run_demo`` on a session of its own, which Ctrl-C cancels."""
     pressed = asyncio.Event()
     with ctrl_c_sets(pressed):
-        return await run_demo(options, ctrl_c=pressed)
+        summary = await run_demo(options, ctrl_c=pressed)
+    # A Ctrl-C after the scenario's end, while the summary printed, still ends the command as Ctrl-C does.
+    summary.interrupted = summary.interrupted or pressed.is_set()
+    return summary
 
 
 async def run_demo(
@@ -367,7 +370,7 @@ async def run_demo(
     scenario = asyncio.ensure_future(orchestrator.scenario())
     interrupted = False
     try:
-        if ctrl_c is not None and await first_of(scenario, ctrl_c):
+        if ctrl_c is not None and await set_before_done(ctrl_c, scenario):
             interrupted = True
             orchestrator.stop_on_ctrl_c(scenario)
         await asyncio.wait({scenario})

@@ -33,11 +33,17 @@ from subagent_tracker import (
     SubagentTask,
     TaskCancelledError,
 )
+from subagent_tracker._command_errors import connect_redis
 from subagent_tracker._loopback import free_port
 from subagent_tracker._native import _quoted  # how every message quotes an id: the core's rule
 
 SESSION = "demo"
 LEASE = 1.0
+#: How long the orchestrator's scenario runs at speed 1, from the workers' start to the session's cancel.
+SCENARIO_SECONDS = 6.0
+#: How long a worker's slot stays once nothing is queued, at speed 1: the workers leave that long after the
+#: end.
+IDLE_SECONDS = 3.0
 #: The reason of the session cancel that Ctrl-C makes.
 CTRL_C_REASON = "stopped by Ctrl-C"
 #: How long Ctrl-C waits for the workers to report their cancelled runs' ends before it stops them.
@@ -55,8 +61,11 @@ class WorkersOptions:
 
 @dataclass(frozen=True)
 class WorkersOutcome:
+    """How the multi-process demo ended, for the command's exit status."""
+
+    #: Whether every task finished (none was left running, by the workers or the reaper).
     all_finished: bool
-    #: Whether Ctrl-C stopped the run.
+    #: Whether Ctrl-C stopped the run, by a session cancel with ``CTRL_C_REASON``.
     interrupted: bool = False
 
 
@@ -69,6 +78,9 @@ def start_redis() -> tuple[subprocess.Popen[bytes], str]:
     server = subprocess.Popen(
         ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,
+        # Out of the terminal's process group: a Ctrl-C goes to the orchestrator alone, which still needs the
+        # server to cancel the session, and stops it after.
+        start_new_session=True,
     )
     deadline = time.monotonic() + 10
     while True:
@@ -102,7 +114,7 @@ def run_worker(url: str, name: str, speed: float, seed: int) -> None:
 
 def run_slot(session: RedisSession, rng: random.Random, speed: float) -> None:
     idle_since = time.monotonic()
-    while time.monotonic() - idle_since < 3 / speed:
+    while time.monotonic() - idle_since < IDLE_SECONDS / speed:
         queued = [task for task in session.pending_subagent_tasks() if task.status is SubagentStatus.QUEUED]
         if not queued:
             time.sleep(0.02 / speed)
@@ -178,18 +190,20 @@ def kill(process: subprocess.Popen[bytes]) -> str:
 
 
 def run_workers_demo(options: WorkersOptions) -> WorkersOutcome:
+    began = time.monotonic()
     server, url = (None, options.redis_url) if options.redis_url else start_redis()
-    if server is not None:
-        print(f"started a redis-server of its own at {url} (stopped at the end)", flush=True)
     processes: list[subprocess.Popen[bytes]] = []
     session: RedisSession | None = None
-    started = time.monotonic()
     try:
-        registry = RedisRegistry(url, worker_id="orchestrator", lease=LEASE)
+        if server is not None:
+            print(f"started a redis-server of its own at {url} (stopped at the end)", flush=True)
+        where = None if server is None else "(the redis-server the demo started)"
+        registry = connect_redis(url, where, worker_id="orchestrator", lease=LEASE)
+        seconds = (SCENARIO_SECONDS + IDLE_SECONDS) / options.speed
         print(
             f"an orchestrator queues {options.subagents} subagents on Redis for {options.workers} worker "
-            f"processes, and stops parts of them for about {7 / options.speed:.0f} s (Ctrl-C cancels the "
-            "whole session)",
+            f"processes, and stops parts of them for about {seconds:.0f} s (Ctrl-C cancels the whole "
+            "session)",
             flush=True,
         )
         session = registry.session(SESSION, max_finished_tasks=100_000)
@@ -199,63 +213,11 @@ def run_workers_demo(options: WorkersOptions) -> WorkersOutcome:
             f"queued {options.subagents} subagents under {len(parents)} plans; "
             f"starting {options.workers} worker processes"
         )
-        processes = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "subagent_tracker._demo_workers",
-                    url,
-                    f"worker-{index}",
-                    str(options.speed),
-                    str(options.seed),
-                ]
-            )
-            for index in range(options.workers)
-        ]
-        steps: list[tuple[float, str, Callable[[], str]]] = [
-            (1.0, "cancel a running subagent by id", lambda: cancel_running(session, subtree=False)),
-            (
-                1.5,
-                "cancel the plan of a running subagent, subtree and all",
-                lambda: cancel_running(session, subtree=True),
-            ),
-            (2.0, "kill worker-0; its subagents fail once its lease has passed", lambda: kill(processes[0])),
-        ]
-        while time.monotonic() - started < 6 / options.speed:
-            elapsed = (time.monotonic() - started) * options.speed
-            while steps and elapsed >= steps[0][0]:
-                _, what, step = steps.pop(0)
-                print(f"{elapsed:5.1f}s  {what}: {step()}", flush=True)
-            show(session.subagent_tasks(), elapsed)
-            time.sleep(0.5 / options.speed)
-        moved = session.cancel("demo over")
-        elapsed = (time.monotonic() - started) * options.speed
-        print(f"{elapsed:5.1f}s  cancelled the session: {moved} still pending")
-        for process in processes:
-            process.wait(timeout=30)
-        deadline = time.monotonic() + 10
-        while session.pending_subagent_tasks() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        tasks = session.subagent_tasks()
-        show(tasks, (time.monotonic() - started) * options.speed)
-        latencies = [
-            (task.ended_at - task.cancelled_at) * 1000
-            for task in tasks
-            if task.status is SubagentStatus.CANCELLED and task.ended_at and task.cancelled_at and task.worker
-        ]
-        lost = [task for task in tasks if task.error and "worker" in task.error]
-        print(f"worker-0's tasks failed as lost: {len(lost)}")
-        if latencies:
-            print(
-                f"cancel-to-stopped across processes: median {statistics.median(latencies):.1f} ms, "
-                f"max {max(latencies):.1f} ms over {len(latencies)} tasks"
-            )
-        unfinished = [task for task in tasks if not task.finished]
-        print("every task finished" if not unfinished else f"{len(unfinished)} tasks unfinished")
-        return WorkersOutcome(all_finished=not unfinished)
+        for index in range(options.workers):
+            processes.append(start_worker(url, f"worker-{index}", options))
+        return run_scenario(session, processes, options)
     except KeyboardInterrupt:
-        return stop_on_ctrl_c(session, started, options.speed)
+        return stop_on_ctrl_c(session, began, options.speed)
     finally:
         for process in processes:
             if process.poll() is None:
@@ -265,10 +227,65 @@ def run_workers_demo(options: WorkersOptions) -> WorkersOutcome:
             server.wait()
 
 
-def stop_on_ctrl_c(session: RedisSession | None, started: float, speed: float) -> WorkersOutcome:
+def start_worker(url: str, name: str, options: WorkersOptions) -> subprocess.Popen[bytes]:
+    command = ["-m", "subagent_tracker._demo_workers", url, name, str(options.speed), str(options.seed)]
+    # Out of the terminal's process group, as the server: the orchestrator stops the workers on Ctrl-C, and a
+    # worker given the signal too would print a traceback of its own.
+    return subprocess.Popen([sys.executable, *command], start_new_session=True)
+
+
+def run_scenario(
+    session: RedisSession, processes: list[subprocess.Popen[bytes]], options: WorkersOptions
+) -> WorkersOutcome:
+    """The scenario's steps, timed from the workers' start, then the summary."""
+    started = time.monotonic()
+    steps: list[tuple[float, str, Callable[[], str]]] = [
+        (1.0, "cancel a running subagent by id", lambda: cancel_running(session, subtree=False)),
+        (
+            1.5,
+            "cancel the plan of a running subagent, subtree and all",
+            lambda: cancel_running(session, subtree=True),
+        ),
+        (2.0, "kill worker-0; its subagents fail once its lease has passed", lambda: kill(processes[0])),
+    ]
+    while time.monotonic() - started < SCENARIO_SECONDS / options.speed:
+        elapsed = (time.monotonic() - started) * options.speed
+        while steps and elapsed >= steps[0][0]:
+            _, what, step = steps.pop(0)
+            print(f"{elapsed:5.1f}s  {what}: {step()}", flush=True)
+        show(session.subagent_tasks(), elapsed)
+        time.sleep(0.5 / options.speed)
+    moved = session.cancel("demo over")
+    elapsed = (time.monotonic() - started) * options.speed
+    print(f"{elapsed:5.1f}s  cancelled the session: {moved} still pending")
+    for process in processes:
+        process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while session.pending_subagent_tasks() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    tasks = session.subagent_tasks()
+    show(tasks, (time.monotonic() - started) * options.speed)
+    latencies = [
+        (task.ended_at - task.cancelled_at) * 1000
+        for task in tasks
+        if task.status is SubagentStatus.CANCELLED and task.ended_at and task.cancelled_at and task.worker
+    ]
+    lost = [task for task in tasks if task.error and "worker" in task.error]
+    print(f"worker-0's tasks failed as lost: {len(lost)}")
+    if latencies:
+        print(
+            f"cancel-to-stopped across processes: median {statistics.median(latencies):.1f} ms, "
+            f"max {max(latencies):.1f} ms over {len(latencies)} tasks"
+        )
+    unfinished = [task for task in tasks if not task.finished]
+    print("every task finished" if not unfinished else f"{len(unfinished)} tasks unfinished")
+    return WorkersOutcome(all_finished=not unfinished)
+
+
+def stop_on_ctrl_c(session: RedisSession | None, began: float, speed: float) -> WorkersOutcome:
     """Cancels the session with ``CTRL_C_REASON`` and gives the workers a moment to report their runs' ends;
     the caller then stops the workers and the server."""
-    elapsed = (time.monotonic() - started) * speed
+    elapsed = (time.monotonic() - began) * speed
     if session is None:
         print(f"{elapsed:5.1f}s  stopped by Ctrl-C before the session was made", flush=True)
         return WorkersOutcome(all_finished=True, interrupted=True)
@@ -286,9 +303,6 @@ def stop_on_ctrl_c(session: RedisSession | None, started: float, speed: float) -
 
 
 def worker_main(argv: list[str]) -> None:
-    # The orchestrator stops the workers: a Ctrl-C at the terminal reaches the whole process group, and each
-    # worker would otherwise print a traceback of its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     url, name, speed, seed = argv
     run_worker(url, name, float(speed), int(seed))
 

@@ -22,7 +22,7 @@ use crate::filter_arguments::FilterArguments;
 use crate::package_imports::{snapshots_function, spawn_function};
 use crate::redis_calls::{Delivery, HandleCalls, RegistryCalls, SessionCalls, Waiting};
 use crate::redis_handle::RedisTaskHandle;
-use crate::runtime::{block_on, MadeIn};
+use crate::runtime::{block_on_interruptibly, MadeIn};
 use crate::snapshot_arguments::restored_snapshots;
 use crate::start_arguments::StartArguments;
 use crate::token::Tokens;
@@ -147,7 +147,9 @@ impl RedisRegistry {
             allow_eviction,
         )?;
         let made_in = MadeIn::here();
-        let registry = block_on(py, made_in, CoreRegistry::connect(&url, options))?
+        // Connecting waits up to the timeout (and the check of the URL's scheme): Ctrl-C stops the wait.
+        let connecting = async move { CoreRegistry::connect(&url, options).await };
+        let registry = block_on_interruptibly(py, made_in, connecting)?
             .map_err(|error| redis_error(py, error))?;
         Ok(RedisRegistry {
             calls: RegistryCalls {

@@ -2,8 +2,11 @@
 
 use parking_lot::Mutex;
 use std::future::Future;
+use std::sync::mpsc::{self, RecvTimeoutError};
 
 use pyo3::prelude::*;
+
+use crate::blocking_wait::wait_interruptibly;
 
 /// The process a Redis object was made in. Its connections and background tasks live on that process's
 /// runtime, which a forked child does not inherit (its threads are not copied): in a child, the object refuses
@@ -63,6 +66,41 @@ where
     made_in.check()?;
     let runtime = runtime()?;
     Ok(py.detach(|| runtime.block_on(future)))
+}
+
+/// Runs `future`, of an object made in `made_in`, on the runtime, and waits for its output with the interpreter
+/// released, in slices between which a pending Python signal raises (Ctrl-C): for a call whose abandoned output
+/// changes nothing, as a connect's (the registry nobody received is dropped on the runtime), where a wait for the
+/// whole timeout would hold a Ctrl-C back.
+pub(crate) fn block_on_interruptibly<F>(
+    py: Python<'_>,
+    made_in: MadeIn,
+    future: F,
+) -> PyResult<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    made_in.check()?;
+    let (sender, receiver) = mpsc::sync_channel(1);
+    runtime()?.spawn(async move {
+        let _ = sender.send(future.await);
+    });
+    let receiver = Mutex::new(receiver);
+    let output = Mutex::new(None);
+    wait_interruptibly(py, None, |slice| {
+        match receiver.lock().recv_timeout(slice) {
+            Ok(value) => {
+                *output.lock() = Some(value);
+                true
+            }
+            Err(RecvTimeoutError::Timeout) => false,
+            Err(RecvTimeoutError::Disconnected) => true,
+        }
+    })?;
+    output.into_inner().ok_or_else(|| {
+        pyo3::exceptions::PyRuntimeError::new_err("the call ended on the runtime without an answer")
+    })
 }
 
 /// Runs `future` on the runtime in the background.

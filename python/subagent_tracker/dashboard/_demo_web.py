@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 from subagent_tracker import Registry
-from subagent_tracker._ctrl_c import ctrl_c_sets, first_of
+from subagent_tracker._ctrl_c import ctrl_c_sets, set_before_done
 from subagent_tracker._demo import WEB_START_WAIT_SECONDS, DemoOptions, DemoSummary, run_demo
 from subagent_tracker.dashboard._serve import address, bind, server, start_serving, stop_serving
 
@@ -30,7 +30,7 @@ async def run_demo_with_dashboard(
         print(f"the demo starts when the page connects, or in {start_wait:g} s", flush=True)
         try:
             page = asyncio.ensure_future(asyncio.wait_for(connected.wait(), start_wait))
-            if await first_of(page, pressed):
+            if await set_before_done(pressed, page):
                 page.cancel()
                 print("stopped by Ctrl-C before the demo started", flush=True)
                 return DemoSummary(counts=Counter(), latencies_ms=[], all_finished=True, interrupted=True)
@@ -47,7 +47,7 @@ async def run_demo_with_dashboard(
                 summary.interrupted = True
             else:
                 lingering = asyncio.ensure_future(asyncio.sleep(linger))
-                summary.interrupted = await first_of(lingering, pressed)
+                summary.interrupted = await set_before_done(pressed, lingering)
                 lingering.cancel()
             if summary.interrupted:
                 print("stopped by Ctrl-C: the dashboard is closed", flush=True)

@@ -14,7 +14,8 @@ from typing import Any
 import uvicorn
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from subagent_tracker._ctrl_c import ctrl_c_sets, first_of
+from subagent_tracker._command_errors import CommandError, connect_redis
+from subagent_tracker._ctrl_c import ctrl_c_sets, set_before_done
 from subagent_tracker.dashboard._app import app
 from subagent_tracker.dashboard._security import LOOPBACK_HOSTS
 
@@ -51,21 +52,21 @@ IN_MEMORY_NOTICE = (
 )
 
 
-class BindError(Exception):
-    """The dashboard's address could not be bound: its port in use, a port that needs privileges, or an
-    address that is not this machine's."""
+class ServeError(Exception):
+    """The dashboard could not serve: its address could not be bound (its port in use, a port that needs
+    privileges, an address that is not this machine's), or its server stopped before it started."""
 
 
 def bind(host: str, port: int) -> socket.socket:
     """A socket bound to ``host``:``port`` (``0``: a free port), for ``start_serving``: bound here, before any
     connection to Redis, so that a port in use is one clear error rather than uvicorn's exit from its task."""
-    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    shown = f"[{host.strip('[]')}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         family, kind, protocol, _, address = socket.getaddrinfo(
             host.strip("[]"), port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except socket.gaierror as unknown:
-        raise BindError(f"cannot serve the dashboard on {shown}: {unknown.strerror}") from None
+        raise ServeError(f"cannot serve the dashboard on {shown}: {unknown.strerror}") from None
     listener = socket.socket(family, kind, protocol)
     try:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -73,7 +74,7 @@ def bind(host: str, port: int) -> socket.socket:
     except OSError as refused:
         listener.close()
         why = "the port is in use" if refused.errno == errno.EADDRINUSE else refused.strerror
-        raise BindError(f"cannot serve the dashboard on {shown}: {why}") from None
+        raise ServeError(f"cannot serve the dashboard on {shown}: {why}") from None
     return listener
 
 
@@ -88,10 +89,10 @@ class DashboardServer(uvicorn.Server):
     ``stop_serving``, which ends the open live streams, where uvicorn would wait for them to end for ever and
     then raise the signal again as a traceback."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event) -> None:
         super().__init__(config)
         #: Set by ``stop_serving``: every open request reads a disconnect (see ``_EndsRequestsOnStop``).
-        self.stopping = asyncio.Event()
+        self.stopping = stopping
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -116,11 +117,10 @@ def server(
     dashboard: ASGIApp = app(registry, token=token, details=details, allowed_hosts=allowed, notice=notice)
     if first_request is not None:
         dashboard = _SignalsFirstRequest(dashboard, first_request)
-    ends_on_stop = _EndsRequestsOnStop(dashboard)
+    stopping = asyncio.Event()
+    ends_on_stop = _EndsRequestsOnStop(dashboard, stopping)
     config = uvicorn.Config(ends_on_stop, host=host, port=port, log_level="warning", lifespan="on")
-    running = DashboardServer(config)
-    ends_on_stop.stopping = running.stopping
-    return running
+    return DashboardServer(config, stopping)
 
 
 class _EndsRequestsOnStop:
@@ -128,21 +128,28 @@ class _EndsRequestsOnStop:
     completed, so that the live streams end and the server's graceful shutdown, the app's own included, is
     over at once."""
 
-    def __init__(self, inner: ASGIApp) -> None:
+    def __init__(self, inner: ASGIApp, stopping: asyncio.Event) -> None:
         self.inner = inner
-        self.stopping = asyncio.Event()
+        self.stopping = stopping
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.inner(scope, receive, send)
             return
+        # One read of the server's messages at a time, kept across calls: Starlette asks whether a client
+        # left with a read it cancels at once, and a read left behind each time would take the next message.
+        pending: asyncio.Future[Message] | None = None
         response = {"started": False, "complete": False}
 
         async def receive_until_stop() -> Message:
-            received = asyncio.ensure_future(receive())
-            if await first_of(received, self.stopping):
-                received.cancel()
+            nonlocal pending
+            if self.stopping.is_set():
                 return {"type": "http.disconnect"}
+            if pending is None:
+                pending = asyncio.ensure_future(receive())
+            if await set_before_done(self.stopping, pending):
+                return {"type": "http.disconnect"}
+            received, pending = pending, None
             return received.result()
 
         async def send_noting(message: Message) -> None:
@@ -151,7 +158,11 @@ class _EndsRequestsOnStop:
                 response["complete"] = True
             await send(message)
 
-        await self.inner(scope, receive_until_stop, send_noting)
+        try:
+            await self.inner(scope, receive_until_stop, send_noting)
+        finally:
+            if pending is not None:
+                pending.cancel()
         if self.stopping.is_set() and response["started"] and not response["complete"]:
             # A stream the stop cut short: its last chunk, without which the server reports a broken app.
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -173,16 +184,14 @@ class _SignalsFirstRequest:
 def serve(*, redis_url: str | None, host: str, port: int, token: str | None, details: bool) -> bool:
     """Serves the dashboard of a Redis registry (every process's sessions) or, without one, of an empty
     in-memory registry (useful only to try the page), until Ctrl-C; true if Ctrl-C stopped it. Raises
-    ``ValueError`` for a binding ``check_binding`` refuses, and ``BindError``, before it connects to
-    anything."""
+    ``ValueError`` for a binding ``check_binding`` refuses and ``ServeError`` for an address it cannot bind,
+    before it connects to anything; ``CommandError`` for a Redis it cannot use."""
     check_binding(host, token)
     listener = bind(host, port)
     try:
         if redis_url is not None:
-            from subagent_tracker import RedisRegistry
-
             worker_id = f"dashboard-{socket.gethostname()}-{os.getpid()}"
-            registry: Any = RedisRegistry(redis_url, worker_id=worker_id)
+            registry: Any = connect_redis(redis_url, worker_id=worker_id)
             notice = None
         else:
             from subagent_tracker import Registry
@@ -204,8 +213,10 @@ async def _serve_until_ctrl_c(
         print(f"subagent-tracker dashboard: {page}  (Ctrl-C stops it)", flush=True)
         if notice is not None:
             print(notice, flush=True)
-        interrupted = await first_of(serving, pressed)
+        interrupted = await set_before_done(pressed, serving)
         await stop_serving(running, serving)
+    if not interrupted and not serving.cancelled() and serving.exception() is not None:
+        raise CommandError(f"the dashboard's server stopped: {serving.exception()}")
     return interrupted
 
 
@@ -216,8 +227,8 @@ async def start_serving(running: DashboardServer, listener: socket.socket) -> as
     while not running.started and not serving.done():
         await asyncio.sleep(0.02)
     if serving.done():
-        serving.result()
-        raise BindError("the dashboard stopped before it started")
+        failure = None if serving.cancelled() else serving.exception()
+        raise ServeError(f"the dashboard's server stopped before it started ({failure or 'no error given'})")
     return serving
 
 

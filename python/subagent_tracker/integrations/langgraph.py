@@ -12,7 +12,8 @@ Redis cancel arrives on another thread): that reaches the graph wherever it awai
 tool calls, and inside a running async tool. A synchronous tool running in a worker thread cannot be stopped;
 its late result is dropped.
 
-Install with the ``langgraph`` extra (from a clone: ``pip install '.[langgraph]'``).
+Install with the ``langgraph`` extra: from a clone, ``pip install '.[langgraph]'``; from the package index,
+``pip install 'subagent-tracker[langgraph]'``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Tracking OpenAI Agents SDK runs as subagent tasks: agents used as tools, and whole streamed runs.
 
-Two drop-ins, installed with the ``openai-agents`` extra (from a clone: ``pip install '.[openai-agents]'``):
+Two drop-ins, installed with the ``openai-agents`` extra (from a clone, ``pip install '.[openai-agents]'``;
+from the package index, ``pip install 'subagent-tracker[openai-agents]'``):
 
 - :func:`tracked_as_tool` for ``agent.as_tool(...)``: each invocation of the tool is a task. Cancelling it
   stops the nested run and the tool call returns the reason and the partial output, so the delegating run goes

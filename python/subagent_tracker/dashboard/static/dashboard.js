@@ -948,13 +948,16 @@
   async function runStream(session, signal, generation) {
     while (!signal.aborted) {
       let outcome = "retry";
+      // The server answers 503 when it cannot read the registry: it is there, its data is not.
+      let connection = "disconnected";
       try {
         outcome = await readStream(session, signal, generation);
       } catch (error) {
-        if (error.httpStatus) showMessage(error.message); // network drops just show in the dot
+        if (error.httpStatus) showMessage(error.message, "stream"); // network drops just show in the dot
+        if (error.httpStatus === 503) connection = "unavailable";
       }
       if (signal.aborted) return;
-      setConnection("disconnected");
+      setConnection(connection);
       if (outcome === "stop") {
         showMessage("Unauthorized: reload the page to enter a token.");
         return;
@@ -1045,12 +1048,13 @@
     // The server says whether what it sends is live: "connected" shows only while it is.
     if (name === "unavailable") {
       setConnection("unavailable");
-      showMessage(`Live data paused: ${data.error}`);
+      showMessage(`Live data paused: ${data.error}`, "stream");
       return;
     }
     if (dom.connection.dataset.state !== "connected") {
       setConnection("connected");
-      if (dom.message.textContent.startsWith("Live data paused")) setText(dom.message, "");
+      // What the stream said of its own trouble is over; other messages stay.
+      if (dom.message.dataset.kind === "stream") setText(dom.message, "");
     }
     if (name === "overview") onOverview(data);
     else if (name === "snapshot") onSnapshot(data, receivedAt);
