@@ -5,7 +5,8 @@ not. This runs ``redis-server`` under valgrind's callgrind, and counts the instr
 process (network handling in user space included, the kernel's share not) for:
 
 - a start + complete through ``RedisRegistry``, at steady state with the retention bound full, beside two bare
-  ``HSET`` round trips in the same run;
+  ``HSET`` round trips and a job of a minimal Lua queue (``QUEUE_ADD``, ``QUEUE_END``: issue 32's yardstick)
+  in the same run, each call after the last (no pipelining on either side);
 - what a lifecycle is made of: a function call that returns at once, and each kind of command called from Lua.
 
 Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
@@ -55,6 +56,33 @@ PROBES = {
     ),
 }
 REPEATS_PER_CALL = 20
+
+#: The yardstick of issue 32: a minimal Lua job queue, two ``EVALSHA`` calls per job. The first adds the job
+#: (a new key per job, never reused) with as many fields as a started task's hash has, indexes it and appends
+#: an event; the second ends it as an end does (three fields more, out of the index, an event).
+QUEUE_ADD = """
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'run', ARGV[2], 'status', 'running', 'started_at', ARGV[3],
+  'worker', ARGV[4])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'task', ARGV[1], 'kind', 'started',
+  'status', 'running', 'at', ARGV[3])
+return 1
+"""
+QUEUE_END = """
+redis.call('HSET', KEYS[1], 'status', 'completed', 'fin', '1', 'ended_at', ARGV[2])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('XADD', KEYS[3], 'MAXLEN', '~', 10000, '*', 'task', ARGV[1], 'kind', 'ended',
+  'status', 'completed', 'at', ARGV[2])
+return 1
+"""
+
+
+def queue_job(client: redis.Redis, shas: tuple[str, str], index: int) -> None:
+    """One job of the minimal queue: added, then ended, each one ``EVALSHA``."""
+    keys = (f"queue:job:{index}", "queue:live", "queue:events")
+    at = f"{time.time():.6f}"
+    client.evalsha(shas[0], 3, *keys, f"job-{index}", str(1_795_000_000_000_000 + index), at, "p/queue")
+    client.evalsha(shas[1], 3, *keys, f"job-{index}", at)
 
 
 class ProfiledServer:
@@ -160,11 +188,18 @@ def main() -> None:
             ),
             lifecycles,
         )
-        print("| what the server runs | instructions | beside two bare HSETs |")
-        print("|---|---|---|")
+        shas = (str(client.script_load(QUEUE_ADD)), str(client.script_load(QUEUE_END)))
+        jobs = iter(range(10**9))  # a new key per job, across the warm-up and the count
+        for _ in range(bound):
+            queue_job(client, shas, next(jobs))
+        queue = server.instructions(lambda _: queue_job(client, shas, next(jobs)), lifecycles)
+        print("| what the server runs | instructions | beside two bare HSETs | beside a queue's job |")
+        print("|---|---|---|---|")
         lifecycle = "a start + complete (two function calls), retention bound full"
-        print(f"| {lifecycle} | {ours:,.0f} | {ours / bare:.1f}x |")
-        print(f"| two bare HSET round trips | {bare:,.0f} | 1.0x |")
+        print(f"| {lifecycle} | {ours:,.0f} | {ours / bare:.1f}x | {ours / queue:.2f}x |")
+        minimal = "a job of the minimal Lua queue (two EVALSHA calls: HSET, ZADD, XADD; HSET, ZREM, XADD)"
+        print(f"| {minimal} | {queue:,.0f} | {queue / bare:.1f}x | 1.00x |")
+        print(f"| two bare HSET round trips | {bare:,.0f} | 1.0x | {bare / queue:.2f}x |")
         library = "#!lua name=profile_probes\n" + "".join(
             f"redis.register_function('probe_{index}', function(keys, args) "
             f"for i = 1, {REPEATS_PER_CALL} do {body} end return 1 end)\n"

@@ -1,26 +1,39 @@
 -- The server's clock, read once per function call (`register` forgets it between calls): a transition happens at
--- one instant, and each `TIME` is a call of its own.
-local clock = nil
+-- one instant, and each `TIME` is a call of its own. It is kept in the three forms the functions use, each made
+-- once, because every conversion of the reply's digits is a `strtod` on the server's hot path.
+local clock_us, clock_ms, clock_ms_digits, clock_text = nil, nil, nil, nil
 
 local function read_clock()
-  if not clock then clock = redis.call('TIME') end
-  return clock
+  local time = redis.call('TIME')
+  local seconds, micros = tonumber(time[1]), tonumber(time[2])
+  clock_us = seconds * 1000000 + micros
+  clock_ms = seconds * 1000 + math.floor(micros / 1000)
+  local fraction = string.rep('0', 6 - #time[2]) .. time[2]
+  clock_ms_digits = time[1] .. string.sub(fraction, 1, 3)
+  clock_text = time[1] .. '.' .. fraction
 end
 
+-- The time as tasks' fields hold it: seconds since the epoch with six decimals.
 local function now()
-  local time = read_clock()
-  return string.format('%d.%06d', time[1], time[2])
+  if not clock_us then read_clock() end
+  return clock_text
 end
 
 local function now_ms()
-  local time = read_clock()
-  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+  if not clock_us then read_clock() end
+  return clock_ms
+end
+
+-- `now_ms()` as its decimal digits, as the session's hash keeps its time of last change.
+local function now_ms_digits()
+  if not clock_us then read_clock() end
+  return clock_ms_digits
 end
 
 -- The clock in microseconds, exactly (a double holds every such count for thousands of years).
 local function now_us()
-  local time = read_clock()
-  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+  if not clock_us then read_clock() end
+  return clock_us
 end
 
 -- A time as `now` writes it, in microseconds, read from its digits rather than through a fraction.

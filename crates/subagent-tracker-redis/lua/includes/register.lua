@@ -1,7 +1,7 @@
 local function register(name, callback, read_only)
   local flags = read_only and { 'no-writes' } or {}
   local function call(keys, args)
-    clock = nil
+    clock_us = nil
     return callback(keys, args)
   end
   redis.register_function{ function_name = 'stv2_' .. name, callback = call, flags = flags }

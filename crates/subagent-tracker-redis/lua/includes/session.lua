@@ -53,7 +53,7 @@ end
 -- function ends.
 local function record_change(...)
   changed = changed or {}
-  changed.touched = digits(now_ms())
+  changed.touched = now_ms_digits()
   for index = 1, select('#', ...), 2 do
     local field, value = select(index, ...)
     changed[field] = value
