@@ -88,7 +88,7 @@ def queue_job(client: redis.Redis, shas: tuple[str, str], index: int) -> None:
 class ProfiledServer:
     """``redis-server`` on loopback under callgrind; its counters are zeroed and read around each count."""
 
-    def __init__(self) -> None:
+    def __init__(self, executable: str = "redis-server") -> None:
         self.port = free_port()
         self.output = f"/tmp/subagent-tracker-callgrind.{self.port}"
         self.process = subprocess.Popen(
@@ -96,7 +96,7 @@ class ProfiledServer:
                 "valgrind",
                 "--tool=callgrind",
                 f"--callgrind-out-file={self.output}.%p",
-                "redis-server",
+                executable,
                 "--bind",
                 "127.0.0.1",
                 "--port",
@@ -121,6 +121,7 @@ class ProfiledServer:
                 time.sleep(0.2)
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dumps = 0
+        self.last_dump = ""
         self.background_per_second = 0.0
 
     def instructions(self, action: Callable[[int], object], count: int) -> float:
@@ -149,6 +150,7 @@ class ProfiledServer:
             capture_output=True,
         )
         dumps = sorted(glob.glob(f"{self.output}.{self.process.pid}.*"), key=os.path.getmtime)
+        self.last_dump = dumps[-1]
         with open(dumps[-1]) as dump:
             found = re.search(r"^(?:summary|totals): (\d+)", dump.read(), re.MULTILINE)
         assert found is not None, "callgrind wrote no total"
@@ -164,12 +166,21 @@ class ProfiledServer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
-    smoke = parser.parse_args().smoke
-    if shutil.which("valgrind") is None or shutil.which("redis-server") is None:
+    parser.add_argument(
+        "--redis-server",
+        default="redis-server",
+        help="the server to profile: Debian's has no symbols, so a build of the same version from its source "
+        "(`make`) names the functions where the instructions go (callgrind_annotate on the dump kept with "
+        "--keep-dump)",
+    )
+    parser.add_argument("--keep-dump", help="copy the callgrind dump of the lifecycles' count to this path")
+    arguments = parser.parse_args()
+    smoke = arguments.smoke
+    if shutil.which("valgrind") is None or shutil.which(arguments.redis_server) is None:
         print("skipped: needs valgrind and redis-server (Debian: apt-get install valgrind redis-server)")
         return
     lifecycles, bound, calls = (20, 20, 5) if smoke else (300, 200, 100)
-    server = ProfiledServer()
+    server = ProfiledServer(arguments.redis_server)
     try:
         client = redis.Redis(port=server.port, socket_timeout=60)
         session = RedisRegistry(server.url, worker_id="profile", timeout=30).session(
@@ -181,6 +192,8 @@ def main() -> None:
             session.start_subagent_task().complete()
         server.measure_background(1.0 if smoke else 3.0)
         ours = server.instructions(lambda _: session.start_subagent_task().complete(), lifecycles)
+        if arguments.keep_dump:
+            shutil.copyfile(server.last_dump, arguments.keep_dump)
         bare = server.instructions(
             lambda index: (
                 client.hset(f"bare:{index % 100}", mapping={"status": "running"}),
