@@ -391,3 +391,23 @@ def test_each_class_has_its_protocol_s_members(redis_server: RedisServer) -> Non
     assert not isinstance(redis_session, AsyncRedisSession) and isinstance(redis_session, RedisSession)
     with pytest.raises(TypeError, match=r"subagent_tracker\.Session"):
         AwaitableSession(redis_session)  # type: ignore[arg-type]
+
+
+def test_a_handle_that_reported_its_end_answers_a_second_end_without_a_round_trip() -> None:
+    """``async with handle:`` around a runner that completes ends the block with a second end: the handle
+    answers it as the server would, false, without a round trip (it does so with the server gone)."""
+    server = RedisServer()
+
+    async def main() -> list[bool]:
+        session = await _redis_session(server)
+        async with await session.start_subagent_task("a") as handle:
+            assert await handle.complete("done") is True
+        snapshot = await session.subagent_task("a")
+        assert snapshot is not None and snapshot.result == "done"
+        server.stop()
+        return [await handle.complete("again"), await handle.fail("late")]
+
+    try:
+        assert asyncio.run(main()) == [False, False]
+    finally:
+        server.stop()

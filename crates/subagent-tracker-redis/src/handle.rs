@@ -187,6 +187,12 @@ impl RedisTaskHandle {
     }
 
     async fn end(&mut self, outcome: &Outcome<'_>) -> Result<bool, RedisTrackerError> {
+        // This handle has reported its run's end (`release` let its mirror go): the server refuses every later end
+        // of the run (it is finished, or another run holds the id), so the answer needs no round trip. The common
+        // case is `async with handle:` around a runner that completes: the block's exit is this second end.
+        if self.local.is_none() {
+            return Ok(false);
+        }
         let ended = self
             .session
             .end_run(&self.run.task_id, &self.run.run, outcome)

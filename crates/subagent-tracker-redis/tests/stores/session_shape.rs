@@ -117,3 +117,24 @@ async fn a_handle_reads_its_own_run_never_the_run_that_replaced_it() {
     let current = session.get_run("a", second.run()).await.unwrap().unwrap();
     assert_eq!(current.status, SubagentStatus::Running);
 }
+
+
+/// A handle that has reported its run's end answers every later end (as `async with` ends its block after the
+/// runner completed) as the server would, false, without a round trip: it does so with the server gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handle_that_reported_its_end_answers_a_second_end_without_a_round_trip() {
+    let server = RedisServer::start();
+    let worker = server.worker("shape:", "ender").await;
+    let session = worker
+        .session(Some("s"), TrackerConfig::default())
+        .await
+        .unwrap();
+    let mut handle = session.start(TaskStart::new().task_id("a")).await.unwrap();
+    assert!(handle.complete(Some("done")).await.unwrap());
+    let task = session.get("a").await.unwrap().unwrap();
+    assert_eq!(task.status, SubagentStatus::Completed);
+    drop(server);
+    assert!(!handle.complete(Some("again")).await.unwrap());
+    assert!(!handle.stopped(Some("late")).await.unwrap());
+    assert!(!handle.fail("late").await.unwrap());
+}
