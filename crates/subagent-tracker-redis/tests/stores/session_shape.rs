@@ -118,7 +118,6 @@ async fn a_handle_reads_its_own_run_never_the_run_that_replaced_it() {
     assert_eq!(current.status, SubagentStatus::Running);
 }
 
-
 /// A handle that has reported its run's end answers every later end (as `async with` ends its block after the
 /// runner completed) as the server would, false, without a round trip: it does so with the server gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
