@@ -404,6 +404,10 @@ def test_a_handle_that_reported_its_end_answers_a_second_end_without_a_round_tri
             assert await handle.complete("done") is True
         snapshot = await session.subagent_task("a")
         assert snapshot is not None and snapshot.result == "done"
+        # Done at once: its first step gives the answer, where a call to Redis would first yield to the loop.
+        with pytest.raises(StopIteration) as answered:
+            next(handle.complete("again").__await__())
+        assert answered.value.value is False
         server.stop()
         return [await handle.complete("again"), await handle.fail("late")]
 

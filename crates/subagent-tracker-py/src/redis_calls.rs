@@ -21,11 +21,13 @@ use subagent_tracker_redis::{
 };
 
 use crate::arguments::{self, from_json_text, json_text, Id, TaskIdArgument};
+use crate::asyncio_waker::running_loop;
 use crate::errors::redis_error;
 use crate::filter_arguments::FilterArguments;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
 use crate::python_types::PyValue;
+use crate::ready::Ready;
 use crate::redis_events::RedisEventReader;
 use crate::resume_wait::{resumption_for_python, wait_for_resume, ResumeWait};
 use crate::runner_exit::RunnerExit;
@@ -72,6 +74,19 @@ impl Delivery {
                 Ok(convert(py, outcome)?.into_bound(py))
             }
             Waiting::Asyncio => asyncio_future(py, made_in, WhenAbandoned::Finish, future, convert),
+        }
+    }
+
+    /// Hands over `value` at once, where the core answers without the network: the value itself for the
+    /// blocking API, an awaitable already done for asyncio (no trip through the runtime and the loop), which
+    /// still needs a running loop, as every call of the asyncio API does (contract §20).
+    fn ready<'py>(self, py: Python<'py>, value: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match self.waiting {
+            Waiting::Blocking => Ok(value.into_bound(py)),
+            Waiting::Asyncio => {
+                running_loop(py)?;
+                Ok(Py::new(py, Ready::new(value))?.into_bound(py).into_any())
+            }
         }
     }
 }
@@ -700,6 +715,14 @@ impl HandleCalls {
         result: Option<String>,
         give: fn(Python<'_>, bool) -> PyResult<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        // A handle locked by a call under way goes the usual way, and its end waits for that call.
+        if self
+            .handle
+            .try_lock()
+            .is_ok_and(|handle| handle.has_reported_end())
+        {
+            return self.delivery.ready(py, give(py, false)?);
+        }
         let handle = self.handle.clone();
         self.delivery.deliver(
             py,

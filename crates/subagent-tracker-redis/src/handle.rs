@@ -186,11 +186,16 @@ impl RedisTaskHandle {
         self.end(&Outcome::Stopped(reason)).await
     }
 
+    /// True once this handle has reported its run's end: the server refuses every later end of the run (it is
+    /// finished, or another run holds the id), so each is false, answered without a round trip. The common case
+    /// is `async with handle:` around a runner that completes: the block's exit is a second end.
+    #[must_use]
+    pub fn has_reported_end(&self) -> bool {
+        self.local.is_none()
+    }
+
     async fn end(&mut self, outcome: &Outcome<'_>) -> Result<bool, RedisTrackerError> {
-        // This handle has reported its run's end (`release` let its mirror go): the server refuses every later end
-        // of the run (it is finished, or another run holds the id), so the answer needs no round trip. The common
-        // case is `async with handle:` around a runner that completes: the block's exit is this second end.
-        if self.local.is_none() {
+        if self.has_reported_end() {
             return Ok(false);
         }
         let ended = self
