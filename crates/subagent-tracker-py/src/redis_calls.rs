@@ -715,7 +715,8 @@ impl HandleCalls {
         result: Option<String>,
         give: fn(Python<'_>, bool) -> PyResult<Py<PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        // A handle locked by a call under way goes the usual way, and its end waits for that call.
+        // The core answers every end after the handle's reported one (`has_reported_end`): at once, with no
+        // trip through the runtime. A handle locked by a call under way goes the usual way, after that call.
         if self
             .handle
             .try_lock()
