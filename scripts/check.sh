@@ -9,12 +9,14 @@ step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
 step "set up .venv with the pinned tools (the first time: about 30 s)"
 . "$(dirname "$0")/_setup.sh"
 
-step "the Debian packages the tests start (redis-server, chromium, openssl), installed when missing"
+step "the Debian packages the tests start (redis-server, chromium, openssl) or lint with (lua-check), installed when missing"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 # The TLS tests make their certificates with openssl.
 command -v openssl >/dev/null || missing+=(openssl)
+# luacheck lints the server functions' library as Redis loads it (a test of `src/library.rs`).
+command -v luacheck >/dev/null || missing+=(lua-check)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -38,9 +40,10 @@ step "the agent frameworks of the integration tests: the wheel's extras, at the 
 python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
   "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands]"
 
-step "ruff"
+step "ruff, and oxlint for the dashboard's script"
 ruff check python tests benches examples scripts
 ruff format --check python tests benches examples scripts
+oxlint --deny-warnings python/subagent_tracker/dashboard/static/
 # mypy runs on one core for over a minute: it checks beside the Rust tests, which spend much of their time
 # compiling, and its verdict is collected after them.
 step "mypy (package, tests, examples, benchmarks) and stubtest, in the background"

@@ -5,8 +5,8 @@ the first transition out of a pending status wins across every process.
 Files. This header, then the rules the core states (`PENDING`: written from `SubagentStatus::is_pending` by
 `src/library.rs`, which assembles the library; the task groups' reasons), then the shared helpers of
 `lua/includes/` (each uses only those before it: clock, session, keys, tasks, session_state, events, retention,
-cascade, task_groups, metadata, open, liveness, register), then
-one file per server function in `lua/functions/`, named as the function without its `stv2_` prefix. Each function's
+cascade, task_groups, metadata, open, liveness, register), then one file per server function in
+`lua/functions/`, named as the function without its `stv2_` prefix. Each function's
 file opens with its keys and arguments, `(keys; arguments)`, what it returns, and its Rust counterpart.
 
 Functions, by the slot they work in, and who calls them in Rust:
@@ -17,7 +17,8 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_cancel                   RedisSession::cancel, cancel_before_start (and a linked token's cancel)
     stv2_cancel_all               RedisSession::cancel_all, close
     stv2_cancel_matching          RedisSession::cancel_matching
-    stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop); RedisSession::end, fail
+    stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop);
+                                  RedisSession::end, fail
     stv2_progress                 RedisTaskHandle::progress
     stv2_pause, stv2_resume       RedisTaskHandle::pause; RedisSession::resume
     stv2_escalate                 RedisTaskHandle::record_escalation
@@ -102,9 +103,8 @@ worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_a
 error, error_type, error_code, progress, progress_count, pl<n> (the progress log: report number n, as
 "<at>:<message's byte length>:<message><data>", the latest log_size kept), deadline (seconds) and due_ms,
 claim_error, parent_of ("1" once it has had attached children), pause_reason (while paused, and kept when a
-paused run ends), pauses (how many times the run paused), handling (the run, while its worker process has yet to report its cancel
-handlers done), resume_value (JSON text: what the latest resume handed
-the runner).
+paused run ends), pauses (how many times the run paused), handling (the run, while its worker process has yet
+to report its cancel handlers done), resume_value (JSON text: what the latest resume handed the runner).
 
 Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
 process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see

@@ -124,4 +124,37 @@ mod tests {
         }
         assert_eq!(CODE.matches("\nregister('").count(), FUNCTIONS.len());
     }
+
+    /// The library passes luacheck as Redis loads it, whole: each file alone uses what the files before it
+    /// define. `redis` and `cjson` are what Redis gives every function.
+    #[test]
+    fn the_library_passes_luacheck() {
+        let path = std::env::temp_dir().join(format!(
+            "subagent-tracker-library-{}.lua",
+            std::process::id()
+        ));
+        std::fs::write(&path, CODE.as_str()).unwrap();
+        let checked = std::process::Command::new("luacheck")
+            .args([
+                "--std",
+                "lua51",
+                "--globals",
+                "redis",
+                "cjson",
+                "--no-color",
+                "--formatter",
+                "plain",
+            ])
+            .arg(&path)
+            .output();
+        let _ = std::fs::remove_file(&path);
+        let checked = checked.expect(
+            "luacheck is missing: ./scripts/check.sh installs it (Debian's lua-check package)",
+        );
+        assert!(
+            checked.status.success(),
+            "luacheck: {}",
+            String::from_utf8_lossy(&checked.stdout)
+        );
+    }
 }

@@ -28,7 +28,7 @@ end
 
 -- Forgets the retained finished runs that ended at or before `cutoff_us`, oldest first, as eviction does; the
 -- finished list is in the order runs finished, so the scan stops at the first that ended later. Returns how many.
-local function forget_ended_before(base, session_key, cutoff_us)
+local function forget_ended_before(base, cutoff_us)
   local forgotten = 0
   while true do
     local entry = redis.call('LINDEX', base .. 'finished', 0)
@@ -55,7 +55,7 @@ end
 local function retain(base, session_key, task_id, run)
   -- Runs past the session's age go before this one joins them: no run is forgotten by its own end, so whoever
   -- waits for it can still read its final fields (queries already leave it out once it is old enough).
-  if stored_max_age then forget_ended_before(base, session_key, now_us() - stored_max_age) end
+  if stored_max_age then forget_ended_before(base, now_us() - stored_max_age) end
   local listed = redis.call('RPUSH', base .. 'finished', task_id .. '\t' .. run)
   local retained = stored_retained + 1
   local max = stored_max or tonumber(redis.call('HGET', session_key, 'max'))

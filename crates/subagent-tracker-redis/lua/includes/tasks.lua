@@ -31,11 +31,11 @@ local DEFAULT_EARLY_CANCEL_TTL_US = 60000000
 -- hash `early` ("<expiry in microseconds>\t<reason>") and the set `early_order`, by expiry, from which expired
 -- records, and the oldest beyond the bound, are dropped.
 local function record_early_cancel(base, task_id, reason, ttl_us)
-  local now = now_us()
-  local expires = now + ttl_us
+  local current = now_us()
+  local expires = current + ttl_us
   redis.call('HSET', base .. 'early', task_id, digits(expires) .. '\t' .. reason)
   redis.call('ZADD', base .. 'early_order', expires, task_id)
-  local dropped = redis.call('ZRANGEBYSCORE', base .. 'early_order', '-inf', now)
+  local dropped = redis.call('ZRANGEBYSCORE', base .. 'early_order', '-inf', current)
   local excess = redis.call('ZCARD', base .. 'early_order') - #dropped - MAX_EARLY_CANCELS
   if excess > 0 then
     for _, id in ipairs(redis.call('ZRANGE', base .. 'early_order', #dropped, #dropped + excess - 1)) do
