@@ -7,6 +7,8 @@ process (network handling in user space included, the kernel's share not) for:
 - a start + complete through ``RedisRegistry``, at steady state with the retention bound full, beside two bare
   ``HSET`` round trips and a job of a minimal Lua queue (``QUEUE_ADD``, ``QUEUE_END``: issue 32's yardstick)
   in the same run, each call after the last (no pipelining on either side);
+- the same at a concurrency of 64: 64 asyncio runners on one ``AsyncRedisSession`` (whose starts and ends the
+  registry coalesces), beside the queue's jobs pipelined 64 deep (64 adds in one round trip, then 64 ends);
 - what a lifecycle is made of: a function call that returns at once, and each kind of command called from Lua.
 
 Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
@@ -16,6 +18,7 @@ sizes.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import glob
 import os
 import re
@@ -28,7 +31,7 @@ from collections.abc import Callable
 
 import redis
 
-from subagent_tracker import RedisRegistry
+from subagent_tracker import AsyncRedisRegistry, AsyncRedisSession, RedisRegistry
 from subagent_tracker._loopback import free_port
 
 PREFIX = "subagent-tracker:v2:{s:profile}:"
@@ -83,6 +86,49 @@ def queue_job(client: redis.Redis, shas: tuple[str, str], index: int) -> None:
     at = f"{time.time():.6f}"
     client.evalsha(shas[0], 3, *keys, f"job-{index}", str(1_795_000_000_000_000 + index), at, "p/queue")
     client.evalsha(shas[1], 3, *keys, f"job-{index}", at)
+
+
+#: Runners in flight at once, and the queue's pipeline depth.
+CONCURRENCY = 64
+
+
+def queue_jobs_pipelined(client: redis.Redis, shas: tuple[str, str], first: int) -> None:
+    """``CONCURRENCY`` jobs of the minimal queue: their adds in one pipeline, then their ends in another."""
+    at = f"{time.time():.6f}"
+    indexes = range(first, first + CONCURRENCY)
+    adds = client.pipeline(transaction=False)
+    for index in indexes:
+        keys = (f"queue:job:{index}", "queue:live", "queue:events")
+        adds.evalsha(shas[0], 3, *keys, f"job-{index}", str(1_795_000_000_000_000 + index), at, "p/queue")
+    adds.execute()
+    ends = client.pipeline(transaction=False)
+    for index in indexes:
+        keys = (f"queue:job:{index}", "queue:live", "queue:events")
+        ends.evalsha(shas[1], 3, *keys, f"job-{index}", at)
+    ends.execute()
+
+
+def lifecycles_concurrently(url: str, bound: int, warm_up: int) -> Callable[[int], object]:
+    """An event loop with one ``AsyncRedisSession``, warmed up with ``warm_up`` lifecycles; the action it returns
+    runs ``CONCURRENCY`` runners of one lifecycle each, all at once."""
+    loop = asyncio.new_event_loop()
+
+    async def open_session() -> AsyncRedisSession:
+        registry = await AsyncRedisRegistry.connect(url, worker_id="profile-async", timeout=30)
+        return await registry.session("profile-async", max_finished_tasks=bound)
+
+    session = loop.run_until_complete(open_session())
+
+    async def lifecycle() -> None:
+        handle = await session.start_subagent_task()
+        await handle.complete()
+
+    async def wave() -> None:
+        await asyncio.gather(*(lifecycle() for _ in range(CONCURRENCY)))
+
+    for _ in range(max(1, warm_up // CONCURRENCY)):
+        loop.run_until_complete(wave())
+    return lambda _: loop.run_until_complete(wave())
 
 
 class ProfiledServer:
@@ -173,7 +219,7 @@ def main() -> None:
         "(`make`) names the functions where the instructions go (callgrind_annotate on the dump kept with "
         "--keep-dump)",
     )
-    parser.add_argument("--keep-dump", help="copy the callgrind dump of the lifecycles' count to this path")
+    parser.add_argument("--keep-dump", help="copy the callgrind dump of the concurrent lifecycles' count to this path")
     arguments = parser.parse_args()
     smoke = arguments.smoke
     if shutil.which("valgrind") is None or shutil.which(arguments.redis_server) is None:
@@ -192,8 +238,6 @@ def main() -> None:
             session.start_subagent_task().complete()
         server.measure_background(1.0 if smoke else 3.0)
         ours = server.instructions(lambda _: session.start_subagent_task().complete(), lifecycles)
-        if arguments.keep_dump:
-            shutil.copyfile(server.last_dump, arguments.keep_dump)
         bare = server.instructions(
             lambda index: (
                 client.hset(f"bare:{index % 100}", mapping={"status": "running"}),
@@ -206,6 +250,16 @@ def main() -> None:
         for _ in range(bound):
             queue_job(client, shas, next(jobs))
         queue = server.instructions(lambda _: queue_job(client, shas, next(jobs)), lifecycles)
+        waves = max(2, lifecycles // CONCURRENCY)
+        concurrent = server.instructions(lifecycles_concurrently(server.url, bound, 2 * bound), waves) / CONCURRENCY
+        if arguments.keep_dump:
+            shutil.copyfile(server.last_dump, arguments.keep_dump)
+        batches = iter(range(10**6, 10**9, CONCURRENCY))  # the pipelined jobs' keys: new ones too
+        for _ in range(max(1, bound // CONCURRENCY)):
+            queue_jobs_pipelined(client, shas, next(batches))
+        pipelined = (
+            server.instructions(lambda _: queue_jobs_pipelined(client, shas, next(batches)), waves) / CONCURRENCY
+        )
         print("| what the server runs | instructions | beside two bare HSETs | beside a queue's job |")
         print("|---|---|---|---|")
         lifecycle = "a start + complete (two function calls), retention bound full"
@@ -213,6 +267,16 @@ def main() -> None:
         minimal = "a job of the minimal Lua queue (two EVALSHA calls: HSET, ZADD, XADD; HSET, ZREM, XADD)"
         print(f"| {minimal} | {queue:,.0f} | {queue / bare:.1f}x | 1.00x |")
         print(f"| two bare HSET round trips | {bare:,.0f} | 1.0x | {bare / queue:.2f}x |")
+        print()
+        print(f"At a concurrency of {CONCURRENCY}:")
+        print()
+        print("| what the server runs, per lifecycle or job | instructions | beside a queue's job |")
+        print("|---|---|---|")
+        runners = f"a start + complete of {CONCURRENCY} asyncio runners (coalesced), retention bound full"
+        print(f"| {runners} | {concurrent:,.0f} | {concurrent / pipelined:.2f}x |")
+        queued = f"a job of the minimal Lua queue, pipelined {CONCURRENCY} deep"
+        print(f"| {queued} | {pipelined:,.0f} | 1.00x |")
+        print()
         library = "#!lua name=profile_probes\n" + "".join(
             f"redis.register_function('probe_{index}', function(keys, args) "
             f"for i = 1, {REPEATS_PER_CALL} do {body} end return 1 end)\n"

@@ -57,17 +57,21 @@ a session (`function_call` in `src/store.rs`).
 
   <base>session        hash: inc (the incarnation: the server's clock in milliseconds times 1000 when the
                        session's keys were made; run numbers count on from it, event ids start with it), seq (the
-                       last run number),
-                       retained (finished runs counted against the bound), closed (the first close reason), max
-                       (max_finished_tasks), max_age (max_finished_age, in microseconds, if set), early_ttl
-                       (early_cancel_ttl, in microseconds), log_size (progress_log_size), touched (the server's
-                       time of the last change, in milliseconds), ev (the id of the last event)
+                       last run number), closed (the first close reason), max (max_finished_tasks), max_age
+                       (max_finished_age, in microseconds, if set), early_ttl (early_cancel_ttl, in microseconds),
+                       log_size (progress_log_size), touched (the server's time of the last change, in
+                       milliseconds), ev (the id of the last event). Read once and written once per call
+                       (`session_function`), however many tasks the call starts or ends
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a
                        cascade walks through finished tasks to their pending descendants)
+  <base>linked         set: the ids of retained tasks whose run is in a parent's children set or has a set of
+                       its own (and, at times, ids that no longer are): the runs eviction must release
+                       (`release_run`) rather than just delete
   <base>live           sorted set: the ids of unfinished tasks (queued, running, or cancelled with their runner
                        yet to stop) by run, from the start to the end
-  <base>finished       list: "<task>\t<run>" in the order runs finished; an entry whose run was replaced is stale
+  <base>finished       list: the ids of the retained finished runs, in the order they finished (a run replaced by a
+                       new run of its id leaves it); its length is the count against the bound
   <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
                        when they fall due, in milliseconds since the epoch; `stv2_fire` fires the due ones
   <base>early          hash: task id -> "<expiry, microseconds since the epoch>\t<reason>", a cancel recorded for
@@ -84,7 +88,10 @@ a session (`function_call` in `src/store.rs`).
 
 A task lives in as few keys as the rules need, because each key a lifecycle writes is a server call, and the calls
 are what a lifecycle costs the server: its hash, the live index while unfinished, the finished list once finished,
-and its events. The retained tasks in start order are the live index and the finished list merged by run; the
+and its events. A call writes each index once as it ends, however many tasks it starts or ends
+(`write_gathered`), and evicts beyond the bound once; many starts or ends in one call are how the registry
+coalesces its callers (`src/coalesce.rs`). The retained tasks in start order are the live index and the finished
+list merged by run; the
 tasks a worker process runs are the live ones whose `worker` field names it (the reaper reads them from the live
 index, which is rare work, rather than every lifecycle keeping a set per process).
 
@@ -102,7 +109,8 @@ Task fields: id, run, status (queued|running|paused|completed|failed|cancelled),
 worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result,
 error, error_type, error_code, progress, progress_count, pl<n> (the progress log: report number n, as
 "<at>:<message's byte length>:<message><data>", the latest log_size kept), deadline (seconds) and due_ms,
-claim_error, parent_of ("1" once it has had attached children), pause_reason (while paused, and kept when a
+claim_error, on_end (what its end does beyond the common path: "t" remove a timer, "g" settle a task group's rule,
+or "tg"; absent for neither), parent_of ("1" once it has had attached children), pause_reason (while paused, and kept when a
 paused run ends), pauses (how many times the run paused), handling (the run, while its worker process has yet
 to report its cancel handlers done), resume_value (JSON text: what the latest resume handed the runner).
 

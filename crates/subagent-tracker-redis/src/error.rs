@@ -19,7 +19,7 @@ use subagent_tracker::TrackerError;
 /// | a session whose keys are gone though nobody closed it (evicted) | [`SessionLost`](Self::SessionLost) | no |
 /// | a cancel fewer replicas confirmed than `wait_for_replicas` asks | [`NotReplicated`](Self::NotReplicated) | no: it took effect |
 /// | any other error reply, or an answer of another shape | [`ServerError`](Self::ServerError), [`Protocol`](Self::Protocol) | no |
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisTrackerError {
     /// The call broke a rule of the contract, exactly as the in-memory tracker would have refused it.

@@ -10,6 +10,7 @@
 
 #![forbid(unsafe_code)]
 
+mod coalesce;
 mod connection;
 mod error;
 mod events;

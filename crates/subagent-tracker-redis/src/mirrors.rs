@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use subagent_tracker::{InMemorySubagentTaskTracker, TrackerConfig};
 
+use crate::coalesce::SessionCalls;
 use crate::watched_tokens::Watches;
 
 type Table = Mutex<HashMap<Arc<str>, Weak<Mirror>>>;
@@ -22,6 +23,8 @@ pub(crate) struct Mirror {
     pub(crate) tracker: InMemorySubagentTaskTracker<String>,
     /// The runs of the session that this process watches for tokens by id.
     pub(crate) watches: Watches,
+    /// The coalesced calls of the incarnation last opened here (`calls`).
+    calls: Mutex<Option<(Arc<str>, Arc<SessionCalls>)>>,
     session_id: Arc<str>,
     table: Weak<Table>,
 }
@@ -40,6 +43,7 @@ impl Mirrors {
                 TrackerConfig::default().with_max_finished_tasks(0),
             ),
             watches: Watches::new(session_id),
+            calls: Mutex::new(None),
             session_id: session_id.clone(),
             table: Arc::downgrade(&self.table),
         });
@@ -55,6 +59,29 @@ impl Mirrors {
     /// How many sessions are mirrored now.
     pub(crate) fn len(&self) -> usize {
         lock(&self.table).len()
+    }
+}
+
+impl Mirror {
+    /// The coalesced calls of the session's incarnation `incarnation`, shared by every object of it in this
+    /// process (`made` makes them for the first).
+    pub(crate) fn calls(
+        &self,
+        incarnation: &Arc<str>,
+        made: impl FnOnce() -> SessionCalls,
+    ) -> Arc<SessionCalls> {
+        let mut calls = self
+            .calls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*calls {
+            Some((kept, shared)) if kept == incarnation => shared.clone(),
+            _ => {
+                let shared = Arc::new(made());
+                *calls = Some((incarnation.clone(), shared.clone()));
+                shared
+            }
+        }
     }
 }
 

@@ -9,6 +9,7 @@ use subagent_tracker::{
     TaskFailure, TaskFilter, TaskStart, TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
+use crate::coalesce::SessionCalls;
 use crate::mirrors::Mirror;
 use crate::session_state::{session_state, SessionState};
 use crate::store::{self, epoch_millis, TaskFields};
@@ -38,6 +39,8 @@ pub struct RedisSession {
     max_finished_tasks: usize,
     /// The in-memory mirror of this worker's runs in the session: their tokens.
     mirror: Arc<Mirror>,
+    /// The incarnation's starts and ends in this process, coalesced (`coalesce.rs`).
+    calls: Arc<SessionCalls>,
 }
 
 /// What `open` gives: the task's id, its run and status, the links' registrations, and the call.
@@ -84,7 +87,8 @@ struct Opening {
     reserved: bool,
     /// A deadline or a claim timeout: the registry's index of timers must learn of it.
     timed: bool,
-    args: [String; 12],
+    /// The task as `stv2_open` and `stv2_open_batch` take it (`opening_at` in `lua/includes/open.lua`).
+    arguments: Vec<String>,
 }
 
 /// How a runner's end is written in Redis.
@@ -105,13 +109,19 @@ impl RedisSession {
         state: &SessionState,
     ) -> RedisSession {
         let mirror = worker.mirrors.use_session(&session_id);
+        let key: Arc<str> = Arc::from(key);
+        let incarnation: Arc<str> = Arc::from(state.incarnation.as_str());
+        let calls = mirror.calls(&incarnation, || {
+            SessionCalls::new(&worker.connection, &key, &incarnation)
+        });
         RedisSession {
             worker,
             session_id,
-            key: Arc::from(key),
-            incarnation: Arc::from(state.incarnation.as_str()),
+            key,
+            incarnation,
             max_finished_tasks: state.max_finished_tasks,
             mirror,
+            calls,
         }
     }
 
@@ -239,13 +249,27 @@ impl RedisSession {
     ) -> Result<Opened, RedisTrackerError> {
         let opening = self.opening(start, reservation, runner_here)?;
         let call = self.begin(&opening).await?;
-        let mut args: Vec<&str> = vec![&self.incarnation];
-        args.extend(opening.args.iter().map(String::as_str));
-        args.push(DEADLINE_REASON);
-        let reply: Vec<String> = match self.call("open", &args).await {
+        let Opening {
+            task_id,
+            parent_id,
+            linked,
+            arguments,
+            ..
+        } = opening;
+        let reply = match self.calls.opens.call(arguments, &self.worker.runtime).await {
+            Ok([run, code, ..]) if run.is_empty() => {
+                Err(self.refusal_of(&code, "", &task_id, parent_id.as_deref()))
+            }
+            Ok(reply) => Ok(reply),
+            Err(error) => Err(self.refusal(
+                self.lost_if_gone(error).await,
+                &task_id,
+                parent_id.as_deref(),
+            )),
+        };
+        let [run, status, reason, next_due, origin, cause, handling] = match reply {
             Ok(reply) => reply,
             Err(error) => {
-                let error = self.refusal(error, &opening.task_id, opening.parent_id.as_deref());
                 if matches!(error, RedisTrackerError::Tracker(_)) {
                     // Refused: nothing changed in Redis.
                     call.settle();
@@ -253,15 +277,10 @@ impl RedisSession {
                 return Err(error);
             }
         };
-        let [run, status, reason, next_due, origin, cause, handling]: [String; 7] = reply
-            .try_into()
-            .map_err(|_| RedisTrackerError::Protocol(Arc::from("stv2_open")))?;
         self.schedule(&next_due).await?;
         let opened = OpenedRun::from_reply([run, status, reason, origin, cause, handling]);
-        let (links, opened) = self
-            .opened(&opening.task_id, opening.linked, opened)
-            .await?;
-        Ok((opening.task_id, opened, links, call))
+        let (links, opened) = self.opened(&task_id, linked, opened).await?;
+        Ok((task_id, opened, links, call))
     }
 
     /// Opens every task of a batch in one call of `stv2_open_batch`, or none. Returns, per task, its id, run
@@ -290,7 +309,7 @@ impl RedisSession {
         }
         let mut args: Vec<&str> = vec![&self.incarnation, DEADLINE_REASON];
         for opening in &openings {
-            args.extend(opening.args.iter().map(String::as_str));
+            args.extend(opening.arguments.iter().map(String::as_str));
         }
         let reply: Vec<String> = match self.call("open_batch", &args).await {
             Ok(reply) => reply,
@@ -362,42 +381,56 @@ impl RedisSession {
             .deadline
             .map(|deadline| epoch_millis(deadline).to_string())
             .unwrap_or_default();
-        let args = [
-            task_id.to_string(),
-            parts.parent_id.clone().unwrap_or_default(),
-            parts.agent.as_deref().unwrap_or_default().to_owned(),
-            parts.description.as_deref().unwrap_or_default().to_owned(),
-            parts.metadata.unwrap_or_default(),
-            if parts.detached { "1" } else { "0" }.to_owned(),
-            // "2": a start recorded from an event, which never restarts a finished run of its id.
-            match (reserved, runner_here) {
-                (true, _) => "1",
-                (false, true) => "0",
-                (false, false) => "2",
-            }
-            .to_owned(),
-            if runner_here {
-                &*self.worker.process
-            } else {
-                ""
-            }
-            .to_owned(),
-            deadline_ms,
-            claim_timeout
-                .map(|timeout| timeout.as_millis().to_string())
-                .unwrap_or_default(),
-            claim_timeout
-                .map(subagent_tracker::claim_timeout_error)
-                .unwrap_or_default(),
-            if parts.structured { "1" } else { "0" }.to_owned(),
-        ];
+        let process = if runner_here {
+            &*self.worker.process
+        } else {
+            ""
+        };
+        let common_path = parts.parent_id.is_none()
+            && parts.agent.is_none()
+            && parts.description.is_none()
+            && parts.metadata.is_none()
+            && !parts.detached
+            && !parts.structured
+            && !reserved
+            && runner_here
+            && deadline_ms.is_empty();
+        let arguments = if common_path {
+            vec!["s".to_owned(), task_id.to_string(), process.to_owned()]
+        } else {
+            vec![
+                "l".to_owned(),
+                task_id.to_string(),
+                parts.parent_id.clone().unwrap_or_default(),
+                parts.agent.as_deref().unwrap_or_default().to_owned(),
+                parts.description.as_deref().unwrap_or_default().to_owned(),
+                parts.metadata.unwrap_or_default(),
+                if parts.detached { "1" } else { "0" }.to_owned(),
+                // "2": a start recorded from an event, which never restarts a finished run of its id.
+                match (reserved, runner_here) {
+                    (true, _) => "1",
+                    (false, true) => "0",
+                    (false, false) => "2",
+                }
+                .to_owned(),
+                process.to_owned(),
+                deadline_ms,
+                claim_timeout
+                    .map(|timeout| timeout.as_millis().to_string())
+                    .unwrap_or_default(),
+                claim_timeout
+                    .map(subagent_tracker::claim_timeout_error)
+                    .unwrap_or_default(),
+                if parts.structured { "1" } else { "0" }.to_owned(),
+            ]
+        };
         Ok(Opening {
             timed: parts.deadline.is_some() || claim_timeout.is_some(),
             reserved,
             task_id,
             parent_id: parts.parent_id,
             linked: parts.linked,
-            args,
+            arguments,
         })
     }
 
@@ -691,20 +724,20 @@ impl RedisSession {
             Outcome::Stopped(reason) => ("stopped", reason.unwrap_or_default(), "", ""),
             Outcome::Dropped => ("dropped", subagent_tracker::DROPPED_HANDLE_ERROR, "", ""),
         };
-        let [transitioned, _finished]: [i64; 2] = self
-            .transition(
-                "end",
-                &[
-                    &self.incarnation,
-                    task_id,
-                    run,
-                    name,
-                    value,
-                    error_type,
-                    error_code,
-                ],
-            )
-            .await?;
+        // A completion without a result in the short form `stv2_end` takes: the common path.
+        let item = if name == "completed" && value.is_empty() {
+            vec!["c".to_owned(), task_id.to_owned(), run.to_owned()]
+        } else {
+            ["e", task_id, run, name, value, error_type, error_code]
+                .map(str::to_owned)
+                .to_vec()
+        };
+        let transitioned = match self.calls.ends.call(item, &self.worker.runtime).await {
+            Ok(reply) => reply,
+            // A runner's end of a run whose incarnation has ended: the run is over, and this end changed nothing.
+            Err(error) if !run.is_empty() && is_gone(&error) => return Ok(false),
+            Err(error) => return Err(self.refusal(self.lost_if_gone(error).await, "", None)),
+        };
         Ok(transitioned == 1)
     }
 
@@ -1158,16 +1191,20 @@ impl RedisSession {
         )
         .await
         {
-            // The incarnation is gone: closed and removed, or lost though nobody closed it (evicted).
-            Err(error)
-                if is_gone(&error) && self.worker.is_session_lost(&self.session_id).await =>
-            {
-                Err(RedisTrackerError::SessionLost {
-                    session_id: self.session_id.clone(),
-                })
-            }
+            Err(error) => Err(self.lost_if_gone(error).await),
             outcome => outcome,
         }
+    }
+
+    /// `error` as it was, or [`RedisTrackerError::SessionLost`] when it says the incarnation is gone and the
+    /// session was lost though nobody closed it (evicted) rather than closed and removed.
+    async fn lost_if_gone(&self, error: RedisTrackerError) -> RedisTrackerError {
+        if is_gone(&error) && self.worker.is_session_lost(&self.session_id).await {
+            return RedisTrackerError::SessionLost {
+                session_id: self.session_id.clone(),
+            };
+        }
+        error
     }
 
     /// Calls a session function whose only refusal is that this object's incarnation has ended.
@@ -1221,8 +1258,6 @@ impl RedisSession {
         let RedisTrackerError::ServerError { source } = &error else {
             return error;
         };
-        let session_id = self.session_id.clone();
-        let task_id: Arc<str> = Arc::from(task_id);
         // The server sends a function's error reply `<CODE> <detail>` as it is, and a lone `<CODE>` as
         // `ERR <CODE>`.
         let (code, detail) = match (source.code(), source.detail()) {
@@ -1230,6 +1265,23 @@ impl RedisSession {
             (Some(code), detail) => (code, detail.unwrap_or_default()),
             (None, _) => return error,
         };
+        match self.refusal_of(code, detail, task_id, parent_id) {
+            RedisTrackerError::Protocol(_) => error,
+            refusal => refusal,
+        }
+    }
+
+    /// The contract's refusal that a function's code (`DUPLICATE`, `CLOSED`, ...) and its detail stand for,
+    /// naming `task_id` (and `parent_id`); a code no function sends is a protocol error.
+    fn refusal_of(
+        &self,
+        code: &str,
+        detail: &str,
+        task_id: &str,
+        parent_id: Option<&str>,
+    ) -> RedisTrackerError {
+        let session_id = self.session_id.clone();
+        let task_id: Arc<str> = Arc::from(task_id);
         let refusal = match code {
             "DUPLICATE" => TrackerError::DuplicateTask {
                 task_id,
@@ -1260,7 +1312,7 @@ impl RedisSession {
                     SubagentStatus::from_name(detail).unwrap_or(SubagentStatus::Failed),
                 ),
             },
-            _ => return error,
+            _ => return RedisTrackerError::Protocol(Arc::from(format!("refusal {code}"))),
         };
         refusal.into()
     }

@@ -20,7 +20,7 @@ local function st_cancel(keys, args)
     end
     return 0
   end
-  cancel_trees(base, session_key, { args[2] }, args[3], args[4], now())
+  cancel_trees(base, { args[2] }, args[3], args[4], now())
   return 1
 end
 

@@ -12,7 +12,7 @@ local function st_cancel_all(keys, args)
   end
   -- Every unfinished task; the cancelled among them are passed over.
   local roots = redis.call('ZRANGE', base .. 'live', 0, -1)
-  return cancel_trees(base, session_key, roots, reason, 'session', now())
+  return cancel_trees(base, roots, reason, 'session', now())
 end
 
 register('cancel_all', session_function(st_cancel_all))

@@ -44,7 +44,7 @@ local function st_cancel_matching(keys, args)
     end
   end
   local moved_ids = {}
-  if #matched > 0 then cancel_trees(base, session_key, matched, reason, 'requested', now(), moved_ids) end
+  if #matched > 0 then cancel_trees(base, matched, reason, 'requested', now(), moved_ids) end
   local moved = {}
   for _, task_id in ipairs(matched) do
     if moved_ids[task_id] then moved[#moved + 1] = task_id end

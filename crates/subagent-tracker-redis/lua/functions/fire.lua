@@ -26,12 +26,12 @@ local function st_fire(keys, args)
     local state = fields(key, 'run', 'status', 'claim_error')
     if state[1] == run then
       if kind == 'd' and PENDING[state[2]] then
-        cancel_trees(base, session_key, { task_id }, args[1], 'deadline', at)
+        cancel_trees(base, { task_id }, args[1], 'deadline', at)
       elseif kind == 'c' and state[2] == 'queued' then
         redis.call('HSET', key, 'status', 'failed')
-        settle_group(base, session_key, key, task_id, run, 'failed', at)
-        finish(base, session_key, key, task_id, run, at,
-          { status = 'failed', timed = true, written = { 'status', 'failed', 'error', state[3] or 'claim timeout' } })
+        settle_group(base, key, task_id, run, 'failed', at)
+        local written = { 'status', 'failed', 'error', state[3] or 'claim timeout' }
+        finish(base, key, task_id, run, at, 'failed', true, written)
       end
     end
   end

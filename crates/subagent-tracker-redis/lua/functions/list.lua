@@ -11,10 +11,10 @@ local function st_list(keys, args)
     end
     return found
   end
-  each_retained(base, function(task_id, run)
+  each_retained(base, function(task_id)
     local task = snapshot(base, task_id)
-    if field_of(task, 'run') == run and not is_aged(task) then
-      table.insert(found, { run = tonumber(run), task = task })
+    if #task > 0 and not is_aged(task) then
+      table.insert(found, { run = tonumber(field_of(task, 'run')), task = task })
     end
   end)
   table.sort(found, function(left, right) return left.run < right.run end)

@@ -1,4 +1,4 @@
--- stv2_open_batch(session_key; inc, deadline_reason, then OPEN_FIELDS arguments per task, as stv2_open's):
+-- stv2_open_batch(session_key; inc, deadline_reason, then each task as `opening_at` reads it, as stv2_open's):
 -- opens every task of the batch, in order, or none. A task may name as parent one earlier in the batch.
 -- Returns the seven replies of stv2_open per task, one after the other, or an error reply `<CODE> <index>` (the
 -- 0-based index of the task refused) with stv2_open's codes, or DUPLICATE_IN_BATCH.
@@ -7,16 +7,20 @@ local function st_open_batch(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   if stored_closed then return redis.error_reply('CLOSED') end
   local base = base_of(session_key)
-  local count = (#args - 2) / OPEN_FIELDS
   local current_ms = now_ms()
   -- Every refusal is found before the first task opens (the function runs alone, so nothing changes between),
   -- including a parent earlier in the batch that will have finished by the time its child opens: a reservation
   -- that begins cancelled (under a cancelled parent, or past its deadline) finishes as it opens.
   local opened_here = {}
-  for index = 0, count - 1 do
-    local first = 3 + index * OPEN_FIELDS
-    local task_id, parent_id = args[first], args[first + 1]
-    local detached, reserved, deadline = args[first + 5] == '1', args[first + 6] == '1', args[first + 8]
+  local starts = {}
+  local first = 3
+  while first <= #args do
+    local index = #starts
+    starts[index + 1] = first
+    local task_id, parent_id, _, _, _, detached_flag, reserved_flag, _, deadline, _, _, _, next_first =
+      opening_at(args, first)
+    first = next_first
+    local detached, reserved = detached_flag == '1', reserved_flag == '1'
     local refusal = nil
     local inherits_cancel, inherited_due = false, nil
     if opened_here[task_id] then
@@ -50,10 +54,10 @@ local function st_open_batch(keys, args)
     opened_here[task_id] = { cancelled = cancelled, finishes = cancelled and reserved, due = due }
   end
   local replies = {}
-  for index = 0, count - 1 do
-    local opened, refusal = open_task(session_key, base, args, 3 + index * OPEN_FIELDS, args[2])
+  for index, start in ipairs(starts) do
+    local opened, refusal = open_task(base, args, start, args[2])
     -- Unreachable after the checks above; were it reached, the tasks before it would stay open.
-    if not opened then return redis.error_reply('PROTOCOL ' .. refusal .. ' ' .. index) end
+    if not opened then return redis.error_reply('PROTOCOL ' .. refusal .. ' ' .. (index - 1)) end
     for _, reply in ipairs(opened) do replies[#replies + 1] = reply end
   end
   return replies

@@ -18,7 +18,7 @@ local function st_orphans(keys, args)
       local run, since = unfinished_run_of(key, process)
       if run then
         if current_ms - since > grace then
-          end_lost_run(base, session_key, key, task_id, run, error, now())
+          end_lost_run(base, key, task_id, run, error, now())
           ended = ended + 1
         else
           young = young + 1

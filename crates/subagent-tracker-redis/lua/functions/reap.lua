@@ -14,7 +14,7 @@ local function st_reap(keys, args)
     local run, since = unfinished_run_of(key, process)
     -- A run begun after the lease expired is the work of a worker that came back: not the lost one's.
     if run and since < expired_at then
-      end_lost_run(base, session_key, key, task_id, run, error, at)
+      end_lost_run(base, key, task_id, run, error, at)
       reaped = reaped + 1
     end
   end

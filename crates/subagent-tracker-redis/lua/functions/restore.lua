@@ -24,10 +24,9 @@ local function st_restore(keys, args)
   touch()
   for _, task in ipairs(tasks) do
     local run = next_run()
-    record_change('seq', run)
     local key = task_key(base, task.task_id)
     redis.call('HSET', key, 'id', task.task_id, 'run', run, 'fin', '1', unpack(args, task.first, task.last))
-    retain(base, session_key, task.task_id, run)
+    retain(base, task.task_id)
   end
   return #tasks
 end

@@ -14,7 +14,7 @@ local function st_touch(keys, args)
   end
   if not state[1] then
     local inc = digits(math.max(now_ms() * 1000, after + 1))
-    redis.call('HSET', session_key, 'inc', inc, 'seq', inc, 'max', args[1], 'retained', 0)
+    redis.call('HSET', session_key, 'inc', inc, 'seq', inc, 'max', args[1])
     if args[2] and args[2] ~= '' then redis.call('HSET', session_key, 'max_age', args[2]) end
     if args[3] and args[3] ~= '' then redis.call('HSET', session_key, 'early_ttl', args[3]) end
     if args[4] and args[4] ~= '' then redis.call('HSET', session_key, 'log_size', args[4]) end

@@ -23,7 +23,7 @@ end
 -- Cancels pending roots and their pending descendants. Returns how many moved. `cause` is recorded on each
 -- root, "parent" on descendants (naming the root as origin, or `origin` when given); "session" makes every task its
 -- own origin. With `moved_ids` (a table), each moved task's id is set in it.
-local function cancel_trees(base, session_key, roots, reason, cause, at, moved_ids, origin_of_roots)
+local function cancel_trees(base, roots, reason, cause, at, moved_ids, origin_of_roots)
   local moved = 0
   -- One message per worker, however many of its runs the cancel reaches.
   local notifications = {}
@@ -35,7 +35,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
     while #stack > 0 do
       local task_id = table.remove(stack)
       local key = task_key(base, task_id)
-      local state = fields(key, 'status', 'run', 'worker', 'parent_of', 'due_ms', 'claim_error')
+      local state = fields(key, 'status', 'run', 'worker', 'parent_of', 'on_end')
       local status, run, process, parent_of = state[1], state[2], state[3], state[4]
       if status and PENDING[status] then
         local entry_cause, origin = cause, origin_of_roots or root
@@ -54,7 +54,7 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
         emit_cancelled(base, task_id, run, at, reason)
         if status == 'queued' then
           -- Finished after the walk: finishing may evict runs whose children the walk has yet to reach.
-          table.insert(unclaimed, { key = key, task_id = task_id, run = run, timed = state[5] or state[6] })
+          table.insert(unclaimed, { key = key, task_id = task_id, run = run, timed = has_timer(state[5]) })
         elseif process then
           local messages = notifications[process]
           if not messages then
@@ -82,10 +82,8 @@ local function cancel_trees(base, session_key, roots, reason, cause, at, moved_i
   end
   table.sort(unclaimed, function(left, right) return tonumber(left.run) < tonumber(right.run) end)
   for _, task in ipairs(unclaimed) do
-    finish(base, session_key, task.key, task.task_id, task.run, at, { status = 'cancelled', timed = task.timed })
+    finish(base, task.key, task.task_id, task.run, at, 'cancelled', task.timed)
   end
-  -- LIMIT 0: a trim otherwise removes at most 100 nodes' worth of entries, less than a large cascade added.
-  redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
   for process, messages in pairs(notifications) do
     redis.call('PUBLISH', channel_of(base, process), table.concat(messages))
   end

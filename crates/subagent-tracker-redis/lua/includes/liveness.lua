@@ -9,11 +9,11 @@ end
 
 -- Ends a run whose runner is gone: a running or paused one fails with `error`, a cancelled one finishes, and no
 -- cancel handler of its process will report any more.
-local function end_lost_run(base, session_key, key, task_id, run, error, at)
+local function end_lost_run(base, key, task_id, run, error, at)
   redis.call('HDEL', key, 'handling')
   if PENDING[redis.call('HGET', key, 'status')] then
     redis.call('HSET', key, 'status', 'failed', 'error', error)
-    settle_group(base, session_key, key, task_id, run, 'failed', at)
+    settle_group(base, key, task_id, run, 'failed', at)
   end
-  finish(base, session_key, key, task_id, run, at)
+  finish(base, key, task_id, run, at)
 end

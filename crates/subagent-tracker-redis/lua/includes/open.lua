@@ -1,20 +1,32 @@
--- The fields of one task to open, in the order `stv2_open` and `stv2_open_batch` take them.
-local OPEN_FIELDS = 12
+-- A task to open, as `stv2_open` and `stv2_open_batch` take it from `a[first]`: "s", its id and the worker process
+-- that runs it (a start on the common path: no parent, no option, no timer), or "l" and its twelve values:
+-- task_id, parent_id, agent, description, metadata, detached, reserved, process, deadline_ms, claim_timeout_ms,
+-- claim_error, structured. The short form spares the server ten arguments a start on the common path leaves empty.
+-- Returns the twelve values, then where the next task starts.
+local function opening_at(a, first)
+  if a[first] == 's' then return a[first + 1], '', '', '', '', '0', '0', a[first + 2], '', '', '', '0', first + 3 end
+  return a[first + 1], a[first + 2], a[first + 3], a[first + 4], a[first + 5], a[first + 6], a[first + 7],
+    a[first + 8], a[first + 9], a[first + 10], a[first + 11], a[first + 12], first + 13
+end
 
--- Opens one task of the session: a start or a reservation (`a` holds its OPEN_FIELDS arguments from `first`).
+-- Adds a field and its value to a list of them, as HSET takes it.
+local function add_field(written, field, value)
+  written[#written + 1] = field
+  written[#written + 1] = value
+end
+
+-- Opens one task of the session: a start or a reservation (`a` holds it from `first`: `opening_at`).
 -- Returns {run, status, reason, next timer due or "", origin, cause, handling}, or nil and the refusal's code:
 -- DUPLICATE, UNKNOWN_PARENT or PARENT_FINISHED. A task that begins cancelled comes back with its cancel's reason,
 -- origin and cause, so that the runner's token fires from this reply alone, and handling "1" when its worker
 -- process must report its cancel handlers done (`stv2_handled`).
-local function open_task(session_key, base, a, first, deadline_reason)
-  local task_id, parent_id, agent, description, metadata = a[first], a[first + 1], a[first + 2], a[first + 3],
-    a[first + 4]
-  local detached, reserved = a[first + 5] == '1', a[first + 6] == '1'
+local function open_task(base, a, first, deadline_reason)
+  local task_id, parent_id, agent, description, metadata, detached_flag, reserved_flag, process, deadline,
+    claim_timeout_ms, claim_error, structured_flag = opening_at(a, first)
+  local detached, reserved = detached_flag == '1', reserved_flag == '1'
   -- "2": a start recorded from another runtime's event, for which any retained run of the id is a repeat.
-  local restarts = a[first + 6] ~= '2'
-  local process, deadline = a[first + 7], a[first + 8]
-  local claim_timeout_ms, claim_error = a[first + 9], a[first + 10]
-  local structured = a[first + 11] == '1'
+  local restarts = reserved_flag ~= '2'
+  local structured = structured_flag == '1'
   local key = task_key(base, task_id)
   local old = fields(key, 'run', 'fin')
   if old[1] and (old[2] ~= '1' or not restarts) then return nil, 'DUPLICATE' end
@@ -45,60 +57,53 @@ local function open_task(session_key, base, a, first, deadline_reason)
   -- A refused start changes nothing, its time of last change included.
   if old[1] then
     -- A finished run of this id is replaced: it stops counting against the bound now.
-    release_run(base, task_id, old[1])
-    redis.call('DEL', key)
-    stored_retained = stored_retained - 1
-    record_change('seq', run, 'retained', digits(stored_retained))
-  else
-    record_change('seq', run)
+    forget_replaced_run(base, task_id)
   end
   local at = now()
   local status = reserved and 'queued' or 'running'
   if inherited then status = 'cancelled' end
-  -- One HSET with every field the task starts with.
+  -- One HSET with every field the task starts with; only what a task has is written.
   local written = { 'id', task_id, 'run', run, 'status', status, 'started_at', at }
-  local optional = { 'parent', parent_id, 'agent', agent, 'description', description, 'metadata', metadata,
-    'worker', process }
-  for index = 1, #optional, 2 do
-    if optional[index + 1] ~= '' then
-      written[#written + 1] = optional[index]
-      written[#written + 1] = optional[index + 1]
-    end
-  end
-  local flags = { 'detached', detached, 'reserved', reserved, 'structured', structured }
-  for index = 1, #flags, 2 do
-    if flags[index + 1] then
-      written[#written + 1] = flags[index]
-      written[#written + 1] = '1'
-    end
-  end
+  if process ~= '' then add_field(written, 'worker', process) end
+  if agent ~= '' then add_field(written, 'agent', agent) end
+  if description ~= '' then add_field(written, 'description', description) end
+  if metadata ~= '' then add_field(written, 'metadata', metadata) end
   local attached = parent_run and not detached
+  if parent_id ~= '' then add_field(written, 'parent', parent_id) end
+  if detached then add_field(written, 'detached', '1') end
+  if reserved then add_field(written, 'reserved', '1') end
+  if structured then add_field(written, 'structured', '1') end
   if attached then
-    for _, value in ipairs({ 'lp', parent_id, 'lr', parent_run }) do written[#written + 1] = value end
+    add_field(written, 'lp', parent_id)
+    add_field(written, 'lr', parent_run)
   end
   if inherited then
-    for _, value in ipairs({ 'cancelled_at', at, 'reason', inherited.reason, 'origin', inherited.origin,
-      'cause', inherited.cause }) do
-      written[#written + 1] = value
-    end
+    add_field(written, 'cancelled_at', at)
+    add_field(written, 'reason', inherited.reason)
+    add_field(written, 'origin', inherited.origin)
+    add_field(written, 'cause', inherited.cause)
   end
   if deadline ~= '' then
-    for _, value in ipairs({ 'due_ms', deadline, 'deadline', string.format('%.3f', tonumber(deadline) / 1000) }) do
-      written[#written + 1] = value
-    end
+    add_field(written, 'due_ms', deadline)
+    add_field(written, 'deadline', string.format('%.3f', tonumber(deadline) / 1000))
   end
+  -- What its end must do beyond the common path (`has_timer`, `may_start_group_rule`).
+  local timed = deadline ~= '' or (reserved and claim_timeout_ms ~= '')
+  local grouped = attached or structured
+  if timed or grouped then add_field(written, 'on_end', (timed and 't' or '') .. (grouped and 'g' or '')) end
   redis.call('HSET', key, unpack(written))
-  redis.call('ZADD', base .. 'live', run, task_id)
+  change_live(task_id, run)
   if attached then
     redis.call('SADD', children_key(base, parent_run), task_id)
     redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
+    redis.call('SADD', base .. 'linked', task_id, parent_id)
   end
   local reason, origin, cause, handling = '', '', '', ''
   if inherited then
     emit(base, task_id, 'started', 'cancelled', at, 'reason', inherited.reason)
     emit(base, task_id, 'cancelled', 'cancelled', at, 'reason', inherited.reason)
     if reserved then
-      finish(base, session_key, key, task_id, run, at, { status = 'cancelled', timed = false })
+      finish(base, key, task_id, run, at, 'cancelled', false)
     end
     reason, origin, cause = inherited.reason, inherited.origin, inherited.cause
   else
@@ -109,7 +114,7 @@ local function open_task(session_key, base, a, first, deadline_reason)
   if deadline ~= '' and PENDING[status] then
     local due = tonumber(deadline)
     if due <= now_ms() then
-      cancel_trees(base, session_key, { task_id }, deadline_reason, 'deadline', at)
+      cancel_trees(base, { task_id }, deadline_reason, 'deadline', at)
       status, reason, origin, cause = 'cancelled', deadline_reason, task_id, 'deadline'
       -- `cancel_trees` marks a run that a worker process runs as handling its cancel.
       if process ~= '' and not reserved then handling = '1' end

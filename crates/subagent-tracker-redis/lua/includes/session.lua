@@ -1,12 +1,22 @@
+local function base_of(session_key)
+  return string.sub(session_key, 1, #session_key - #'session')
+end
+-- A session's stream keeps about this many events: it is trimmed as a call ends, once every TRIM_EVERY events (a
+-- trim that finds nothing to remove still costs a server call).
+local EVENT_LIMIT = 10000
+local TRIM_EVERY = 64
 -- The incarnation of the session the running function works on (false for none), read once per call by
 -- `session_function`.
 local stored_inc = false
 -- The session's last event, read once per call and written back once by `session_function` if the call emitted
--- any: its id's time part and its number. Events are numbered one after another, from the incarnation's number
--- on, so that a reader knows how many it missed; their ids are `<ms>-<number>`, `ms` the server's clock and never
--- behind the last, so that after Redis lost writes (a restart from older state, a failover) the numbers go back
--- and the ids do not: a reader reads every new event, and sees by its number that events it had read were lost.
-local last_event_ms, last_event_number = 0, 0
+-- any: its id's time part (a number, and its digits) and its number (a count's two parts: `count_text`). Events
+-- are numbered one after another, from the incarnation's number on, so that a reader knows how many it missed;
+-- their ids are `<ms>-<number>`, `ms` the server's clock and never behind the last, so that after Redis lost writes
+-- (a restart from older state, a failover) the numbers go back and the ids do not: a reader reads every new event,
+-- and sees by its number that events it had read were lost.
+local last_event_ms, last_event_ms_digits, event_high, event_low = nil, nil, nil, nil
+-- How many events the running call emitted.
+local events_emitted = 0
 -- The last event's id as the session's hash holds it (false for none), read with the incarnation and parsed only
 -- by a call that emits.
 local stored_ev = false
@@ -16,36 +26,65 @@ local stored_closed = false
 local stored_max = nil
 -- How long, in microseconds, a finished run is kept after it ended (nil: until the bound evicts it).
 local stored_max_age = nil
--- The session's last run number and its count of retained runs, read with the incarnation and kept current by the
--- function's own writes (`record_change`).
-local stored_seq = nil
-local stored_retained = 0
+-- The session's last run number, as a number and as its digits (`next_run`), read with the incarnation; with the
+-- count's two parts once the call has counted on from it.
+local stored_seq, stored_seq_digits, seq_high, seq_low = nil, nil, nil, nil
 -- The fields of the session's hash that the running function changed (`record_change`; nil for none): written in
--- one HSET when it ends, with the last event's id, so that a start or an end changes the session's hash once.
+-- one HSET when it ends, so that a call changes the session's hash once, however many tasks it starts or ends.
 local changed = nil
+-- What a call does once, however many tasks it starts or ends, each forgotten between calls: whether the session
+-- has no cancel recorded before a start (`take_early_cancel`; nil until a start asks), whether the runs past the
+-- session's age are forgotten already (`retain`), and the eviction its finishes made due (`evict_beyond_bound` in
+-- `retention.lua`, set by `retain`: this file comes before it), run once as the call ends.
+local no_early_cancels = nil
+local aged_forgotten = false
+local eviction_due = nil
+-- The changes of the session's indexes that a call gathers and writes as it ends, one command per index however
+-- many tasks it starts or ends (`write_gathered`): the live index's (task id -> the run that joined it, or false
+-- for one that left it), and the runs it finished, in order, for the finished list (false where a run finished in
+-- the call was replaced in it), with each one's position. No function reads an index after changing it.
+local live_changes = nil
+local finished_now, finished_at = nil, nil
 
--- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
-local function session_function(callback)
-  return function(keys, args)
-    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'retained', 'max_age', 'ev')
-    stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
-    stored_seq, stored_retained = tonumber(session[4]), tonumber(session[5]) or 0
-    stored_max_age = tonumber(session[6])
-    stored_ev, last_event_ms = session[7], nil
-    -- A call that failed part way leaves nothing for the next one to write.
-    changed = nil
-    local reply = callback(keys, args)
-    -- A session without its hash (evicted, removed) gets no stray one: a function that found none changed nothing.
-    if changed then
-      local written = {}
-      for field, value in pairs(changed) do
-        written[#written + 1] = field
-        written[#written + 1] = value
+-- Records that run `run` of `task_id` joined the live index (`run` false: the task left it).
+local function change_live(task_id, run)
+  live_changes = live_changes or {}
+  live_changes[task_id] = run
+end
+
+-- Writes the index changes the call gathered; returns the finished list's length after them, or nil when the
+-- call finished nothing.
+local function write_gathered(base)
+  if live_changes then
+    local joined, left = {}, {}
+    for task_id, run in pairs(live_changes) do
+      if run then
+        joined[#joined + 1] = run
+        joined[#joined + 1] = task_id
+      else
+        left[#left + 1] = task_id
       end
-      redis.call('HSET', keys[1], unpack(written))
     end
-    return reply
+    live_changes = nil
+    -- `unpack` takes a few thousand values: a call changes at most that many (a large cascade, in chunks).
+    for first = 1, #joined, 1000 do
+      redis.call('ZADD', base .. 'live', unpack(joined, first, math.min(first + 999, #joined)))
+    end
+    for first = 1, #left, 1000 do
+      redis.call('ZREM', base .. 'live', unpack(left, first, math.min(first + 999, #left)))
+    end
   end
+  if not finished_now then return nil end
+  local finished = {}
+  for _, task_id in ipairs(finished_now) do
+    if task_id then finished[#finished + 1] = task_id end
+  end
+  finished_now, finished_at = nil, nil
+  local length = nil
+  for first = 1, #finished, 1000 do
+    length = redis.call('RPUSH', base .. 'finished', unpack(finished, first, math.min(first + 999, #finished)))
+  end
+  return length or redis.call('LLEN', base .. 'finished')
 end
 
 -- Records a change of the session now (a session is idle from its last change), with the session's fields the
@@ -60,20 +99,64 @@ local function record_change(...)
   end
 end
 
+-- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
+local function session_function(callback)
+  return function(keys, args)
+    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'max_age', 'ev')
+    stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
+    stored_seq_digits, stored_max_age, stored_ev = session[4], tonumber(session[5]), session[6]
+    stored_seq, seq_high, seq_low = tonumber(stored_seq_digits), nil, nil
+    last_event_ms, events_emitted = nil, 0
+    -- A call that failed part way leaves nothing for the next one to write.
+    changed, no_early_cancels, aged_forgotten, eviction_due = nil, nil, false, nil
+    live_changes, finished_now, finished_at = nil, nil, nil
+    local reply = callback(keys, args)
+    local base = base_of(keys[1])
+    local finished_length = write_gathered(base)
+    if eviction_due then
+      local evict = eviction_due
+      eviction_due = nil
+      evict(base, finished_length)
+    end
+    -- A session without its hash (evicted, removed) gets no stray one: a function that found none changed nothing.
+    if changed then
+      local written = {}
+      for field, value in pairs(changed) do
+        written[#written + 1] = field
+        written[#written + 1] = value
+      end
+      redis.call('HSET', keys[1], unpack(written))
+    end
+    -- The call's events crossed a multiple of TRIM_EVERY. LIMIT 0: a trim otherwise removes at most 100 nodes' worth
+    -- of entries, less than a large call adds.
+    if events_emitted > 0 and event_low % TRIM_EVERY < events_emitted then
+      redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
+    end
+    return reply
+  end
+end
+
 -- The id of the session's next event (see `last_event_ms`), recorded as the session's last.
 local function next_event_id()
   if not last_event_ms then
     -- An incarnation numbers its events on from its own number, which is past every earlier incarnation's
     -- events: a reader of an ended incarnation sees the numbers jump.
-    last_event_ms, last_event_number = 0, tonumber(stored_inc) or 0
-    if stored_ev then
-      local ms, number = string.match(stored_ev, '^(%d+)-(%d+)$')
-      last_event_ms, last_event_number = tonumber(ms), tonumber(number)
-    end
+    local ms_digits, number = '0', stored_inc or '0'
+    if stored_ev then ms_digits, number = string.match(stored_ev, '^(%d+)-(%d+)$') end
+    last_event_ms, last_event_ms_digits = tonumber(ms_digits), ms_digits
+    event_high, event_low = split_count(number)
   end
-  last_event_ms = math.max(last_event_ms, now_ms())
-  last_event_number = last_event_number + 1
-  local id = string.format('%d-%d', last_event_ms, last_event_number)
+  if now_ms() > last_event_ms then last_event_ms, last_event_ms_digits = now_ms(), now_ms_digits() end
+  event_high, event_low = count_on(event_high, event_low)
+  events_emitted = events_emitted + 1
+  local id
+  if event_high == '' then
+    id = last_event_ms_digits .. '-' .. count_text(event_high, event_low)
+  else
+    -- `count_text` in the same concatenation: one new string rather than two.
+    id = last_event_ms_digits .. '-' .. event_high .. THREE_DIGITS[math.floor(event_low / 1000)] ..
+      THREE_DIGITS[event_low % 1000]
+  end
   changed = changed or {}
   changed.ev = id
   return id
@@ -86,18 +169,24 @@ end
 
 local function gone() return redis.error_reply('GONE') end
 
--- Takes the session's next run number: past its last one, and past the server's clock in microseconds. The clock
--- goes on across a restart from older state or a failover to a lagging replica, where the stored last number
--- goes back, so a run lost that way never has its number handed out again (contract section 20).
+-- Takes the session's next run number, as its digits: past its last one, and past the server's clock in
+-- microseconds. The clock goes on across a restart from older state or a failover to a lagging replica, where
+-- the stored last number goes back, so a run lost that way never has its number handed out again (contract
+-- section 20).
 local function next_run()
-  stored_seq = math.max(stored_seq + 1, now_us())
-  return digits(stored_seq)
+  if stored_seq < now_us() then
+    stored_seq = now_us()
+    seq_high, seq_low = now_us_count()
+  else
+    stored_seq = stored_seq + 1
+    if not seq_high then seq_high, seq_low = split_count(stored_seq_digits) end
+    seq_high, seq_low = count_on(seq_high, seq_low)
+  end
+  stored_seq_digits = count_text(seq_high, seq_low)
+  record_change('seq', stored_seq_digits)
+  return stored_seq_digits
 end
 
 local function touch()
   record_change()
-end
-
-local function base_of(session_key)
-  return string.sub(session_key, 1, #session_key - #'session')
 end

@@ -1,14 +1,12 @@
 -- Deletes every key of a session.
 local function remove_session(base, session_key)
-  each_retained(base, function(task_id, run)
-    -- A stale entry's task belongs to a later run, deleted with that run's own entry.
+  each_retained(base, function(task_id)
     local key = task_key(base, task_id)
-    if redis.call('HGET', key, 'run') == run then
-      redis.call('DEL', children_key(base, run), key)
-    end
+    local run = redis.call('HGET', key, 'run')
+    if run then redis.call('DEL', children_key(base, run), key) end
   end)
-  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'events', base .. 'timers',
-    base .. 'early', base .. 'early_order')
+  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'linked', base .. 'events',
+    base .. 'timers', base .. 'early', base .. 'early_order')
 end
 
 -- {incarnation, closed ("1" or "0"), unfinished task count, max_finished} of the session under `session_key`, or

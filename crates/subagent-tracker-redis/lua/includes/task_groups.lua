@@ -7,13 +7,13 @@
 -- parent_of} when the caller has read them; nil to read them here.
 local GROUP_FIELDS = { 'parent', 'detached', 'structured', 'parent_of' }
 
-local function settle_group(base, session_key, key, task_id, run, status, at, known)
+local function settle_group(base, key, task_id, run, status, at, known)
   if status ~= 'failed' and status ~= 'completed' then return end
   local task = known or fields(key, unpack(GROUP_FIELDS))
   local parent_id, detached, structured, had_children = task[1], task[2], task[3], task[4]
   -- Its own children first: a failing group's children end by its end, not by its parent's cancel.
   if structured == '1' and had_children then
-    cancel_trees(base, session_key, redis.call('SMEMBERS', children_key(base, run)), GROUP_ENDED_REASON, 'parent',
+    cancel_trees(base, redis.call('SMEMBERS', children_key(base, run)), GROUP_ENDED_REASON, 'parent',
       at, nil, task_id)
   end
   if status == 'failed' and parent_id and detached ~= '1' then
@@ -21,7 +21,7 @@ local function settle_group(base, session_key, key, task_id, run, status, at, kn
     -- The parent's current run is the one the child started under when it began before the child: a later run of
     -- the id began after that one finished, which was after the child's start.
     if parent[2] == '1' and tonumber(parent[1]) < tonumber(run) then
-      cancel_trees(base, session_key, { parent_id }, CHILD_FAILED_REASON, 'child_failed', at, nil, task_id)
+      cancel_trees(base, { parent_id }, CHILD_FAILED_REASON, 'child_failed', at, nil, task_id)
     end
   end
 end

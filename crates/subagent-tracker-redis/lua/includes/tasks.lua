@@ -2,6 +2,12 @@ local function fields(key, ...)
   return redis.call('HMGET', key, ...)
 end
 
+-- What a task's end does beyond the common path, as its start records it in the field `on_end` (absent for
+-- neither): "t", remove a deadline's or a claim timeout's timer; "g", settle a task group's rule, which may apply
+-- (`may_settle_group`); "tg", both.
+local function has_timer(on_end) return on_end == 't' or on_end == 'tg' end
+local function may_start_group_rule(on_end) return on_end == 'g' or on_end == 'tg' end
+
 local function snapshot(base, task_id)
   return redis.call('HGETALL', task_key(base, task_id))
 end
@@ -33,6 +39,7 @@ local DEFAULT_EARLY_CANCEL_TTL_US = 60000000
 local function record_early_cancel(base, task_id, reason, ttl_us)
   local current = now_us()
   local expires = current + ttl_us
+  no_early_cancels = false
   redis.call('HSET', base .. 'early', task_id, digits(expires) .. '\t' .. reason)
   redis.call('ZADD', base .. 'early_order', expires, task_id)
   local dropped = redis.call('ZRANGEBYSCORE', base .. 'early_order', '-inf', current)
@@ -49,8 +56,11 @@ local function record_early_cancel(base, task_id, reason, ttl_us)
   end
 end
 
--- Takes the live cancel recorded for `task_id`'s start: its reason, once; nil for none.
+-- Takes the live cancel recorded for `task_id`'s start: its reason, once; nil for none. A call asks the server
+-- whether the session has any such cancel once, however many tasks it starts.
 local function take_early_cancel(base, task_id)
+  if no_early_cancels == nil then no_early_cancels = redis.call('EXISTS', base .. 'early') == 0 end
+  if no_early_cancels then return nil end
   local recorded = redis.call('HGET', base .. 'early', task_id)
   if not recorded then return nil end
   redis.call('HDEL', base .. 'early', task_id)
@@ -60,14 +70,9 @@ local function take_early_cancel(base, task_id)
   return reason
 end
 
--- Calls `visit(task_id, run)` for every retained run: the unfinished ones of the live index, then the finished
--- ones of the finished list (whose entries of replaced runs are stale: the task's hash holds another run).
+-- Calls `visit(task_id)` for every retained run: the unfinished ones of the live index, then the finished ones of
+-- the finished list.
 local function each_retained(base, visit)
-  local live = redis.call('ZRANGE', base .. 'live', 0, -1, 'WITHSCORES')
-  -- A score comes back as the server formats a double; the run as the task's hash holds it is its digits.
-  for index = 1, #live, 2 do visit(live[index], digits(tonumber(live[index + 1]))) end
-  for _, entry in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do
-    local task_id, run = string.match(entry, '^(.*)\t(%d+)$')
-    visit(task_id, run)
-  end
+  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'live', 0, -1)) do visit(task_id) end
+  for _, task_id in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do visit(task_id) end
 end
