@@ -109,10 +109,10 @@ Task fields: id, run, status (queued|running|paused|completed|failed|cancelled),
 worker (the process that runs it), started_at, claimed_at, cancelled_at, ended_at, reason, origin, cause, result,
 error, error_type, error_code, progress, progress_count, pl<n> (the progress log: report number n, as
 "<at>:<message's byte length>:<message><data>", the latest log_size kept), deadline (seconds) and due_ms,
-claim_error, on_end (what its end does beyond the common path: "t" remove a timer, "g" settle a task group's rule,
-or "tg"; absent for neither), parent_of ("1" once it has had attached children), pause_reason (while paused, and kept when a
-paused run ends), pauses (how many times the run paused), handling (the run, while its worker process has yet
-to report its cancel handlers done), resume_value (JSON text: what the latest resume handed the runner).
+claim_error, on_end (what its end does beyond the common path: "t" remove a timer, "g" settle a task group's
+rule, or "tg"; absent for neither), parent_of ("1" once it has had attached children), pause_reason (while
+paused, and kept when a paused run ends), pauses (how many times the run paused), handling (the run, while its worker
+process has yet to report its cancel handlers done), resume_value (JSON text: what the latest resume handed the runner).
 
 Cancels of tasks that a worker process runs are published to "<prefix>v2:worker:<process>", one message per
 process and cancel, each run as its session (as encoded in the keys), task, run, reason, origin and cause (see
