@@ -43,6 +43,16 @@ impl RedisTaskHandle {
         self.links = links;
     }
 
+    pub(crate) fn session(&self) -> &RedisSession {
+        &self.session
+    }
+
+    /// Stops mirroring the run once a batch recorded its end (`RedisSession::end_batch`), as the handle's own
+    /// end does.
+    pub(crate) fn release_after_end(&mut self) {
+        self.release(None);
+    }
+
     /// The task's id.
     #[must_use]
     pub fn task_id(&self) -> &str {

@@ -73,6 +73,14 @@ pub enum TrackerError {
         /// What is wrong with it.
         problem: IdProblem,
     },
+    /// A batch of ends names a runner's handle of another session: a batch ends the tasks of one session.
+    #[error("the handle of task {task_id:?} is of another session, not of session {session_id:?}; a batch ends the tasks of its own session")]
+    HandleOfAnotherSession {
+        /// The handle's task.
+        task_id: Arc<str>,
+        /// The session the batch ends tasks in.
+        session_id: Arc<str>,
+    },
     /// A number of seconds (a timeout, a wait, a deadline) out of range.
     #[error("{argument} must be a finite, non-negative number of seconds no larger than {max:e}; {problem}", max = crate::MAX_SECONDS)]
     InvalidSeconds {

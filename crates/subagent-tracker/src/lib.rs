@@ -96,6 +96,7 @@ pub use token::delivery::OnCancel;
 pub use token::handlers::HandlerDone;
 pub use token::{SubagentTaskToken, WaitForCancel, WaitForFinish, WaitForResume};
 pub use tokio_util::sync::CancellationToken;
+pub use tracker::batch_end::{check_batch_ends, EndTarget, TaskEnd};
 pub use tracker::cancel_wait::{cancel_wait_timeout_message, CancelWait, WaitForHandlers};
 pub use tracker::config::TrackerConfig;
 pub use tracker::deadline_timer::{fork, pending_deadlines};

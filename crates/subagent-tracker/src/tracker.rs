@@ -22,6 +22,7 @@
 //!
 //! A session in a registry knows it only as an [`engine::SessionList`] to leave, so the registry sits above this layer.
 
+pub(crate) mod batch_end;
 pub(crate) mod cancel_wait;
 pub(crate) mod config;
 pub(crate) mod deadline_timer;

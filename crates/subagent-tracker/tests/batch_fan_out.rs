@@ -1,5 +1,5 @@
 //! CONTRACT §22: a batch starts or reserves every one of its tasks, or none; a cancel of a parent reaches every
-//! child the batch opens under it, whenever the cancel lands.
+//! child the batch opens under it, whenever the cancel lands; a batch of ends gives each end its own result.
 
 mod common;
 
@@ -8,8 +8,8 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 
 use subagent_tracker::{
-    InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle, TaskStart, TrackerError,
-    BATCH_REFUSED_REASON,
+    EndTarget, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle, TaskEnd,
+    TaskFailure, TaskStart, TrackerError, BATCH_REFUSED_REASON,
 };
 
 /// What a refused batch's error must be.
@@ -17,6 +17,13 @@ type Expected = fn(&TrackerError) -> bool;
 
 fn tracker() -> InMemorySubagentTaskTracker {
     common::tracker_retaining(100_000)
+}
+
+fn tracker_named(session_id: &str) -> InMemorySubagentTaskTracker {
+    InMemorySubagentTaskTracker::with_config(
+        Some(session_id),
+        subagent_tracker::TrackerConfig::default(),
+    )
 }
 
 fn ids(tracker: &InMemorySubagentTaskTracker) -> Vec<String> {
@@ -253,4 +260,69 @@ fn a_reservation_that_would_finish_as_it_opens_cannot_parent_a_later_task() {
         ])
         .unwrap();
     assert!(started.iter().all(SubagentTaskHandle::is_cancelled));
+}
+
+/// A batch of ends records each end on its own, as one after the other would, and gives each its own result.
+#[test]
+fn a_batch_of_ends_gives_each_end_its_own_result() {
+    let tracker = tracker_named("s");
+    let done = tracker.start(TaskStart::new().task_id("done")).unwrap();
+    let stopped = tracker.start(TaskStart::new().task_id("stopped")).unwrap();
+    let _by_id = tracker.start(TaskStart::new().task_id("by-id")).unwrap();
+    assert!(tracker.cancel("stopped", Some("no longer needed")));
+    let moved = tracker
+        .end_batch(vec![
+            (
+                EndTarget::Handle(&done),
+                TaskEnd::Completed(Some("answer".to_owned())),
+            ),
+            (EndTarget::Handle(&stopped), TaskEnd::Completed(None)),
+            (
+                EndTarget::TaskId("by-id".into()),
+                TaskEnd::Failed(TaskFailure::new("it broke")),
+            ),
+            (
+                EndTarget::TaskId("unknown".into()),
+                TaskEnd::Completed(None),
+            ),
+            (
+                EndTarget::Handle(&done),
+                TaskEnd::Failed(TaskFailure::new("late")),
+            ),
+        ])
+        .unwrap();
+    assert_eq!(moved, [true, false, true, false, false]);
+    let snapshot = |task_id: &str| tracker.get(task_id).unwrap();
+    assert_eq!(snapshot("done").status, SubagentStatus::Completed);
+    assert_eq!(snapshot("done").result.as_deref(), Some("answer"));
+    assert_eq!(
+        (snapshot("stopped").status, snapshot("stopped").finished),
+        (SubagentStatus::Cancelled, true)
+    );
+    assert_eq!(snapshot("by-id").error.as_deref(), Some("it broke"));
+}
+
+/// A batch of ends that names a handle of another session, or an invalid id, ends nothing.
+#[test]
+fn a_batch_of_ends_with_a_foreign_handle_or_a_bad_id_ends_nothing() {
+    let tracker = tracker_named("s");
+    let other = tracker_named("other");
+    let mine = tracker.start(TaskStart::new().task_id("mine")).unwrap();
+    let theirs = other.start(TaskStart::new().task_id("theirs")).unwrap();
+    let refused = tracker.end_batch(vec![
+        (EndTarget::Handle(&mine), TaskEnd::Completed(None)),
+        (EndTarget::Handle(&theirs), TaskEnd::Completed(None)),
+    ]);
+    assert!(matches!(
+        refused,
+        Err(TrackerError::HandleOfAnotherSession { ref task_id, ref session_id })
+            if &**task_id == "theirs" && &**session_id == "s"
+    ));
+    let refused = tracker.end_batch(vec![
+        (EndTarget::Handle(&mine), TaskEnd::Completed(None)),
+        (EndTarget::TaskId("".into()), TaskEnd::Completed(None)),
+    ]);
+    assert!(matches!(refused, Err(TrackerError::InvalidId { .. })));
+    assert_eq!(tracker.get("mine").unwrap().status, SubagentStatus::Running);
+    assert_eq!(other.get("theirs").unwrap().status, SubagentStatus::Running);
 }

@@ -34,6 +34,11 @@ impl<V: Clone + Send + Sync + 'static> SubagentTaskHandle<V> {
         &self.entry.task_id
     }
 
+    /// Whether this handle is of the session `shared` holds.
+    pub(crate) fn belongs_to(&self, shared: &Arc<TrackerShared<V>>) -> bool {
+        Arc::ptr_eq(&self.shared, shared)
+    }
+
     /// The id of the session that owns the task.
     #[must_use]
     pub fn session_id(&self) -> &Arc<str> {

@@ -1,0 +1,266 @@
+//! Contract §22 on Redis, ends and coalescing: a batch of ends is one round trip with a result per end, and the
+//! starts and ends that wait together in one process go to the server as one call, each keeping its own outcome.
+
+mod common;
+
+use common::{cli, RedisServer};
+use futures_util::future::join_all;
+use subagent_tracker::{
+    EndTarget, SubagentStatus, TaskEnd, TaskFailure, TaskStart, TrackerConfig, TrackerError,
+};
+use subagent_tracker_redis::{RedisRegistry, RedisTrackerError};
+
+/// How many server function calls the server has run so far.
+fn function_calls(server: &RedisServer) -> u64 {
+    let stats = cli(server.port, &["INFO", "commandstats"]);
+    stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_fcall:"))
+        .filter_map(|line| line.split("calls=").nth(1))
+        .filter_map(|rest| rest.split(',').next())
+        .filter_map(|calls| calls.parse::<u64>().ok())
+        .sum()
+}
+
+async fn session(worker: &RedisRegistry) -> subagent_tracker_redis::RedisSession {
+    worker
+        .session(Some("s"), TrackerConfig::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_ends_handles_and_ids_in_one_round_trip_with_a_result_each() {
+    let server = RedisServer::start();
+    let worker = server.worker("e1:", "runner").await;
+    let session = session(&worker).await;
+    let mut done = session
+        .start(TaskStart::new().task_id("done"))
+        .await
+        .unwrap();
+    let mut stopped = session
+        .start(TaskStart::new().task_id("stopped"))
+        .await
+        .unwrap();
+    let by_id = session
+        .start(TaskStart::new().task_id("by-id"))
+        .await
+        .unwrap();
+    assert!(session
+        .cancel("stopped", Some("no longer needed"))
+        .await
+        .unwrap());
+    let before = function_calls(&server);
+    let moved = session
+        .end_batch(vec![
+            (
+                EndTarget::Handle(&mut done),
+                TaskEnd::Completed(Some("\"answer\"".to_owned())),
+            ),
+            (EndTarget::Handle(&mut stopped), TaskEnd::Completed(None)),
+            (
+                EndTarget::TaskId("by-id".into()),
+                TaskEnd::Failed(TaskFailure::new("it broke").error_type("ValueError")),
+            ),
+            (
+                EndTarget::TaskId("unknown".into()),
+                TaskEnd::Completed(None),
+            ),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(moved, [true, false, true, false]);
+    assert_eq!(
+        function_calls(&server) - before,
+        1,
+        "one server call for the whole batch"
+    );
+    let done_now = session.get("done").await.unwrap().unwrap();
+    assert_eq!(
+        (done_now.status, done_now.result.as_deref()),
+        (SubagentStatus::Completed, Some("\"answer\""))
+    );
+    let stopped_now = session.get("stopped").await.unwrap().unwrap();
+    assert_eq!(
+        (stopped_now.status, stopped_now.finished),
+        (SubagentStatus::Cancelled, true)
+    );
+    let failed = session.get("by-id").await.unwrap().unwrap();
+    assert_eq!(
+        (
+            failed.status,
+            failed.error.as_deref(),
+            failed.error_type.as_deref()
+        ),
+        (SubagentStatus::Failed, Some("it broke"), Some("ValueError"))
+    );
+    // A handle a batch ended answers its own later end at once, as after its own end.
+    assert!(done.has_reported_end());
+    assert!(!done.complete(None).await.unwrap());
+    // The runner of the task ended by id finds it finished.
+    drop(by_id);
+    assert_eq!(
+        session.get("by-id").await.unwrap().unwrap().status,
+        SubagentStatus::Failed
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_naming_a_handle_of_another_session_or_a_bad_id_changes_nothing() {
+    let server = RedisServer::start();
+    let worker = server.worker("e2:", "runner").await;
+    let session = session(&worker).await;
+    let other = worker
+        .session(Some("other"), TrackerConfig::default())
+        .await
+        .unwrap();
+    let mut mine = session
+        .start(TaskStart::new().task_id("mine"))
+        .await
+        .unwrap();
+    let mut theirs = other
+        .start(TaskStart::new().task_id("theirs"))
+        .await
+        .unwrap();
+    let refused = session
+        .end_batch(vec![
+            (EndTarget::Handle(&mut mine), TaskEnd::Completed(None)),
+            (EndTarget::Handle(&mut theirs), TaskEnd::Completed(None)),
+        ])
+        .await;
+    assert!(matches!(
+        refused,
+        Err(RedisTrackerError::Tracker(TrackerError::HandleOfAnotherSession { ref task_id, .. }))
+            if &**task_id == "theirs"
+    ));
+    let refused = session
+        .end_batch(vec![
+            (EndTarget::Handle(&mut mine), TaskEnd::Completed(None)),
+            (EndTarget::TaskId("".into()), TaskEnd::Completed(None)),
+        ])
+        .await;
+    assert!(matches!(
+        refused,
+        Err(RedisTrackerError::Tracker(TrackerError::InvalidId { .. }))
+    ));
+    for (session, task_id) in [(&session, "mine"), (&other, "theirs")] {
+        assert_eq!(
+            session.get(task_id).await.unwrap().unwrap().status,
+            SubagentStatus::Running,
+            "a refused batch ends nothing"
+        );
+    }
+    assert!(mine.complete(None).await.unwrap());
+    assert!(theirs.complete(None).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_starts_keep_their_own_refusals_and_none_is_left_half_done() {
+    let server = RedisServer::start();
+    let worker = server.worker("e3:", "runner").await;
+    let session = session(&worker).await;
+    let _live = session
+        .start(TaskStart::new().task_id("taken"))
+        .await
+        .unwrap();
+    let before = function_calls(&server);
+    let starts = 60;
+    let opened = join_all((0..starts).map(|index| {
+        let session = session.clone();
+        async move {
+            let start = match index {
+                20 => TaskStart::new().task_id("taken"),
+                40 => TaskStart::new()
+                    .task_id("orphan")
+                    .parent_id("no-such-parent"),
+                _ => TaskStart::new().task_id(format!("t{index}")),
+            };
+            session.start(start).await
+        }
+    }))
+    .await;
+    let calls = function_calls(&server) - before;
+    assert!(
+        calls < starts / 2,
+        "{starts} starts waiting together took {calls} server calls"
+    );
+    for (index, outcome) in opened.iter().enumerate() {
+        match index {
+            20 => assert!(matches!(
+                outcome,
+                Err(RedisTrackerError::Tracker(
+                    TrackerError::DuplicateTask { .. }
+                ))
+            )),
+            40 => assert!(matches!(
+                outcome,
+                Err(RedisTrackerError::Tracker(TrackerError::UnknownTask { .. }))
+            )),
+            _ => assert!(
+                outcome.is_ok(),
+                "start {index}: {:?}",
+                outcome.as_ref().err()
+            ),
+        }
+    }
+    // Every start that went through is whole: listed, running, with its event; the refused ones left nothing.
+    let tasks = session.tasks().await.unwrap();
+    assert_eq!(tasks.len(), starts as usize - 2 + 1);
+    assert!(tasks
+        .iter()
+        .all(|task| task.status == SubagentStatus::Running));
+    assert!(session.get("orphan").await.unwrap().is_none());
+    let taken = session.get("taken").await.unwrap().unwrap();
+    assert_eq!(taken.status, SubagentStatus::Running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_ends_keep_their_own_results() {
+    let server = RedisServer::start();
+    let worker = server.worker("e4:", "runner").await;
+    let session = session(&worker).await;
+    let mut handles = Vec::new();
+    for index in 0..40 {
+        handles.push(
+            session
+                .start(TaskStart::new().task_id(format!("t{index}")))
+                .await
+                .unwrap(),
+        );
+    }
+    assert!(session.cancel("t7", None).await.unwrap());
+    let before = function_calls(&server);
+    let ended = join_all(
+        handles
+            .iter_mut()
+            .enumerate()
+            .map(|(index, handle)| async move {
+                if index % 2 == 0 {
+                    handle.complete(None).await
+                } else {
+                    handle.fail("odd").await
+                }
+            }),
+    )
+    .await;
+    let calls = function_calls(&server) - before;
+    assert!(
+        calls < 20,
+        "40 ends waiting together took {calls} server calls"
+    );
+    for (index, ended) in ended.into_iter().enumerate() {
+        assert_eq!(ended.unwrap(), index != 7, "end {index}");
+    }
+    for (index, task) in session.tasks().await.unwrap().iter().enumerate() {
+        let expected = match index {
+            7 => SubagentStatus::Cancelled,
+            even if even % 2 == 0 => SubagentStatus::Completed,
+            _ => SubagentStatus::Failed,
+        };
+        assert_eq!(
+            (task.status, task.finished),
+            (expected, true),
+            "task {index}"
+        );
+    }
+}
