@@ -109,8 +109,8 @@ def queue_jobs_pipelined(client: redis.Redis, shas: tuple[str, str], first: int)
 
 
 def lifecycles_concurrently(url: str, bound: int, warm_up: int) -> Callable[[int], object]:
-    """An event loop with one ``AsyncRedisSession``, warmed up with ``warm_up`` lifecycles; the action it returns
-    runs ``CONCURRENCY`` runners of one lifecycle each, all at once."""
+    """An event loop with one ``AsyncRedisSession``, warmed up with ``warm_up`` lifecycles; the action it
+    returns runs ``CONCURRENCY`` runners of one lifecycle each, all at once."""
     loop = asyncio.new_event_loop()
 
     async def open_session() -> AsyncRedisSession:
@@ -219,7 +219,9 @@ def main() -> None:
         "(`make`) names the functions where the instructions go (callgrind_annotate on the dump kept with "
         "--keep-dump)",
     )
-    parser.add_argument("--keep-dump", help="copy the callgrind dump of the concurrent lifecycles' count to this path")
+    parser.add_argument(
+        "--keep-dump", help="copy the callgrind dump of the concurrent lifecycles' count to this path"
+    )
     arguments = parser.parse_args()
     smoke = arguments.smoke
     if shutil.which("valgrind") is None or shutil.which(arguments.redis_server) is None:
@@ -251,15 +253,18 @@ def main() -> None:
             queue_job(client, shas, next(jobs))
         queue = server.instructions(lambda _: queue_job(client, shas, next(jobs)), lifecycles)
         waves = max(2, lifecycles // CONCURRENCY)
-        concurrent = server.instructions(lifecycles_concurrently(server.url, bound, 2 * bound), waves) / CONCURRENCY
+        waved = lifecycles_concurrently(server.url, bound, 2 * bound)
+        concurrent = server.instructions(waved, waves) / CONCURRENCY
         if arguments.keep_dump:
             shutil.copyfile(server.last_dump, arguments.keep_dump)
         batches = iter(range(10**6, 10**9, CONCURRENCY))  # the pipelined jobs' keys: new ones too
         for _ in range(max(1, bound // CONCURRENCY)):
             queue_jobs_pipelined(client, shas, next(batches))
-        pipelined = (
-            server.instructions(lambda _: queue_jobs_pipelined(client, shas, next(batches)), waves) / CONCURRENCY
-        )
+
+        def jobs_pipelined(_: int) -> None:
+            queue_jobs_pipelined(client, shas, next(batches))
+
+        pipelined = server.instructions(jobs_pipelined, waves) / CONCURRENCY
         print("| what the server runs | instructions | beside two bare HSETs | beside a queue's job |")
         print("|---|---|---|---|")
         lifecycle = "a start + complete (two function calls), retention bound full"

@@ -204,6 +204,9 @@ class AwaitableSession:
             task_id, result=result, error=error, error_type=error_type, error_code=error_code
         )
 
+    async def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> list[bool]:
+        return self.session.end_subagent_tasks(_in_memory_ends(ends))
+
     async def cancel_subagent_tasks(
         self,
         *,
@@ -290,3 +293,16 @@ class AwaitableSession:
 
     def __repr__(self) -> str:
         return f"AwaitableSession({self.session!r})"
+
+
+def _in_memory_ends(ends: Iterable[Mapping[str, Any]]) -> Iterable[Mapping[str, Any]]:
+    """A batch of ends as the in-memory session takes it: the handles its awaitable handles wrap. Anything but
+    an iterable of ends goes as it is, for the session's own error."""
+    if isinstance(ends, (str, bytes, Mapping)) or not isinstance(ends, Iterable):
+        return ends
+    return [
+        {**end, "handle": end["handle"].handle}
+        if isinstance(end, Mapping) and isinstance(end.get("handle"), AwaitableTaskHandle)
+        else end
+        for end in ends
+    ]

@@ -344,6 +344,7 @@ class Session:
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> bool: ...
+    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> list[bool]: ...
     def cancel_subagent_tasks(
         self,
         *,
@@ -498,6 +499,7 @@ class RedisSession:
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> bool: ...
+    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> list[bool]: ...
     def cancel_subagent_tasks(
         self,
         *,
@@ -681,6 +683,7 @@ class AsyncRedisSession:
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> asyncio.Future[bool]: ...
+    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> asyncio.Future[list[bool]]: ...
     def cancel_subagent_tasks(
         self,
         *,

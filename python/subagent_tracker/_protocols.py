@@ -136,6 +136,7 @@ class SessionProtocol(Protocol):
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> bool: ...
+    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> list[bool]: ...
     def cancel_subagent_tasks(
         self,
         *,
@@ -238,6 +239,7 @@ class AsyncSessionProtocol(Protocol):
         error_type: str | None = None,
         error_code: str | int | None = None,
     ) -> Awaitable[bool]: ...
+    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> Awaitable[list[bool]]: ...
     def cancel_subagent_tasks(
         self,
         *,

@@ -20,6 +20,7 @@ use crate::arguments::{
     WorkerIdArgument,
 };
 use crate::batch_arguments::batch_starts;
+use crate::end_arguments::batch_ends;
 use crate::errors::redis_error;
 use crate::event_arguments::recorded_event;
 use crate::filter_arguments::FilterArguments;
@@ -384,6 +385,26 @@ impl AsyncRedisSession {
             .map(|value| arguments::json_text(value, "value"))
             .transpose()?;
         self.calls.resume_task(py, task_id, value)
+    }
+
+    /// Ends every task of `ends` (mappings naming a task by `handle` or `task_id`, with `end_subagent_task`'s
+    /// keyword arguments) in one round trip, in order and each on its own; gives per end whether it moved its
+    /// task.
+    fn end_subagent_tasks<'py>(
+        &self,
+        py: Python<'py>,
+        ends: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let ends = batch_ends(
+            ends,
+            |handle| {
+                let handle = handle.cast::<AsyncRedisTaskHandle>().ok()?;
+                Some(handle.get().calls.batch_handle())
+            },
+            "an AsyncRedisTaskHandle",
+            |result| arguments::json_text(result, "result"),
+        )?;
+        self.calls.end_batch(py, ends)
     }
 
     /// Records the end of a task without its handle: `error` fails it (with `error_type` and `error_code`, if

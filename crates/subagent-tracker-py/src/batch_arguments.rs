@@ -34,7 +34,7 @@ pub(crate) fn batch_starts<V: StoredMetadata>(
         .enumerate()
         .map(|(index, task)| {
             task.into_start()
-                .map_err(|error| in_task(tasks.py(), error, index, ""))
+                .map_err(|error| in_batch_item(tasks.py(), error, "task", index, ""))
         })
         .collect()
 }
@@ -53,38 +53,47 @@ fn batch_tasks<'py>(
         };
         format!("tasks must be an iterable of mappings, each of the keyword arguments of {call}")
     };
-    if tasks.is_instance_of::<PyString>()
-        || tasks.is_instance_of::<PyBytes>()
-        || tasks.cast::<PyMapping>().is_ok()
-    {
-        return Err(pyo3::exceptions::PyTypeError::new_err(format!(
-            "{}, got {}",
-            expected(),
-            tasks.get_type().name()?
-        )));
-    }
-    let items = tasks.try_iter().map_err(|_| {
-        pyo3::exceptions::PyTypeError::new_err(format!(
-            "{}, got {}",
-            expected(),
-            tasks
-                .get_type()
-                .name()
-                .map(|name| name.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
     let mut batch = Vec::new();
-    for (index, item) in items.enumerate() {
-        let item = item?;
-        let task = batch_task(&item, reserving)
-            .map_err(|error| in_task(tasks.py(), error, index, &expected()))?;
+    for (index, item) in batch_items(tasks, &expected())?.enumerate() {
+        let task = item
+            .and_then(|item| batch_task(&item, reserving))
+            .map_err(|error| in_batch_item(tasks.py(), error, "task", index, &expected()))?;
         batch.push(task);
     }
     Ok(batch)
 }
 
-fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartArguments<'py>> {
+/// The items of a batch: `batch` must be an iterable (not a string, bytes or a mapping), or a `TypeError`
+/// says what was `expected`.
+pub(crate) fn batch_items<'py>(
+    batch: &Bound<'py, PyAny>,
+    expected: &str,
+) -> PyResult<Bound<'py, pyo3::types::PyIterator>> {
+    let refused = || {
+        pyo3::exceptions::PyTypeError::new_err(format!(
+            "{expected}, got {}",
+            batch
+                .get_type()
+                .name()
+                .map(|name| name.to_string())
+                .unwrap_or_default()
+        ))
+    };
+    if batch.is_instance_of::<PyString>()
+        || batch.is_instance_of::<PyBytes>()
+        || batch.cast::<PyMapping>().is_ok()
+    {
+        return Err(refused());
+    }
+    batch.try_iter().map_err(|_| refused())
+}
+
+/// An item of a batch as a mapping whose keys are all `allowed`: a getter of its values, `None` for a key it
+/// lacks or maps to `None`.
+pub(crate) fn batch_mapping<'a, 'py>(
+    item: &'a Bound<'py, PyAny>,
+    allowed: impl Fn(&str) -> bool,
+) -> PyResult<impl Fn(&str) -> PyResult<Option<Bound<'py, PyAny>>> + 'a> {
     let mapping = item.cast::<PyMapping>().map_err(|_| {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "is a {}, not a mapping",
@@ -95,18 +104,14 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartA
         ))
     })?;
     for key in mapping.keys()? {
-        let known = key
-            .extract::<&str>()
-            .ok()
-            .is_some_and(|key| START_KEYS.contains(&key) || (reserving && key == "claim_timeout"));
-        if !known {
+        if !key.extract::<&str>().ok().is_some_and(&allowed) {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
                 "has the unknown key {}",
                 key.repr()?
             )));
         }
     }
-    let value = |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
+    Ok(move |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
         match mapping.get_item(key) {
             Ok(value) if value.is_none() => Ok(None),
             Ok(value) => Ok(Some(value)),
@@ -115,7 +120,13 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartA
             }
             Err(error) => Err(error),
         }
-    };
+    })
+}
+
+fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartArguments<'py>> {
+    let value = batch_mapping(item, |key| {
+        START_KEYS.contains(&key) || (reserving && key == "claim_timeout")
+    })?;
     Ok(StartArguments {
         task_id: value("task_id")?.map(|value| value.extract()).transpose()?,
         parent_id: value("parent_id")?
@@ -153,14 +164,20 @@ fn checked_string<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'
     Ok(value)
 }
 
-/// A `TypeError` or `ValueError` about a task of the batch, its message saying which task (by its index), with
-/// the original as its cause; any other error as it was.
-fn in_task(py: Python<'_>, error: PyErr, index: usize, expected: &str) -> PyErr {
+/// A `TypeError` or `ValueError` about an item of a batch (a `task`, an `end`), its message saying which (by its
+/// index), with the original as its cause; any other error as it was.
+pub(crate) fn in_batch_item(
+    py: Python<'_>,
+    error: PyErr,
+    item: &str,
+    index: usize,
+    expected: &str,
+) -> PyErr {
     let is_type_error = error.is_instance_of::<pyo3::exceptions::PyTypeError>(py);
     if !is_type_error && !error.is_instance_of::<pyo3::exceptions::PyValueError>(py) {
         return error;
     }
-    let mut message = format!("task {index} of the batch {}", error.value(py));
+    let mut message = format!("{item} {index} of the batch {}", error.value(py));
     if is_type_error && message.contains("not a mapping") {
         message = format!("{message}: {expected}");
     }

@@ -30,6 +30,11 @@ pub(crate) struct SubagentTaskHandle {
 }
 
 impl SubagentTaskHandle {
+    /// The core's handle of the run.
+    pub(crate) fn core(&self) -> &subagent_tracker::SubagentTaskHandle<PyValue> {
+        &self.handle
+    }
+
     pub(crate) fn new(
         handle: subagent_tracker::SubagentTaskHandle<PyValue>,
         session: Py<PyAny>,

@@ -13,6 +13,7 @@ mod batch_arguments;
 mod blocking_wait;
 mod cancel_callback;
 mod cancel_handlers;
+mod end_arguments;
 mod errors;
 mod event_arguments;
 mod events;

@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{
-    cancel_wait_timeout_message, RecordedEvent, ResumeWatch, Resumption, SubagentTaskSnapshot,
-    TaskFailure, TaskFilter, TaskStart, TrackerConfig,
+    cancel_wait_timeout_message, check_batch_ends, EndTarget, RecordedEvent, ResumeWatch, Resumption,
+    SubagentTaskSnapshot, TaskEnd, TaskFailure, TaskFilter, TaskStart, TrackerConfig,
 };
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,
@@ -386,6 +386,69 @@ impl SessionCalls {
         )
     }
 
+    /// Ends the tasks of a batch in one round trip (`RedisSession::end_batch`); gives per end whether it moved
+    /// its task.
+    pub(crate) fn end_batch<'py>(
+        &self,
+        py: Python<'py>,
+        ends: Vec<(EndTarget<BatchHandle>, TaskEnd<String>)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // The core's rule for a batch, checked before any handle is locked: a handle named twice would wait for
+        // itself. (Each handle's session is checked by the core, once locked.)
+        check_batch_ends(
+            &Arc::from(self.session_id()),
+            &ends,
+            |_| true,
+            |handle| handle.task_id.clone(),
+        )
+        .map_err(|error| crate::errors::tracker_error(py, error))?;
+        let session = self.session.clone();
+        let (targets, ends): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
+        let targets: Vec<EndTarget<Arc<tokio::sync::Mutex<CoreHandle>>>> = targets
+            .into_iter()
+            .map(|target| match target {
+                EndTarget::Handle(handle) => EndTarget::Handle(handle.handle),
+                EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id),
+            })
+            .collect();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                // Each handle is locked in the order of its address, the same for every batch, so that batches
+                // sharing handles never wait for each other in a circle.
+                let mut order: Vec<usize> = (0..targets.len()).collect();
+                order.sort_by_key(|&index| match &targets[index] {
+                    EndTarget::Handle(handle) => Arc::as_ptr(handle) as usize,
+                    EndTarget::TaskId(_) => 0,
+                });
+                let mut guards: Vec<Option<tokio::sync::MutexGuard<'_, CoreHandle>>> =
+                    (0..targets.len()).map(|_| None).collect();
+                for index in order {
+                    if let EndTarget::Handle(handle) = &targets[index] {
+                        guards[index] = Some(handle.lock().await);
+                    }
+                }
+                let batch = targets
+                    .iter()
+                    .zip(guards.iter_mut())
+                    .zip(ends)
+                    .map(|((target, guard), end)| {
+                        let target = match (target, guard) {
+                            (EndTarget::TaskId(task_id), _) => EndTarget::TaskId(task_id.clone()),
+                            (EndTarget::Handle(_), guard) => EndTarget::Handle(
+                                &mut **guard.as_mut().expect("every handle of the batch is locked"),
+                            ),
+                        };
+                        (target, end)
+                    })
+                    .collect();
+                session.end_batch(batch).await
+            },
+            |py, moved| object(py, moved.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
     pub(crate) fn cancel_matching<'py>(
         &self,
         py: Python<'py>,
@@ -650,6 +713,12 @@ fn get_task<'py>(
     )
 }
 
+/// A runner's handle as a batch of ends names it: its task, and the core's handle.
+pub(crate) struct BatchHandle {
+    task_id: Arc<str>,
+    handle: Arc<tokio::sync::Mutex<CoreHandle>>,
+}
+
 /// A runner's handle's calls.
 pub(crate) struct HandleCalls {
     /// Locked while a call to Redis reports through it.
@@ -687,6 +756,14 @@ impl HandleCalls {
             made_in,
             delivery,
         })
+    }
+
+    /// The handle as a batch of ends names it.
+    pub(crate) fn batch_handle(&self) -> BatchHandle {
+        BatchHandle {
+            task_id: self.task_id.clone(),
+            handle: self.handle.clone(),
+        }
     }
 
     /// Reports the end; `result` is the completion's JSON, if any. Gives whether this call ended the task.

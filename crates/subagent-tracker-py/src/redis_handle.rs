@@ -22,6 +22,10 @@ impl RedisTaskHandle {
     pub(crate) fn new(calls: HandleCalls) -> RedisTaskHandle {
         RedisTaskHandle { calls }
     }
+
+    pub(crate) fn calls(&self) -> &HandleCalls {
+        &self.calls
+    }
 }
 
 #[pymethods]

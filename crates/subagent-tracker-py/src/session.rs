@@ -4,7 +4,7 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::PyTraverseError;
-use subagent_tracker::{InMemorySubagentTaskTracker, TaskFilter};
+use subagent_tracker::{EndTarget, InMemorySubagentTaskTracker, TaskFilter};
 
 use crate::arguments::{
     self, ClaimTimeoutArgument, EarlyCancelTtlArgument, EpochDeadline, Id, MaxFinishedAgeArgument,
@@ -14,6 +14,7 @@ use crate::arguments::{
 use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
 use crate::cancel_handlers::CancelHandlers;
+use crate::end_arguments::batch_ends;
 use crate::errors::tracker_error;
 use crate::event_arguments::recorded_event;
 use crate::events::EventSubscription;
@@ -169,6 +170,27 @@ impl Session {
             .into_iter()
             .map(|handle| SubagentTaskHandle::new(handle, slf.clone().into_any().unbind()))
             .collect())
+    }
+
+    /// Ends every task of `ends` (mappings naming a task by `handle` or `task_id`, with `end_subagent_task`'s
+    /// keyword arguments), in order and each on its own, and returns per end whether it moved its task.
+    fn end_subagent_tasks(&self, py: Python<'_>, ends: &Bound<'_, PyAny>) -> PyResult<Vec<bool>> {
+        let batch = batch_ends(
+            ends,
+            |handle| handle.cast::<SubagentTaskHandle>().ok().cloned(),
+            "a SubagentTaskHandle",
+            |result| Ok(PyValue::new(result.clone().unbind())),
+        )?;
+        let (targets, ends): (Vec<_>, Vec<_>) = batch.into_iter().unzip();
+        let ends = targets
+            .iter()
+            .map(|target| match target {
+                EndTarget::Handle(handle) => EndTarget::Handle(handle.get().core()),
+                EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id.clone()),
+            })
+            .zip(ends)
+            .collect();
+        with_wake_batch(py, || self.tracker.end_batch(ends))?.map_err(|error| tracker_error(py, error))
     }
 
     /// Reserves every task of `tasks` (mappings of `reserve_subagent_task`'s keyword arguments), or none, and

@@ -285,13 +285,10 @@ fn a_batch_of_ends_gives_each_end_its_own_result() {
                 EndTarget::TaskId("unknown".into()),
                 TaskEnd::Completed(None),
             ),
-            (
-                EndTarget::Handle(&done),
-                TaskEnd::Failed(TaskFailure::new("late")),
-            ),
         ])
         .unwrap();
-    assert_eq!(moved, [true, false, true, false, false]);
+    assert_eq!(moved, [true, false, true, false]);
+    assert!(!done.fail("late"), "a handle a batch ended has ended");
     let snapshot = |task_id: &str| tracker.get(task_id).unwrap();
     assert_eq!(snapshot("done").status, SubagentStatus::Completed);
     assert_eq!(snapshot("done").result.as_deref(), Some("answer"));
@@ -302,7 +299,7 @@ fn a_batch_of_ends_gives_each_end_its_own_result() {
     assert_eq!(snapshot("by-id").error.as_deref(), Some("it broke"));
 }
 
-/// A batch of ends that names a handle of another session, or an invalid id, ends nothing.
+/// A batch of ends that names a handle of another session, an invalid id, or a task twice, ends nothing.
 #[test]
 fn a_batch_of_ends_with_a_foreign_handle_or_a_bad_id_ends_nothing() {
     let tracker = tracker_named("s");
@@ -323,6 +320,14 @@ fn a_batch_of_ends_with_a_foreign_handle_or_a_bad_id_ends_nothing() {
         (EndTarget::TaskId("".into()), TaskEnd::Completed(None)),
     ]);
     assert!(matches!(refused, Err(TrackerError::InvalidId { .. })));
+    let refused = tracker.end_batch(vec![
+        (EndTarget::Handle(&mine), TaskEnd::Completed(None)),
+        (EndTarget::TaskId("mine".into()), TaskEnd::Completed(None)),
+    ]);
+    assert!(matches!(
+        refused,
+        Err(TrackerError::DuplicateInBatch { ref task_id }) if &**task_id == "mine"
+    ));
     assert_eq!(tracker.get("mine").unwrap().status, SubagentStatus::Running);
     assert_eq!(other.get("theirs").unwrap().status, SubagentStatus::Running);
 }

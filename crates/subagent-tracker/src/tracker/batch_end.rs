@@ -1,6 +1,7 @@
 //! Batches of ends (contract §22): many tasks ended in one call, by their runners' handles or by id, each end
 //! on its own.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use crate::{
@@ -26,28 +27,36 @@ pub enum EndTarget<H> {
     TaskId(Arc<str>),
 }
 
-/// Checks a batch of ends before any of them is recorded: each id is valid, and each handle is of the session
-/// `session_id` (`of_session` says whether one is, `task_of` names its task). A batch that fails the check
-/// changes nothing.
+/// Checks a batch of ends before any of them is recorded: each id is valid, each handle is of the session
+/// `session_id` (`of_session` says whether one is, `task_of` names its task), and the batch names each task once
+/// (by its handle or its id), as a batch of starts does. A batch that fails the check changes nothing.
 ///
 /// # Errors
-/// [`TrackerError::InvalidId`] and [`TrackerError::HandleOfAnotherSession`], for the first item at fault.
+/// [`TrackerError::InvalidId`], [`TrackerError::HandleOfAnotherSession`] and [`TrackerError::DuplicateInBatch`],
+/// for the first item at fault.
 pub fn check_batch_ends<H, V>(
     session_id: &Arc<str>,
     ends: &[(EndTarget<H>, TaskEnd<V>)],
     of_session: impl Fn(&H) -> bool,
     task_of: impl Fn(&H) -> Arc<str>,
 ) -> Result<(), TrackerError> {
+    let mut named = HashSet::with_capacity(ends.len());
     for (target, _) in ends {
-        match target {
-            EndTarget::TaskId(task_id) => validate_task_id("task_id", task_id)?,
+        let task_id = match target {
+            EndTarget::TaskId(task_id) => {
+                validate_task_id("task_id", task_id)?;
+                task_id.clone()
+            }
             EndTarget::Handle(handle) if !of_session(handle) => {
                 return Err(TrackerError::HandleOfAnotherSession {
                     task_id: task_of(handle),
                     session_id: session_id.clone(),
                 })
             }
-            EndTarget::Handle(_) => {}
+            EndTarget::Handle(handle) => task_of(handle),
+        };
+        if !named.insert(task_id.clone()) {
+            return Err(TrackerError::DuplicateInBatch { task_id });
         }
     }
     Ok(())
