@@ -1013,6 +1013,12 @@ class ContractMachine(RuleBasedStateMachine):
             else:
                 ended = session.end_subagent_task(run.task_id, error=ValueError(f"error {value}"))
             event(f"end: by id, {'of a ' + target.status if target is not None else 'not retained'}")
+        self._ended(target, how, value, ended)
+        self._retain()
+
+    def _ended(self, target: Run | None, how: str, value: int, ended: bool) -> None:
+        """Checks an end's answer against the model's, for the run it reached (None: none), and applies the
+        rules of task groups that it starts."""
         if target is None:
             expected = False
         elif how == "complete":
@@ -1024,6 +1030,39 @@ class ContractMachine(RuleBasedStateMachine):
         assert ended is expected
         if expected and target is not None:
             self._settle_group(target)
+
+    @rule(
+        aims=st.lists(runs | reserved, min_size=1, max_size=4),
+        how=ends,
+        value=st.integers(0, 2),
+    )
+    def end_batch(self, aims: list[Started | Run], how: str, value: int) -> None:
+        """A batch of ends in one call (§22): runs of one session, each named once, by its handle, or by its
+        id for a reservation never claimed; each end as its own would be, in order, with its own answer."""
+        chosen: list[Run] = []
+        for aim in aims:
+            run = aim.run if isinstance(aim, Started) else aim
+            same_session = not chosen or run.session is chosen[0].session
+            if same_session and all(other.task_id != run.task_id for other in chosen):
+                chosen.append(run)
+        batch: list[dict[str, object]] = []
+        targets: list[Run | None] = []
+        for run in chosen:
+            handle = self.handles.get(run)
+            end: dict[str, object] = {"handle": handle} if handle is not None else {"task_id": run.task_id}
+            if how == "complete":
+                end["result"] = value
+            elif how == "fail":
+                end["error"] = f"error {value}"
+            else:
+                end["error"] = ValueError(f"error {value}")
+            batch.append(end)
+            targets.append(run if handle is not None else run.session.retained.get(run.task_id))
+        event(f"end: a batch of {len(batch)}")
+        moved = self.sessions[chosen[0].session.name].end_subagent_tasks(batch)
+        assert len(moved) == len(batch)
+        for target, ended in zip(targets, moved, strict=True):
+            self._ended(target, how, value, ended)
         self._retain()
 
     def _settle_group(self, run: Run) -> None:
