@@ -19,7 +19,8 @@ const END_KEYS: [&str; 6] = [
     "error_code",
 ];
 
-const EXPECTED: &str = "ends must be an iterable of mappings, each with a handle or a task_id and the keyword \
+const EXPECTED: &str =
+    "ends must be an iterable of mappings, each with a handle or a task_id and the keyword \
                         arguments of end_subagent_task";
 
 /// Every end of the batch `ends`, described for the core. `handle_of` takes a runner's handle of the session's

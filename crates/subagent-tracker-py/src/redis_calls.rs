@@ -13,8 +13,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{
-    cancel_wait_timeout_message, check_batch_ends, EndTarget, RecordedEvent, ResumeWatch, Resumption,
-    SubagentTaskSnapshot, TaskEnd, TaskFailure, TaskFilter, TaskStart, TrackerConfig,
+    cancel_wait_timeout_message, check_batch_ends, EndTarget, RecordedEvent, ResumeWatch,
+    Resumption, SubagentTaskSnapshot, TaskEnd, TaskFailure, TaskFilter, TaskStart, TrackerConfig,
 };
 use subagent_tracker_redis::{
     RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTaskHandle as CoreHandle,

@@ -190,7 +190,8 @@ impl Session {
             })
             .zip(ends)
             .collect();
-        with_wake_batch(py, || self.tracker.end_batch(ends))?.map_err(|error| tracker_error(py, error))
+        with_wake_batch(py, || self.tracker.end_batch(ends))?
+            .map_err(|error| tracker_error(py, error))
     }
 
     /// Reserves every task of `tasks` (mappings of `reserve_subagent_task`'s keyword arguments), or none, and

@@ -184,7 +184,13 @@ impl SessionCalls {
                     for item in &items {
                         args.extend(item.iter().map(String::as_str));
                     }
-                    store::call(&mut connection, "end", &[&key], &args).await
+                    let reply: Vec<redis::Value> =
+                        store::call(&mut connection, "end", &[&key], &args).await?;
+                    let (moved, walks_left) = store::end_replies(reply)?;
+                    if walks_left {
+                        store::finish_walks(&mut connection, &key, &incarnation).await?;
+                    }
+                    Ok(moved)
                 }) as Flight<EndReply>
             }))
         };

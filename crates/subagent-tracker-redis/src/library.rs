@@ -22,16 +22,16 @@ const INCLUDES: [&str; 13] = [
     include_str!("../lua/includes/session_state.lua"),
     include_str!("../lua/includes/events.lua"),
     include_str!("../lua/includes/retention.lua"),
+    include_str!("../lua/includes/metadata.lua"),
     include_str!("../lua/includes/cascade.lua"),
     include_str!("../lua/includes/task_groups.lua"),
-    include_str!("../lua/includes/metadata.lua"),
     include_str!("../lua/includes/open.lua"),
     include_str!("../lua/includes/liveness.lua"),
     include_str!("../lua/includes/register.lua"),
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 36] = [
+const FUNCTIONS: [&str; 37] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
@@ -68,6 +68,7 @@ const FUNCTIONS: [&str; 36] = [
     include_str!("../lua/functions/sweep.lua"),
     include_str!("../lua/functions/touch.lua"),
     include_str!("../lua/functions/unlock.lua"),
+    include_str!("../lua/functions/walk.lua"),
 ];
 
 /// The library's code, as `FUNCTION LOAD` takes it. The same build always assembles the same text, which is how

@@ -634,13 +634,14 @@ impl RedisSession {
         run: &str,
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let moved: i64 = self
+        let (moved, walk, due): (i64, String, String) = self
             .cancelling(
                 "cancel",
                 &[&self.incarnation, task_id, reason, cause, before_start, run],
-                |moved| *moved == 1,
+                |(moved, _, _)| *moved == 1,
             )
             .await?;
+        self.finish_walk(&walk, &due).await?;
         Ok(moved == 1)
     }
 
@@ -648,6 +649,35 @@ impl RedisSession {
     /// it goes through the registry's replication connection followed by `WAIT` (for three quarters of the
     /// timeout, so that the answer arrives within it), and a cancel fewer replicas confirm is
     /// [`RedisTrackerError::NotReplicated`] once it has moved something (`moved` says whether it did).
+    /// Takes the remaining steps of the cascade a cancel left under way (`walk`, "" for none; its timer `due`,
+    /// which the registry's index learns first, so that a worker takes the steps on should this process stop
+    /// taking them): a cancel returns once its cascade is done (contract §3, cascades in steps). Returns how many
+    /// the steps moved, and the matching tasks they moved (a cancel by filter).
+    async fn finish_walk(
+        &self,
+        walk: &str,
+        due: &str,
+    ) -> Result<(usize, Vec<String>), RedisTrackerError> {
+        let (mut moved, mut matched) = (0, Vec::new());
+        if walk.is_empty() {
+            return Ok((moved, matched));
+        }
+        self.schedule(due).await?;
+        loop {
+            let mut reply: Vec<String> = self
+                .cancelling("walk", &[&self.incarnation, walk], |_| true)
+                .await?;
+            if reply.len() < 2 {
+                return Err(RedisTrackerError::Protocol(Arc::from("stv2_walk")));
+            }
+            matched.extend(reply.split_off(2));
+            moved += reply[1].parse::<usize>().unwrap_or(0);
+            if reply[0] == "1" {
+                return Ok((moved, matched));
+            }
+        }
+    }
+
     async fn cancelling<T: redis::FromRedisValue>(
         &self,
         name: &str,
@@ -767,14 +797,19 @@ impl RedisSession {
             args.extend(chunk.iter().flatten().map(String::as_str));
             calls.push((vec![&*self.key], args));
         }
-        let outcomes: Vec<Result<Vec<i64>, RedisTrackerError>> =
-            store::call_each(&mut self.worker.connection.clone(), "end", &calls).await?;
+        let mut connection = self.worker.connection.clone();
+        let outcomes: Vec<Result<Vec<redis::Value>, RedisTrackerError>> =
+            store::call_each(&mut connection, "end", &calls).await?;
+        let mut walks_left = false;
         let mut moved = vec![false; ends.len()];
         let mut sent = sent.into_iter();
         let mut refusal = None;
         for (outcome, chunk) in outcomes.into_iter().zip(items.chunks(MAX_ITEMS_PER_CALL)) {
-            let replies = match outcome {
-                Ok(replies) if replies.len() == chunk.len() => replies,
+            let replies = match outcome.and_then(store::end_replies) {
+                Ok((replies, left)) if replies.len() == chunk.len() => {
+                    walks_left |= left;
+                    replies
+                }
                 Ok(_) => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
                 // The incarnation has ended: every run of the batch is over, and no id can be ended.
                 Err(error) if is_gone(&error) => {
@@ -790,6 +825,9 @@ impl RedisSession {
                     handle.release_after_end();
                 }
             }
+        }
+        if walks_left {
+            store::finish_walks(&mut connection, &self.key, &self.incarnation).await?;
         }
         match refusal {
             Some(error)
@@ -989,13 +1027,20 @@ impl RedisSession {
         let agent = given(filter.wanted_agent());
         let status = given(filter.wanted_status().map(SubagentStatus::as_str));
         let metadata = filter.wanted_metadata().copied().unwrap_or("");
-        let moved: Vec<String> = self
+        let mut reply: Vec<String> = self
             .cancelling(
                 "cancel_matching",
                 &[&self.incarnation, reason, &agent, &status, metadata],
-                |moved: &Vec<String>| !moved.is_empty(),
+                |reply: &Vec<String>| reply.len() > 2,
             )
             .await?;
+        if reply.len() < 2 {
+            return Err(RedisTrackerError::Protocol(Arc::from(
+                "stv2_cancel_matching",
+            )));
+        }
+        let mut moved: Vec<String> = reply.split_off(2);
+        moved.extend(self.finish_walk(&reply[0], &reply[1]).await?.1);
         Ok(moved.into_iter().map(Arc::from).collect())
     }
 
@@ -1017,12 +1062,14 @@ impl RedisSession {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let closing = if close { "1" } else { "0" };
         // A close changes the session even when nothing was pending: it must be confirmed as a cancel is.
-        self.cancelling(
-            "cancel_all",
-            &[&self.incarnation, reason, closing],
-            |moved| *moved > 0 || close,
-        )
-        .await
+        let (moved, walk, due): (usize, String, String) = self
+            .cancelling(
+                "cancel_all",
+                &[&self.incarnation, reason, closing],
+                |(moved, _, _)| *moved > 0 || close,
+            )
+            .await?;
+        Ok(moved + self.finish_walk(&walk, &due).await?.0)
     }
 
     /// A snapshot of the retained task `task_id`, or `None`. One round trip.

@@ -157,6 +157,36 @@ pub(crate) async fn call<T: FromRedisValue>(
     }
 }
 
+/// The replies of `stv2_end`: whether each end moved its task, and whether the call left a cascade under way
+/// (a task group's rule) for its caller to finish (`finish_walks`).
+pub(crate) fn end_replies(reply: Vec<redis::Value>) -> Result<(Vec<i64>, bool), RedisTrackerError> {
+    let mut moved = Vec::with_capacity(reply.len());
+    let mut walks_left = false;
+    for value in reply {
+        match value {
+            redis::Value::Int(transitioned) => moved.push(transitioned),
+            redis::Value::BulkString(marker) if marker == b"walk" => walks_left = true,
+            _ => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
+        }
+    }
+    Ok((moved, walks_left))
+}
+
+/// Takes the steps of every cascade the session's incarnation `incarnation` has under way (contract §3:
+/// cascades proceed in steps), as an end that left one does before it returns.
+pub(crate) async fn finish_walks(
+    connection: &mut Connection,
+    key: &str,
+    incarnation: &str,
+) -> Result<(), RedisTrackerError> {
+    loop {
+        let reply: Vec<String> = call(connection, "walk", &[key], &[incarnation, ""]).await?;
+        if reply.first().is_none_or(|done| done == "1") {
+            return Ok(());
+        }
+    }
+}
+
 /// Calls the function `name` once per entry of `calls` (its keys and arguments), in one round trip on one
 /// server (on a cluster, where the calls may work in different slots, all at once, each to its slot's primary).
 /// Each call has its own outcome: one that fails (a key of the wrong type, say) stops none of the others.

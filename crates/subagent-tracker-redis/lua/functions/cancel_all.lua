@@ -1,18 +1,19 @@
--- stv2_cancel_all(session_key; inc, reason, close): cancels every pending task; with close = "1", first records
--- the session as closed (keeping the first reason). Returns how many moved.
+-- stv2_cancel_all(session_key; inc, reason, close): cancels every pending task, going through the live index in
+-- start order, in steps; with close = "1", first records the session as closed (keeping the first reason). A task
+-- started after the call began is not among them (after a close none can start). Returns {how many this step
+-- moved, the walk left under way or "", its timer} (as stv2_cancel's).
 local function st_cancel_all(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
   touch()
-  local base = base_of(session_key)
   local reason = args[2]
   if args[3] == '1' then
     redis.call('HSETNX', session_key, 'closed', reason)
     reason = redis.call('HGET', session_key, 'closed')
   end
-  -- Every unfinished task; the cancelled among them are passed over.
-  local roots = redis.call('ZRANGE', base .. 'live', 0, -1)
-  return cancel_trees(base, roots, reason, 'session', now())
+  local walk = start_walk(base_of(session_key), new_walk({ kind = 'session', reason = reason, cause = 'session',
+    at = now(), cursor = '0', upto = stored_seq_digits }))
+  return { walk.moved, walk.left or '', walk.due or '' }
 end
 
 register('cancel_all', session_function(st_cancel_all))

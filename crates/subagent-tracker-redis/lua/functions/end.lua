@@ -5,8 +5,9 @@
 -- (claim_expired: fails only a queued task). The short form spares the server four arguments on the common path. Many
 -- ends in one call are a batch (`RedisSession::end_batch`) or the ends of unrelated callers coalesced.
 -- Returns per end 1 when it moved the task (to completed or failed), else 0: 0 too when the run had already
--- finished or is not the current one. A call through an object of an ended incarnation is refused with GONE (a
--- runner's end takes that as 0).
+-- finished or is not the current one; then "walk" when an end's cascade (a task group's rule) was left under way,
+-- for the caller to take its steps (`stv2_walk`). A call through an object of an ended incarnation is refused
+-- with GONE (a runner's end takes that as 0).
 -- An end by id of a paused run tells its worker process ("ended" as a notification's cause), whose runner waits
 -- for a resume that will not come.
 local function end_one(base, a, first)
@@ -78,6 +79,7 @@ local function st_end(keys, args)
     replies[#replies + 1] = end_one(base, args, first)
     first = args[first] == 'c' and first + 3 or first + 7
   end
+  if walks_left then replies[#replies + 1] = 'walk' end
   return replies
 end
 

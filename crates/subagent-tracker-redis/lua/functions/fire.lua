@@ -1,12 +1,17 @@
--- stv2_fire(session_key; deadline_reason): fires the session's due timers: a deadline cancels its task's tree
--- (cause deadline), a claim timeout fails a task still queued. Returns when the next timer falls due, or -1.
+-- stv2_fire(session_key; deadline_reason): fires the session's due timers, a few per call: a deadline cancels its
+-- task's tree (cause deadline), a claim timeout fails a task still queued, and a cascade under way whose caller
+-- stopped taking its steps (a walk's timer) takes its next step. A call stops after FIRE_STEP timers, or after a
+-- cascade it could not finish in one step, whose timer is then due at once. Returns when the next timer falls due
+-- (now, for more to fire), or -1.
+local FIRE_STEP = 10
+
 local function st_fire(keys, args)
   local session_key = keys[1]
   if redis.call('EXISTS', session_key) == 0 then return -1 end
   local base = base_of(session_key)
   local at = now()
   local due = {}
-  local listed = redis.call('ZRANGEBYSCORE', base .. 'timers', '-inf', now_ms(), 'WITHSCORES')
+  local listed = redis.call('ZRANGEBYSCORE', base .. 'timers', '-inf', now_ms(), 'WITHSCORES', 'LIMIT', 0, FIRE_STEP)
   if #listed > 0 then touch() end
   for index = 1, #listed, 2 do
     local kind, task_id, run = string.match(listed[index], '^(%a)\t(.*)\t(%d+)$')
@@ -20,8 +25,13 @@ local function st_fire(keys, args)
     return tonumber(left.run) < tonumber(right.run)
   end)
   for _, entry in ipairs(due) do
+    if walks_left then break end
     local member, kind, task_id, run = entry.member, entry.kind, entry.task_id, entry.run
     redis.call('ZREM', base .. 'timers', member)
+    if kind == 'w' then
+      local _, done = continue_walk(base, task_id)
+      if not done then walks_left = { task_id } end
+    end
     local key = task_key(base, task_id)
     local state = fields(key, 'run', 'status', 'claim_error')
     if state[1] == run then
@@ -33,6 +43,12 @@ local function st_fire(keys, args)
         local written = { 'status', 'failed', 'error', state[3] or 'claim timeout' }
         finish(base, key, task_id, run, at, 'failed', true, written)
       end
+    end
+  end
+  -- A cascade left under way goes on at once, in the next call.
+  if walks_left then
+    for _, walk_id in ipairs(walks_left) do
+      redis.call('ZADD', base .. 'timers', now_ms(), timer('w', walk_id, '0'))
     end
   end
   local next_timer = redis.call('ZRANGE', base .. 'timers', 0, 0, 'WITHSCORES')

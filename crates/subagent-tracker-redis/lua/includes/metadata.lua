@@ -88,3 +88,32 @@ local function inherit_metadata(inherited, own)
   for index, member in ipairs(merged) do parts[index] = cjson.encode(member[1]) .. ':' .. member[2] end
   return '{' .. table.concat(parts, ',') .. '}'
 end
+
+-- Equal JSON values, as cjson decodes them: numbers by value (1 is 1.0), objects and arrays member by member.
+-- Metadata nests at most 64 deep (checked before it is stored), which bounds the recursion.
+local function json_equal(left, right)
+  if type(left) ~= 'table' or type(right) ~= 'table' then return left == right end
+  for key, value in pairs(left) do
+    if not json_equal(value, right[key]) then return false end
+  end
+  for key in pairs(right) do
+    if left[key] == nil then return false end
+  end
+  return true
+end
+
+local function metadata_holds(stored, wanted)
+  local metadata = stored and cjson.decode(stored) or {}
+  if type(metadata) ~= 'table' then return false end
+  for key, value in pairs(wanted) do
+    if metadata[key] == nil or not json_equal(metadata[key], value) then return false end
+  end
+  return true
+end
+
+-- Whether a task (its agent and metadata, false for none) matches a filter's agent ("" or "=<agent>") and
+-- metadata ("" or a JSON object) (contract §3, cancel by filter; the core's `TaskFilter`).
+local function task_matches(agent, metadata, task_agent, task_metadata)
+  return (agent == '' or (task_agent and agent == '=' .. task_agent))
+    and (metadata == '' or metadata_holds(task_metadata, cjson.decode(metadata)))
+end

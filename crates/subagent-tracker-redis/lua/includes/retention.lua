@@ -56,6 +56,9 @@ end
 -- Evicts the oldest finished runs beyond the session's bound, as a call ends: a call that finishes many runs
 -- evicts once, and, since a call runs alone, no observer ever sees more retained than the bound.
 local function evict_beyond_bound(base, finished_length)
+  -- A cascade under way may have to pass through them (`WALK_STEP`): its last step's call evicts.
+  if redis.call('EXISTS', base .. 'walks') == 1 then return end
+  finished_length = finished_length or redis.call('LLEN', base .. 'finished')
   local excess = stored_max and finished_length - stored_max or 0
   while excess > 0 do
     local popped = redis.call('LPOP', base .. 'finished', math.min(excess, 1000))

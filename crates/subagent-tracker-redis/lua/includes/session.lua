@@ -39,6 +39,9 @@ local changed = nil
 local no_early_cancels = nil
 local aged_forgotten = false
 local eviction_due = nil
+-- The cascades the call left under way (their walks' ids; nil for none), for its caller to take the remaining
+-- steps (`start_walk`).
+local walks_left = nil
 -- The changes of the session's indexes that a call gathers and writes as it ends, one command per index however
 -- many tasks it starts or ends (`write_gathered`): the live index's (task id -> the run that joined it, or false
 -- for one that left it), and the runs it finished, in order, for the finished list (false where a run finished in
@@ -108,7 +111,7 @@ local function session_function(callback)
     stored_seq, seq_high, seq_low = tonumber(stored_seq_digits), nil, nil
     last_event_ms, events_emitted = nil, 0
     -- A call that failed part way leaves nothing for the next one to write.
-    changed, no_early_cancels, aged_forgotten, eviction_due = nil, nil, false, nil
+    changed, no_early_cancels, aged_forgotten, eviction_due, walks_left = nil, nil, false, nil, nil
     live_changes, finished_now, finished_at = nil, nil, nil
     local reply = callback(keys, args)
     local base = base_of(keys[1])

@@ -13,15 +13,14 @@ local function settle_group(base, key, task_id, run, status, at, known)
   local parent_id, detached, structured, had_children = task[1], task[2], task[3], task[4]
   -- Its own children first: a failing group's children end by its end, not by its parent's cancel.
   if structured == '1' and had_children then
-    cancel_trees(base, redis.call('SMEMBERS', children_key(base, run)), GROUP_ENDED_REASON, 'parent',
-      at, nil, task_id)
+    cancel_children(base, run, GROUP_ENDED_REASON, 'parent', at, task_id)
   end
   if status == 'failed' and parent_id and detached ~= '1' then
     local parent = fields(task_key(base, parent_id), 'run', 'structured')
     -- The parent's current run is the one the child started under when it began before the child: a later run of
     -- the id began after that one finished, which was after the child's start.
     if parent[2] == '1' and tonumber(parent[1]) < tonumber(run) then
-      cancel_trees(base, { parent_id }, CHILD_FAILED_REASON, 'child_failed', at, nil, task_id)
+      cancel_trees(base, { parent_id }, CHILD_FAILED_REASON, 'child_failed', at, task_id)
     end
   end
 end
