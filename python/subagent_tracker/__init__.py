@@ -72,6 +72,7 @@ from subagent_tracker._native import (
     _before_fork,
     _interpreter_exiting,
 )
+from subagent_tracker._pages import aiter_subagent_tasks, iter_subagent_tasks
 from subagent_tracker._progress import ProgressEntry
 from subagent_tracker._protocols import (
     AsyncSessionProtocol,
@@ -143,7 +144,9 @@ __all__ = [
     "ToolOutcome",
     "UnknownTaskError",
     "__version__",
+    "aiter_subagent_tasks",
     "default_registry",
+    "iter_subagent_tasks",
     "run_tool_calls",
     "run_until_cancelled",
 ]

@@ -234,6 +234,11 @@ class AwaitableSession:
     async def subagent_tasks(self) -> list[SubagentTask]:
         return self.session.subagent_tasks()
 
+    async def subagent_tasks_page(
+        self, cursor: str | None = None, *, limit: int | None = None, pending: bool = False
+    ) -> tuple[list[SubagentTask], str | None]:
+        return self.session.subagent_tasks_page(cursor, limit=limit, pending=pending)
+
     async def forget_finished(self, older_than: float) -> int:
         return self.session.forget_finished(older_than)
 

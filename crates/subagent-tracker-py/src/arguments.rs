@@ -102,6 +102,19 @@ impl<'a, 'py, N: ArgumentName> FromPyObject<'a, 'py> for Id<N> {
     }
 }
 
+/// A page's `limit`: a positive whole number, 100 when not given.
+pub(crate) fn page_limit(value: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+    match value
+        .filter(|value| !value.is_none())
+        .map(|value| count(value, "limit"))
+        .transpose()?
+    {
+        None => Ok(100),
+        Some(0) => Err(PyValueError::new_err("limit must be a positive int, got 0")),
+        Some(limit) => Ok(limit),
+    }
+}
+
 /// A non-negative whole number (a `bool` is refused, being a yes/no rather than a count).
 pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     if !value.is_instance_of::<PyInt>() || value.is_instance_of::<PyBool>() {

@@ -499,6 +499,22 @@ impl AsyncRedisSession {
         self.calls.tasks(py)
     }
 
+    /// One page of the session's retained tasks (with `pending`, of its pending tasks), at most `limit` (and
+    /// at most 100) from `cursor` (None for the first page): the tasks, and the cursor of the next page (None
+    /// once done). Unfinished tasks come in start order, then finished ones in the order they finished.
+    #[pyo3(signature = (cursor=None, *, limit=None, pending=false))]
+    fn subagent_tasks_page<'py>(
+        &self,
+        py: Python<'py>,
+        cursor: Option<&Bound<'_, PyAny>>,
+        limit: Option<&Bound<'_, PyAny>>,
+        pending: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let cursor = arguments::optional_string(cursor, "cursor")?;
+        self.calls
+            .tasks_page(py, pending, cursor, arguments::page_limit(limit)?)
+    }
+
     /// Forgets the finished tasks that ended at least `older_than` seconds ago, as the bound on finished tasks
     /// evicts them, and returns how many it forgot. Pending tasks are never forgotten.
     fn forget_finished<'py>(

@@ -571,6 +571,25 @@ impl SessionCalls {
         )
     }
 
+    pub(crate) fn tasks_page<'py>(
+        &self,
+        py: Python<'py>,
+        pending: bool,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.tasks_page(pending, cursor.as_deref(), limit).await },
+            |py, page| {
+                let (tasks, next) = page.map_err(|error| redis_error(py, error))?;
+                (snapshots(py, tasks)?, next).into_py_any(py)
+            },
+        )
+    }
+
     pub(crate) fn forget_finished<'py>(
         &self,
         py: Python<'py>,

@@ -406,6 +406,25 @@ impl Session {
         snapshots(py, self.tracker.tasks())
     }
 
+    /// One page of the session's retained tasks (with `pending`, of its pending tasks), in start order: at most
+    /// `limit` from `cursor` (None for the first page), and the cursor of the next page (None once done).
+    #[pyo3(signature = (cursor=None, *, limit=None, pending=false))]
+    fn subagent_tasks_page<'py>(
+        &self,
+        py: Python<'py>,
+        cursor: Option<&Bound<'_, PyAny>>,
+        limit: Option<&Bound<'_, PyAny>>,
+        pending: bool,
+    ) -> PyResult<(Bound<'py, PyList>, Option<String>)> {
+        let cursor = arguments::optional_string(cursor, "cursor")?;
+        let limit = arguments::page_limit(limit)?;
+        let (tasks, next) = self
+            .tracker
+            .tasks_page(pending, cursor.as_deref(), limit)
+            .map_err(|error| tracker_error(py, error))?;
+        Ok((snapshots(py, tasks)?, next))
+    }
+
     /// The cancellation token of the retained task `task_id`, for code that holds no handle: it fires when the
     /// task is cancelled (or has fired), and never for one that completed or failed. Raises `UnknownTaskError`
     /// when no such task is retained.

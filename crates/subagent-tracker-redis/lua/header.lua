@@ -60,7 +60,8 @@ a session (`function_call` in `src/store.rs`).
                        last run number), closed (the first close reason), max (max_finished_tasks), max_age
                        (max_finished_age, in microseconds, if set), early_ttl (early_cancel_ttl, in microseconds),
                        log_size (progress_log_size), touched (the server's time of the last change, in
-                       milliseconds), ev (the id of the last event). Read once and written once per call
+                       milliseconds), ev (the id of the last event), fins (how many runs have joined the finished
+                       list: a listing's position in it). Read once and written once per call
                        (`session_function`), however many tasks the call starts or ends
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a

@@ -409,6 +409,18 @@ impl TaskFields {
         self.0.get("run").cloned()
     }
 
+    pub(crate) fn task_id(&self) -> Option<String> {
+        self.0.get("id").cloned()
+    }
+
+    /// Whether the task is pending (the core's rule, `SubagentStatus::is_pending`).
+    pub(crate) fn is_pending(&self) -> bool {
+        self.0
+            .get("status")
+            .and_then(|status| subagent_tracker::SubagentStatus::from_name(status))
+            .is_some_and(subagent_tracker::SubagentStatus::is_pending)
+    }
+
     /// Whether these are the fields of run `run`.
     pub(crate) fn is_run(&self, run: &str) -> bool {
         self.0.get("run").is_some_and(|stored| stored == run)

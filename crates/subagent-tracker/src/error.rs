@@ -81,6 +81,12 @@ pub enum TrackerError {
         /// The session the batch ends tasks in.
         session_id: Arc<str>,
     },
+    /// A listing's page asked for with a cursor that no page of that listing gave.
+    #[error("cursor {cursor:?} is not one that a page of this listing gave; start the listing again with no cursor")]
+    InvalidCursor {
+        /// The cursor given.
+        cursor: Arc<str>,
+    },
     /// A number of seconds (a timeout, a wait, a deadline) out of range.
     #[error("{argument} must be a finite, non-negative number of seconds no larger than {max:e}; {problem}", max = crate::MAX_SECONDS)]
     InvalidSeconds {

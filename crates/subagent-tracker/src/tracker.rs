@@ -569,6 +569,45 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             .collect()
     }
 
+    /// One page of the session's retained tasks (with `pending`, of its pending tasks), in start order: at most
+    /// `limit` (at least one) from `cursor` (`None` for the first page), and the cursor of the next page (`None`
+    /// once the listing is done). The in-memory twin of the Redis store's pages (contract §6): each page is a
+    /// slice of the listing as it is when the page is asked for, so a task started or finished between pages
+    /// may move a later page by one, and come twice or not at all.
+    ///
+    /// # Errors
+    /// [`TrackerError::InvalidCursor`] for a cursor no page gave.
+    pub fn tasks_page(
+        &self,
+        pending: bool,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<SubagentTaskSnapshot<V>>, Option<String>), TrackerError> {
+        let first = match cursor {
+            None => 0,
+            Some(cursor) => cursor
+                .parse::<usize>()
+                .map_err(|_| TrackerError::InvalidCursor {
+                    cursor: Arc::from(cursor),
+                })?,
+        };
+        let listed = if pending {
+            self.pending()
+        } else {
+            self.tasks()
+        };
+        let last = first.saturating_add(limit.max(1)).min(listed.len());
+        let next = (last < listed.len()).then(|| last.to_string());
+        Ok((
+            listed
+                .into_iter()
+                .skip(first)
+                .take(last.saturating_sub(first))
+                .collect(),
+            next,
+        ))
+    }
+
     /// Snapshots of the pending (`Queued` and `Running`) tasks, in start order. Costs O(p log p) in the number
     /// p of pending tasks, whatever the number retained.
     #[must_use]

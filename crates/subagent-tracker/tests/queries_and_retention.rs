@@ -277,3 +277,43 @@ fn a_watch_follows_its_run_after_eviction() {
     assert!(watch.is_finished());
     assert_eq!(watch.snapshot().result.as_deref(), Some("kept"));
 }
+
+/// A listing in pages (contract §6): bounded pages, a cursor to the next, the whole listing in order, and a
+/// cursor no page gave refused.
+#[test]
+fn a_listing_pages_through_the_tasks_in_start_order() {
+    let tracker = InMemorySubagentTaskTracker::<String>::with_config(
+        Some("pages"),
+        subagent_tracker::TrackerConfig::default(),
+    );
+    let handles: Vec<_> = (0..25)
+        .map(|index| {
+            tracker
+                .start(TaskStart::new().task_id(format!("t{index:02}")))
+                .unwrap()
+        })
+        .collect();
+    for handle in handles.iter().step_by(2) {
+        handle.complete(None);
+    }
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let (page, next) = tracker.tasks_page(false, cursor.as_deref(), 10).unwrap();
+        assert!(page.len() <= 10);
+        listed.extend(page.into_iter().map(|task| task.task_id.to_string()));
+        match next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    let expected: Vec<String> = (0..25).map(|index| format!("t{index:02}")).collect();
+    assert_eq!(listed, expected);
+    let (pending, next) = tracker.tasks_page(true, None, 100).unwrap();
+    assert_eq!(pending.len(), 12);
+    assert!(next.is_none());
+    assert!(matches!(
+        tracker.tasks_page(false, Some("somewhere"), 10),
+        Err(subagent_tracker::TrackerError::InvalidCursor { .. })
+    ));
+}

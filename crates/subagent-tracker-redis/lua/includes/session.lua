@@ -29,6 +29,9 @@ local stored_max_age = nil
 -- The session's last run number, as a number and as its digits (`next_run`), read with the incarnation; with the
 -- count's two parts once the call has counted on from it.
 local stored_seq, stored_seq_digits, seq_high, seq_low = nil, nil, nil, nil
+-- How many runs have joined the session's finished list since its first (a listing's position in the list: see
+-- `stv2_list`), read with the incarnation.
+local stored_fins = 0
 -- The fields of the session's hash that the running function changed (`record_change`; nil for none): written in
 -- one HSET when it ends, so that a call changes the session's hash once, however many tasks it starts or ends.
 local changed = nil
@@ -48,6 +51,18 @@ local walks_left = nil
 -- the call was replaced in it), with each one's position. No function reads an index after changing it.
 local live_changes = nil
 local finished_now, finished_at = nil, nil
+
+-- Records a change of the session now (a session is idle from its last change), with the session's fields the
+-- change sets (`...`: field, value, ...), for `session_function` to write to the session's hash when the
+-- function ends.
+local function record_change(...)
+  changed = changed or {}
+  changed.touched = now_ms_digits()
+  for index = 1, select('#', ...), 2 do
+    local field, value = select(index, ...)
+    changed[field] = value
+  end
+end
 
 -- Records that run `run` of `task_id` joined the live index (`run` false: the task left it).
 local function change_live(task_id, run)
@@ -87,28 +102,21 @@ local function write_gathered(base)
   for first = 1, #finished, 1000 do
     length = redis.call('RPUSH', base .. 'finished', unpack(finished, first, math.min(first + 999, #finished)))
   end
-  return length or redis.call('LLEN', base .. 'finished')
-end
-
--- Records a change of the session now (a session is idle from its last change), with the session's fields the
--- change sets (`...`: field, value, ...), for `session_function` to write to the session's hash when the
--- function ends.
-local function record_change(...)
-  changed = changed or {}
-  changed.touched = now_ms_digits()
-  for index = 1, select('#', ...), 2 do
-    local field, value = select(index, ...)
-    changed[field] = value
+  if #finished > 0 then
+    stored_fins = stored_fins + #finished
+    record_change('fins', stored_fins)
   end
+  return length or redis.call('LLEN', base .. 'finished')
 end
 
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
 local function session_function(callback)
   return function(keys, args)
-    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'max_age', 'ev')
+    local session = redis.call('HMGET', keys[1], 'inc', 'closed', 'max', 'seq', 'max_age', 'ev', 'fins')
     stored_inc, stored_closed, stored_max = session[1], session[2], tonumber(session[3])
     stored_seq_digits, stored_max_age, stored_ev = session[4], tonumber(session[5]), session[6]
     stored_seq, seq_high, seq_low = tonumber(stored_seq_digits), nil, nil
+    stored_fins = tonumber(session[7]) or 0
     last_event_ms, events_emitted = nil, 0
     -- A call that failed part way leaves nothing for the next one to write.
     changed, no_early_cancels, aged_forgotten, eviction_due, walks_left = nil, nil, false, nil, nil
