@@ -38,5 +38,8 @@ echo
 echo "== across processes, on Redis"
 python benches/redis_bench.py $smoke
 echo
+echo "== the longest server call over 100k tasks (SLOWLOG)"
+python benches/redis_bounded_calls.py $smoke
+echo
 echo "== the Redis server's instructions per start + complete (callgrind; skipped without valgrind)"
 python benches/redis_server_profile.py $smoke

@@ -82,6 +82,7 @@ step "smoke runs, in two lanes (sizes for a smoke test; the figures are not judg
   cargo test --quiet --benches -p subagent-tracker
   python benches/redis_bench.py --smoke >/dev/null
   python benches/redis_server_profile.py --smoke >/dev/null
+  python benches/redis_bounded_calls.py --smoke >/dev/null
 ) >target/smoke-lane.log 2>&1 &
 lane=$!
 # If the Python lane fails, set -e ends the script here: stop the other lane and show what it printed.
