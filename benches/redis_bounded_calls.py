@@ -28,17 +28,24 @@ from subagent_tracker import RedisRegistry
 FAN_OUT = 100
 
 
-def longest_call(admin: redis.Redis, action: Callable[[], object]) -> tuple[float, float, int]:
-    """Runs ``action`` with every server call logged: the longest ``FCALL`` in seconds, the action's own time,
-    and how many function calls it made."""
+def longest_call(admin: redis.Redis, action: Callable[[], object]) -> tuple[float, str, float, float, int]:
+    """Runs ``action`` with every server call logged: the longest ``FCALL`` in seconds and its function, the
+    99.9th percentile of the calls, the action's own time, and how many function calls were made meanwhile
+    (the worker's own housekeeping included). A call's time is the server's wall clock: on a shared machine it
+    includes any moment the server was not scheduled, which the percentile sets apart."""
     admin.slowlog_reset()
     began = time.perf_counter()
     action()
     elapsed = time.perf_counter() - began
     entries: list[dict[str, Any]] = admin.slowlog_get(1_000_000)  # type: ignore[assignment]
     calls = [entry for entry in entries if b"FCALL" in bytes(entry.get("command", b"")).upper()]
-    longest = max((int(entry["duration"]) for entry in calls), default=0)
-    return longest / 1e6, elapsed, len(calls)
+    slowest = max(calls, key=lambda entry: int(entry["duration"]), default=None)
+    if slowest is None:
+        return 0.0, "", 0.0, elapsed, 0
+    function = bytes(slowest["command"]).split()[1].decode()
+    durations = sorted(int(entry["duration"]) for entry in calls)
+    p999 = durations[min(len(durations) - 1, len(durations) * 999 // 1000)]
+    return int(slowest["duration"]) / 1e6, function, p999 / 1e6, elapsed, len(calls)
 
 
 def tree_of(session: Any, tasks: int) -> list[Any]:
@@ -76,8 +83,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100_000)
     arguments = parser.parse_args()
     tasks = 2_000 if arguments.smoke else arguments.tasks
-    print(f"| {tasks:,} tasks | longest server call | whole operation | function calls |")
-    print("|---|---|---|---|")
+    print(f"| {tasks:,} tasks | longest server call | 99.9th percentile | whole operation | function calls |")
+    print("|---|---|---|---|---|")
     scenarios: list[tuple[str, Callable[[Any, int], list[Any]], Callable[[Any], object]]] = [
         ("cancel of a tree", tree_of, lambda session: session.cancel_subagent_task("root")),
         ("subagent_tasks() over retained tasks", flat, lambda session: session.subagent_tasks()),
@@ -91,10 +98,11 @@ def main() -> None:
             admin.config_set("slowlog-max-len", 1_000_000)
             session = RedisRegistry(url).session(f"bounded-{name}", max_finished_tasks=tasks)
             handles = build(session, tasks)
-            longest, elapsed, calls = longest_call(admin, lambda: act(session))  # noqa: B023 (called here)
+            measured = longest_call(admin, lambda: act(session))  # noqa: B023 (called here)
+            longest, function, p999, elapsed, calls = measured
             verdict = "met" if longest <= 0.002 else "missed"
-            longest_text = f"{longest * 1e3:.2f} ms ({verdict}: ≤ 2 ms)"
-            print(f"| {name} | {longest_text} | {elapsed * 1e3:,.0f} ms | {calls:,} |")
+            longest_text = f"{longest * 1e3:.2f} ms, {function} ({verdict}: ≤ 2 ms)"
+            print(f"| {name} | {longest_text} | {p999 * 1e3:.2f} ms | {elapsed * 1e3:,.0f} ms | {calls:,} |")
             del handles
         finally:
             server.terminate()

@@ -11,7 +11,7 @@ use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisSession, RedisTaskHandle};
 
 /// The most tasks one step of a cascade reads (`WALK_STEP` in `lua/includes/cascade.lua`).
-const WALK_STEP: usize = 100;
+const WALK_STEP: usize = 32;
 
 /// A tree under "root": `children` children, each with `grandchildren` of its own; their handles, kept (a handle
 /// let go of fails its task).

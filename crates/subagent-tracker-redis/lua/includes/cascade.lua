@@ -28,7 +28,7 @@ end
 -- starts cancelled, and one started under a task not yet reached is in its parent's children set when the walk
 -- reads it: no orphan. While any walk of a session is under way, its finished runs are not evicted (a walk may
 -- still have to pass through them to their descendants).
-local WALK_STEP = 100
+local WALK_STEP = 32
 local WALK_GRACE_MS = 2000
 
 -- A walk: its settings (kind "tree", or "session" and "match", which go through the live index by run after

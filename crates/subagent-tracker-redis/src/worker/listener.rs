@@ -330,13 +330,25 @@ impl Worker {
     }
 }
 
-/// `runs` grouped by their session, for one call per session.
-fn by_session(runs: Vec<RunKey>) -> HashMap<Arc<str>, Vec<RunKey>> {
+/// At most this many runs go in one call that names runs (a reconcile, a report of handlers done), so that no
+/// call holds the server long however many runs a process holds in one session.
+const RUNS_PER_CALL: usize = 50;
+
+/// `runs` grouped by their session, in groups of at most `RUNS_PER_CALL`, for one call each.
+fn by_session(runs: Vec<RunKey>) -> Vec<(Arc<str>, Vec<RunKey>)> {
     let mut grouped: HashMap<Arc<str>, Vec<RunKey>> = HashMap::new();
     for run in runs {
         grouped.entry(run.session_id.clone()).or_default().push(run);
     }
-    grouped
+    let mut calls = Vec::new();
+    for (session_id, mut runs) in grouped {
+        while runs.len() > RUNS_PER_CALL {
+            let rest = runs.split_off(RUNS_PER_CALL);
+            calls.push((session_id.clone(), std::mem::replace(&mut runs, rest)));
+        }
+        calls.push((session_id, runs));
+    }
+    calls
 }
 
 /// The arguments that name `runs` to a function: each run's task id, then its run.
@@ -465,4 +477,47 @@ pub(super) async fn reconcile(worker: Arc<Worker>) {
     let _ = worker.end_orphans().await;
     let _ = worker.reschedule_timers().await;
     let _ = worker.forget_idle_sessions().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runs(session_id: &str, count: usize) -> Vec<RunKey> {
+        (0..count)
+            .map(|index| RunKey {
+                session_id: Arc::from(session_id),
+                task_id: Arc::from(format!("t{index}")),
+                run: index.to_string(),
+            })
+            .collect()
+    }
+
+    /// A process that holds many runs in one session names them in calls of at most `RUNS_PER_CALL`, every run
+    /// once.
+    #[test]
+    fn runs_go_to_the_server_in_calls_of_a_bounded_size() {
+        let mut all = runs("big", 2 * RUNS_PER_CALL + 7);
+        all.extend(runs("small", 3));
+        let calls = by_session(all);
+        let mut sizes: Vec<(String, usize)> = calls
+            .iter()
+            .map(|(session_id, runs)| (session_id.to_string(), runs.len()))
+            .collect();
+        sizes.sort();
+        assert_eq!(
+            sizes,
+            [
+                ("big".to_owned(), 7),
+                ("big".to_owned(), RUNS_PER_CALL),
+                ("big".to_owned(), RUNS_PER_CALL),
+                ("small".to_owned(), 3)
+            ]
+        );
+        let named: std::collections::HashSet<_> = calls
+            .iter()
+            .flat_map(|(_, runs)| runs.iter().map(|run| run.task_id.clone()))
+            .collect();
+        assert_eq!(named.len(), 2 * RUNS_PER_CALL + 7);
+    }
 }
