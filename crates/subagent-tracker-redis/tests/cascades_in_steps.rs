@@ -301,7 +301,7 @@ async fn a_session_s_cancel_and_a_cancel_by_filter_go_through_many_tasks_in_step
         .map(|index| format!("t{index:03}"))
         .collect();
     assert_eq!(
-        moved.iter().map(|id| id.to_string()).collect::<Vec<_>>(),
+        moved.iter().map(ToString::to_string).collect::<Vec<_>>(),
         expected,
         "every match, in start order"
     );
