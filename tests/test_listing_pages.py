@@ -94,43 +94,34 @@ def test_a_page_with_a_bad_cursor_or_limit_is_refused(
         blocking_session.subagent_tasks_page(cursor, **keywords)
 
 
+async def _filled_awaited(session: Any, count: int) -> list[Any]:
+    """``_filled`` through the awaited API."""
+    running = []
+    for index in range(count):
+        handle = await session.start_subagent_task(f"t{index:03}")
+        if index % 2 == 0:
+            await handle.complete()
+        else:
+            running.append(handle)
+    return running
+
+
 def test_the_awaited_apis_page_and_iterate_alike(redis_server: RedisServer) -> None:
-    async def through(session: Any, fill: Any) -> tuple[list[str], list[str]]:
-        await fill()
+    async def through(session: Any) -> tuple[list[str], list[str]]:
+        running = await _filled_awaited(session, 60)
         tasks, cursor = await session.subagent_tasks_page(limit=10)
         assert len(tasks) == 10 and cursor is not None
         every = [task.task_id async for task in aiter_subagent_tasks(session, limit=16)]
         pending = [task.task_id async for task in aiter_subagent_tasks(session, pending=True)]
+        del running
         return every, pending
 
     async def on_redis() -> tuple[list[str], list[str]]:
         registry = await AsyncRedisRegistry.connect(redis_server.url)
-        session = await registry.session(f"pages-{next(_SESSIONS)}")
-        handles: list[Any] = []
-
-        async def fill() -> None:
-            for index in range(60):
-                handle = await session.start_subagent_task(f"t{index:03}")
-                if index % 2 == 0:
-                    await handle.complete()
-                else:
-                    handles.append(handle)
-
-        return await through(session, fill)
+        return await through(await registry.session(f"pages-{next(_SESSIONS)}"))
 
     async def in_memory() -> tuple[list[str], list[str]]:
-        session = AwaitableSession(Session())
-        handles: list[Any] = []
-
-        async def fill() -> None:
-            for index in range(60):
-                handle = await session.start_subagent_task(f"t{index:03}")
-                if index % 2 == 0:
-                    await handle.complete()
-                else:
-                    handles.append(handle)
-
-        return await through(session, fill)
+        return await through(AwaitableSession(Session()))
 
     for every, pending in (asyncio.run(on_redis()), asyncio.run(in_memory())):
         assert sorted(every) == [f"t{index:03}" for index in range(60)]
