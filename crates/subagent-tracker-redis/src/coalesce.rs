@@ -174,18 +174,18 @@ pub(crate) type EndReply = i64;
 
 /// The coalesced calls of one incarnation of a session in this process: its starts and reservations, and its
 /// ends.
-pub(crate) struct SessionCalls {
+pub(crate) struct CoalescedCalls {
     pub(crate) opens: Arc<Coalescer<OpenArgs, OpenReply>>,
     pub(crate) ends: Arc<Coalescer<EndArgs, EndReply>>,
 }
 
-impl SessionCalls {
+impl CoalescedCalls {
     /// The calls of the incarnation `incarnation` of the session whose hash is `key`, sent on `connection`.
     pub(crate) fn new(
         connection: &Connection,
         key: &Arc<str>,
         incarnation: &Arc<str>,
-    ) -> SessionCalls {
+    ) -> CoalescedCalls {
         let opens = {
             let (connection, key, incarnation) =
                 (connection.clone(), key.clone(), incarnation.clone());
@@ -234,7 +234,7 @@ impl SessionCalls {
                 }) as Flight<EndReply>
             }))
         };
-        SessionCalls {
+        CoalescedCalls {
             opens: Arc::new(opens),
             ends: Arc::new(ends),
         }

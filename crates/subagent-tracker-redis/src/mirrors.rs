@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use subagent_tracker::{InMemorySubagentTaskTracker, TrackerConfig};
 
-use crate::coalesce::SessionCalls;
+use crate::coalesce::CoalescedCalls;
 use crate::watched_tokens::Watches;
 
 type Table = Mutex<HashMap<Arc<str>, Weak<Mirror>>>;
@@ -24,7 +24,7 @@ pub(crate) struct Mirror {
     /// The runs of the session that this process watches for tokens by id.
     pub(crate) watches: Watches,
     /// The coalesced calls of the incarnation last opened here (`calls`).
-    calls: Mutex<Option<(Arc<str>, Arc<SessionCalls>)>>,
+    calls: Mutex<Option<(Arc<str>, Arc<CoalescedCalls>)>>,
     session_id: Arc<str>,
     table: Weak<Table>,
 }
@@ -68,8 +68,8 @@ impl Mirror {
     pub(crate) fn calls(
         &self,
         incarnation: &Arc<str>,
-        made: impl FnOnce() -> SessionCalls,
-    ) -> Arc<SessionCalls> {
+        made: impl FnOnce() -> CoalescedCalls,
+    ) -> Arc<CoalescedCalls> {
         let mut calls = self
             .calls
             .lock()

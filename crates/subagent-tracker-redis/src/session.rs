@@ -10,7 +10,7 @@ use subagent_tracker::{
     TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
-use crate::coalesce::{SessionCalls, MAX_ITEMS_PER_CALL};
+use crate::coalesce::{CoalescedCalls, MAX_ITEMS_PER_CALL};
 use crate::mirrors::Mirror;
 use crate::session_state::{session_state, SessionState};
 use crate::store::{self, epoch_millis, TaskFields};
@@ -44,7 +44,7 @@ pub struct RedisSession {
     /// The in-memory mirror of this worker's runs in the session: their tokens.
     mirror: Arc<Mirror>,
     /// The incarnation's starts and ends in this process, coalesced (`coalesce.rs`).
-    calls: Arc<SessionCalls>,
+    calls: Arc<CoalescedCalls>,
 }
 
 /// What `open` gives: the task's id, its run and status, the links' registrations, and the call.
@@ -116,7 +116,7 @@ impl RedisSession {
         let key: Arc<str> = Arc::from(key);
         let incarnation: Arc<str> = Arc::from(state.incarnation.as_str());
         let calls = mirror.calls(&incarnation, || {
-            SessionCalls::new(&worker.connection, &key, &incarnation)
+            CoalescedCalls::new(&worker.connection, &key, &incarnation)
         });
         RedisSession {
             worker,
