@@ -253,7 +253,7 @@ async fn the_reaper_judges_a_run_by_when_it_began() {
             .arg(expired_at);
         command
     };
-    let reaped: i64 = reap(started_ms - 1000)
+    let (reaped, _): (i64, String) = reap(started_ms - 1000)
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -266,7 +266,7 @@ async fn the_reaper_judges_a_run_by_when_it_began() {
         .start(TaskStart::new().task_id("late"))
         .await
         .unwrap();
-    let reaped: i64 = reap(started_ms + 60_000)
+    let (reaped, _): (i64, String) = reap(started_ms + 60_000)
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -274,6 +274,62 @@ async fn the_reaper_judges_a_run_by_when_it_began() {
     let snapshot = session.get("late").await.unwrap().unwrap();
     assert_eq!(snapshot.error.as_deref(), Some(WORKER_LOST_ERROR));
     assert!(!late.complete(None).await.unwrap());
+}
+
+/// The reaper goes through a session of many runs in bounded calls: at most 32 runs ended per call, from a
+/// cursor, until every run of the lost process is ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reaper_goes_through_many_runs_in_bounded_calls() {
+    let server = RedisServer::start();
+    let worker = RedisRegistry::connect(&server.url(), options("a9:"))
+        .await
+        .unwrap();
+    let session = worker.session(Some("s"), config()).await.unwrap();
+    let mut handles = Vec::new();
+    for first in (0..300).step_by(50) {
+        let batch = (first..first + 50)
+            .map(|index| TaskStart::new().task_id(format!("t{index}")))
+            .collect();
+        handles.extend(session.start_batch(batch).await.unwrap());
+    }
+    let mut admin = admin(&server).await;
+    let process: String = redis::cmd("HGET")
+        .arg("a9:v2:{s:s}:t:t0")
+        .arg("worker")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let far_future = i64::MAX / 4;
+    let (mut cursor, mut ended, mut calls) = (String::new(), 0, 0);
+    loop {
+        let (reaped, next): (i64, String) = redis::cmd("FCALL")
+            .arg("stv2_reap")
+            .arg(1)
+            .arg("a9:v2:{s:s}:session")
+            .arg(&process)
+            .arg(WORKER_LOST_ERROR)
+            .arg(far_future)
+            .arg(&cursor)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert!(reaped <= 32, "{reaped} runs ended in one call");
+        ended += reaped;
+        calls += 1;
+        if next.is_empty() {
+            break;
+        }
+        cursor = next;
+    }
+    assert_eq!(ended, 300);
+    assert!(calls >= 300 / 32, "{calls} calls");
+    assert!(session
+        .tasks()
+        .await
+        .unwrap()
+        .iter()
+        .all(|task| task.error.as_deref() == Some(WORKER_LOST_ERROR)));
+    drop(handles);
 }
 
 /// Defect 4: two processes given one worker id shared a lease and a running set, and each failed the other's

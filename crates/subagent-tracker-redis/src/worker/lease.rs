@@ -118,9 +118,29 @@ impl Worker {
                         )
                     })
                     .collect();
-                let reaped: Vec<Result<i64, _>> =
+                let reaped: Vec<Result<(i64, String), _>> =
                     store::call_each(connection, "reap", &calls).await?;
-                all_reaped &= reaped.iter().all(Result::is_ok);
+                for (key, outcome) in keys.iter().zip(reaped) {
+                    // A session whose live index is longer than one call reads goes on from its cursor.
+                    let mut cursor = match outcome {
+                        Ok((_, cursor)) => cursor,
+                        Err(_) => {
+                            all_reaped = false;
+                            continue;
+                        }
+                    };
+                    while !cursor.is_empty() {
+                        let args = [&**process, WORKER_LOST_ERROR, &**expired_at, &*cursor];
+                        match store::call::<(i64, String)>(connection, "reap", &[key], &args).await
+                        {
+                            Ok((_, next)) => cursor = next,
+                            Err(_) => {
+                                all_reaped = false;
+                                break;
+                            }
+                        }
+                    }
+                }
             }
             // Dropped together with its announcements once every session was reaped, unless it renewed
             // meanwhile (it came back, and keeps both). What it announced stays as long as its lease does,
