@@ -34,7 +34,8 @@ Functions, by the slot they work in, and who calls them in Rust:
     stv2_touch                    RedisRegistry::session
     stv2_status, stv2_drop_lost   the worker's reconcile (Worker::reconcile)
     stv2_fire                     the worker's timer loop (Worker::fire)
-    stv2_reap, stv2_orphans       the reaper (Worker::reap_expired) and the orphan check (Worker::end_orphans)
+    stv2_reap, stv2_orphans,      the reaper (Worker::reap_expired) and the orphan check (Worker::end_orphans)
+    stv2_end_orphans
     stv2_sweep                    the idle sweep (Worker::sweep_idle_sessions)
   the registry's slot (every key carries the tag `{registry}`)
     stv2_schedule, stv2_due,      the timer index: which sessions have a timer due (Worker::schedule,

@@ -31,7 +31,7 @@ const INCLUDES: [&str; 13] = [
 ];
 
 /// One file per server function.
-const FUNCTIONS: [&str; 37] = [
+const FUNCTIONS: [&str; 38] = [
     include_str!("../lua/functions/announce.lua"),
     include_str!("../lua/functions/cancel.lua"),
     include_str!("../lua/functions/cancel_all.lua"),
@@ -41,6 +41,7 @@ const FUNCTIONS: [&str; 37] = [
     include_str!("../lua/functions/drop_stale.lua"),
     include_str!("../lua/functions/due.lua"),
     include_str!("../lua/functions/end.lua"),
+    include_str!("../lua/functions/end_orphans.lua"),
     include_str!("../lua/functions/escalate.lua"),
     include_str!("../lua/functions/expired.lua"),
     include_str!("../lua/functions/fire.lua"),

@@ -1127,8 +1127,17 @@ impl RedisSession {
     pub async fn forget_finished(&self, older_than: Duration) -> Result<usize, RedisTrackerError> {
         // In microseconds, the precision of the server's clock and of the times it records.
         let older_than_us = older_than.as_micros().to_string();
-        self.transition("forget_finished", &[&self.incarnation, &older_than_us])
-            .await
+        // A bounded number per call, as many calls as it takes.
+        let mut forgotten = 0;
+        loop {
+            let (count, more): (usize, i64) = self
+                .transition("forget_finished", &[&self.incarnation, &older_than_us])
+                .await?;
+            forgotten += count;
+            if more == 0 {
+                return Ok(forgotten);
+            }
+        }
     }
 
     /// Snapshots of every retained task, in start order, read page by page (contract §6: no call holds the

@@ -306,3 +306,57 @@ async fn a_cascade_far_larger_than_the_event_bound_leaves_the_stream_bounded() {
         .await
     );
 }
+
+/// The orphan check goes through a session's live index in pages: an orphan past the first page is ended, and
+/// none of the many runs the process holds is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orphan_past_the_first_page_is_ended_and_every_held_run_is_left_alone() {
+    let server = RedisServer::start();
+    let options = RedisOptions::default()
+        .with_key_prefix("r9:")
+        .with_worker_id("runner")
+        .with_reconcile_interval(Duration::from_millis(100))
+        .with_timeout(Duration::from_millis(200));
+    let worker = RedisRegistry::connect(&server.url(), options)
+        .await
+        .unwrap();
+    let session = worker.session(Some("s"), retaining(10)).await.unwrap();
+    let mut held = Vec::new();
+    for first in (0..250).step_by(50) {
+        let batch = (first..first + 50)
+            .map(|index| TaskStart::new().task_id(format!("held-{index}")))
+            .collect();
+        held.extend(session.start_batch(batch).await.unwrap());
+    }
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "600", "WRITE"])
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let lost = session.start(TaskStart::new().task_id("lost")).await;
+    assert!(matches!(lost, Err(RedisTrackerError::Unavailable { .. })));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut ended = None;
+    for _ in 0..300 {
+        match session.get("lost").await.unwrap() {
+            Some(snapshot) if snapshot.finished => {
+                ended = Some(snapshot);
+                break;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+    let ended = ended.expect("the orphaned run was ended");
+    assert_eq!(
+        ended.error.as_deref(),
+        Some(subagent_tracker_redis::ORPHANED_RUN_ERROR)
+    );
+    assert_eq!(
+        session.pending().await.unwrap().len(),
+        250,
+        "every held run is left alone"
+    );
+    drop(held);
+}

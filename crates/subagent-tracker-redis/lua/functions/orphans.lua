@@ -1,32 +1,29 @@
--- stv2_orphans(session_key; process, grace_ms, error, held...): the runs recorded as the worker process's that it
--- does not hold (its start or claim took effect but the reply never reached it), once older than `grace_ms`: a
--- running one fails with `error`, a cancelled one finishes. Returns {how many it ended, how many unheld runs are
--- younger than the grace and left for a later look}.
+-- stv2_orphans(session_key; process, cursor): one page of the look for the runs recorded as the worker process's
+-- (contract §21): at most ORPHAN_STEP tasks of the live index read, in start order, after `cursor` (the last run
+-- read; "": from the first). Returns {the cursor of the next page, or "" once the index is done; then, for each
+-- unfinished run of the process in the page, its task id, its run and how long ago, in milliseconds, the process
+-- began it}. The process tells which it does not hold, and ends those with stv2_end_orphans.
+local ORPHAN_STEP = 200
+
 local function st_orphans(keys, args)
-  local session_key = keys[1]
   -- A session whose hash is gone (evicted) is lost, not for orphans to end: its leftovers are the sweep's.
-  if not stored_inc then return { 0, 0 } end
-  local base = base_of(session_key)
-  local process, grace, error = args[1], tonumber(args[2]), args[3]
-  local held = {}
-  for index = 4, #args do held[args[index]] = true end
-  local ended, young = 0, 0
+  if not stored_inc then return { '' } end
+  local base = base_of(keys[1])
+  local process = args[1]
+  local listed = redis.call('ZRANGE', base .. 'live', '(' .. (args[2] ~= '' and args[2] or '0'), '+inf', 'BYSCORE',
+    'LIMIT', 0, ORPHAN_STEP, 'WITHSCORES')
+  local page = { #listed < 2 * ORPHAN_STEP and '' or listed[#listed] }
   local current_ms = now_ms()
-  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'live', 0, -1)) do
-    if not held[task_id] then
-      local key = task_key(base, task_id)
-      local run, since = unfinished_run_of(key, process)
-      if run then
-        if current_ms - since > grace then
-          end_lost_run(base, key, task_id, run, error, now())
-          ended = ended + 1
-        else
-          young = young + 1
-        end
-      end
+  for index = 1, #listed, 2 do
+    local task_id = listed[index]
+    local run, since = unfinished_run_of(task_key(base, task_id), process)
+    if run then
+      page[#page + 1] = task_id
+      page[#page + 1] = run
+      page[#page + 1] = tostring(current_ms - since)
     end
   end
-  return { ended, young }
+  return page
 end
 
-register('orphans', session_function(st_orphans))
+register('orphans', session_function(st_orphans), true)

@@ -68,11 +68,12 @@ local function evict_beyond_bound(base, finished_length)
   end
 end
 
--- Forgets the retained finished runs that ended at or before `cutoff_us`, oldest first, as eviction does; the
--- finished list is in the order runs finished, so the scan stops at the first that ended later. Returns how many.
-local function forget_ended_before(base, cutoff_us)
+-- Forgets the retained finished runs that ended at or before `cutoff_us`, oldest first, at most `limit` of them,
+-- as eviction does; the finished list is in the order runs finished, so the scan stops at the first that ended
+-- later. Returns how many, and whether more may be left (the limit was reached).
+local function forget_ended_before(base, cutoff_us, limit)
   local forgotten = 0
-  while true do
+  while forgotten < limit do
     local oldest = redis.call('LINDEX', base .. 'finished', 0)
     if not oldest then break end
     local ended_at = redis.call('HGET', task_key(base, oldest), 'ended_at')
@@ -82,8 +83,11 @@ local function forget_ended_before(base, cutoff_us)
     forgotten = forgotten + 1
   end
   if forgotten > 0 then touch() end
-  return forgotten
+  return forgotten, forgotten == limit
 end
+
+-- At most this many runs past the session's age are forgotten by a call that finishes a run.
+local AGED_PER_CALL = 32
 
 -- Counts a finished run against the bound, last in the finished list (written as the call ends:
 -- `write_gathered`); the call evicts beyond the bound as it ends (`evict_beyond_bound`).
@@ -92,7 +96,8 @@ local function retain(base, task_id)
   -- waits for it can still read its final fields (queries already leave it out once it is old enough).
   if stored_max_age and not aged_forgotten then
     aged_forgotten = true
-    forget_ended_before(base, now_us() - stored_max_age)
+    -- A few per call: queries leave out what is older already, and the next calls forget the rest.
+    forget_ended_before(base, now_us() - stored_max_age, AGED_PER_CALL)
   end
   finished_now, finished_at = finished_now or {}, finished_at or {}
   finished_now[#finished_now + 1] = task_id

@@ -147,15 +147,48 @@ impl Worker {
         let mut connection = self.connection.clone();
         for (session_id, kept) in unsettled {
             let looked_at = Instant::now();
-            let mut args: Vec<&str> = vec![&self.process, &grace_ms, ORPHANED_RUN_ERROR];
-            args.extend(kept.iter().map(|task_id| &**task_id));
-            let [_ended, young]: [i64; 2] = store::call(
-                &mut connection,
-                "orphans",
-                &[&self.keys.session(&session_id)],
-                &args,
-            )
-            .await?;
+            let key = self.keys.session(&session_id);
+            let kept: std::collections::HashSet<Arc<str>> = kept.into_iter().collect();
+            // The process's unheld runs still younger than the grace: left for a later look.
+            let mut young = 0;
+            let mut cursor = String::new();
+            loop {
+                let page: Vec<String> = store::call(
+                    &mut connection,
+                    "orphans",
+                    &[&key],
+                    &[&self.process, &cursor],
+                )
+                .await?;
+                let (next, runs) = page
+                    .split_first()
+                    .ok_or_else(|| RedisTrackerError::Protocol(Arc::from("stv2_orphans")))?;
+                let mut orphans = Vec::new();
+                for run in runs.chunks_exact(3) {
+                    if kept.contains(run[0].as_str()) {
+                        continue;
+                    }
+                    if run[2]
+                        .parse::<u128>()
+                        .is_ok_and(|age| age > grace.as_millis())
+                    {
+                        orphans.push([run[0].as_str(), run[1].as_str()]);
+                    } else {
+                        young += 1;
+                    }
+                }
+                // Each end is a run's whole end (its event, its group's rules): a few per call.
+                for chunk in orphans.chunks(ORPHANS_PER_CALL) {
+                    let mut args: Vec<&str> = vec![&self.process, &grace_ms, ORPHANED_RUN_ERROR];
+                    args.extend(chunk.iter().flatten());
+                    let _ended: i64 =
+                        store::call(&mut connection, "end_orphans", &[&key], &args).await?;
+                }
+                if next.is_empty() {
+                    break;
+                }
+                cursor.clone_from(next);
+            }
             let mut runs = lock(&self.runs);
             if let Some(session) = runs.sessions.get_mut(&session_id) {
                 // Settled once no unheld run is left and no unanswered call is younger than the grace: a call
@@ -329,6 +362,9 @@ impl Worker {
             .collect()
     }
 }
+
+/// At most this many orphans are ended in one call (`stv2_end_orphans`).
+const ORPHANS_PER_CALL: usize = 32;
 
 /// At most this many runs go in one call that names runs (a reconcile, a report of handlers done), so that no
 /// call holds the server long however many runs a process holds in one session.
