@@ -20,7 +20,7 @@ local function st_orphans(keys, args)
     if run then
       page[#page + 1] = task_id
       page[#page + 1] = run
-      page[#page + 1] = tostring(current_ms - since)
+      page[#page + 1] = tostring(math.floor(current_ms - since))
     end
   end
   return page
