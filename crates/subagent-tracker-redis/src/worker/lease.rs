@@ -122,12 +122,9 @@ impl Worker {
                     store::call_each(connection, "reap", &calls).await?;
                 for (key, outcome) in keys.iter().zip(reaped) {
                     // A session whose live index is longer than one call reads goes on from its cursor.
-                    let mut cursor = match outcome {
-                        Ok((_, cursor)) => cursor,
-                        Err(_) => {
-                            all_reaped = false;
-                            continue;
-                        }
+                    let Ok((_, mut cursor)) = outcome else {
+                        all_reaped = false;
+                        continue;
                     };
                     while !cursor.is_empty() {
                         let args = [&**process, WORKER_LOST_ERROR, &**expired_at, &*cursor];
