@@ -129,8 +129,9 @@ def test_the_reaper_leaves_alone_a_run_begun_after_the_lease_expired(redis_serve
     process = admin.hget("subagent-tracker:v2:{s:s}:t:job", "worker")
     started_ms = int(float(admin.hget("subagent-tracker:v2:{s:s}:t:job", "started_at") or 0) * 1000)
     # The reaper's call for a lease that expired a second before the run began: not the lost worker's run.
+    # The reply: how many it ended, and the cursor of the next call ("": the session's live index is done).
     reaped = admin.fcall("stv2_reap", 1, session_key, process, WORKER_LOST_ERROR, str(started_ms - 1000))
-    assert reaped == 0
+    assert reaped == [0, ""]
     assert session.subagent_task("job").status is SubagentStatus.RUNNING  # type: ignore[union-attr]
     assert handle.complete()
     # A run begun before the expiry is reaped.
@@ -138,7 +139,7 @@ def test_the_reaper_leaves_alone_a_run_begun_after_the_lease_expired(redis_serve
     reaped = admin.fcall(
         "stv2_reap", 1, session_key, process, WORKER_LOST_ERROR, str(int(time.time() * 1000) + 1000)
     )
-    assert reaped == 1
+    assert reaped == [1, ""]
     assert session.subagent_task("late").error == WORKER_LOST_ERROR  # type: ignore[union-attr]
     assert not late.complete()
 
