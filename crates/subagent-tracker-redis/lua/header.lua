@@ -12,20 +12,17 @@ file opens with its keys and arguments, `(keys; arguments)`, what it returns, an
 Functions, by the slot they work in, and who calls them in Rust:
 
   a session's slot (KEYS[1] is the session's hash; every key the function reads or writes is named from it)
-    stv2_open, stv2_open_batch    RedisSession::start, reserve (coalesced: `src/coalesce.rs`), start_batch,
-                                  reserve_batch
+    stv2_open, stv2_open_batch    RedisSession::start, reserve, start_batch, reserve_batch
     stv2_claim                    RedisSession::claim
     stv2_cancel                   RedisSession::cancel, cancel_before_start (and a linked token's cancel)
     stv2_cancel_all               RedisSession::cancel_all, close
     stv2_cancel_matching          RedisSession::cancel_matching
     stv2_end                      RedisTaskHandle::complete, fail, fail_with, stopped (and Drop);
-                                  RedisSession::end, fail (coalesced), end_batch
-    stv2_walk                     the remaining steps of a cascade: RedisSession::finish_walk (a cancel's),
-                                  store::finish_walks (an end's)
+                                  RedisSession::end, fail
     stv2_progress                 RedisTaskHandle::progress
     stv2_pause, stv2_resume       RedisTaskHandle::pause; RedisSession::resume
     stv2_escalate                 RedisTaskHandle::record_escalation
-    stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending, tasks_page
+    stv2_get, stv2_list           RedisSession::get, get_run, tasks, pending
     stv2_handling                 RedisSession::cancel_and_wait
     stv2_restore                  RedisSession::restore
     stv2_handled                  the worker's report that a cancel's handlers are done (Worker::report_handled)
@@ -77,13 +74,8 @@ a session (`function_call` in `src/store.rs`).
                        yet to stop) by run, from the start to the end
   <base>finished       list: the ids of the retained finished runs, in the order they finished (a run replaced by a
                        new run of its id leaves it); its length is the count against the bound
-  <base>timers         sorted set: "d\t<task>\t<run>" (a deadline), "c\t<task>\t<run>" (a claim timeout) and
-                       "w\t<walk>\t0" (a cascade under way, whose caller has this long to take its next step) by
+  <base>timers         sorted set: "d\t<task>\t<run>" (a deadline) and "c\t<task>\t<run>" (a claim timeout) by
                        when they fall due, in milliseconds since the epoch; `stv2_fire` fires the due ones
-  <base>walks          set: the ids of the session's cascades under way (see `lua/includes/cascade.lua`)
-  <base>w:<walk>       hash: a cascade's settings: kind (tree, session, match), reason, cause, at, origin, the live
-                       index's cursor and bound (session, match), and a match's filter
-  <base>wf:<walk>      list: a cascade's stack of visits, three entries each (flag, origin, id), the top last
   <base>early          hash: task id -> "<expiry, microseconds since the epoch>\t<reason>", a cancel recorded for
                        the id's next start (`cancel_subagent_task(..., before_start=True)`)
   <base>early_order    sorted set: the ids of `early` by expiry, to drop expired records and the oldest beyond

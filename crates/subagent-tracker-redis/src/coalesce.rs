@@ -56,49 +56,28 @@ impl<Item: Send + 'static, Outcome: Send + 'static> Coalescer<Item, Outcome> {
         }
     }
 
-    /// Sends `item`, and returns its own outcome: at once, in a call of its own, when no call of its kind is in
-    /// flight (a lone call waits for nothing, and costs no task of the runtime); otherwise with whatever else of
-    /// its kind waits, in the next call of a flight that runs on `runtime`, so that a caller that stops waiting
-    /// neither loses the others' outcomes nor stops the queue.
+    /// Sends `item` with whatever else of its kind waits, and returns its own outcome. The flight runs on
+    /// `runtime`, so a caller that stops waiting neither loses the others' outcomes nor stops the queue.
     pub(crate) async fn call(
         self: &Arc<Self>,
         item: Item,
         runtime: &tokio::runtime::Handle,
     ) -> Result<Outcome, RedisTrackerError> {
-        let waiting = {
+        let (answer, outcome) = oneshot::channel();
+        let leads = {
             let mut queue = self.lock();
-            if queue.in_flight {
-                let (answer, outcome) = oneshot::channel();
-                queue.waiting.push((item, answer));
-                Err(outcome)
-            } else {
-                queue.in_flight = true;
-                Ok(item)
-            }
+            queue.waiting.push((item, answer));
+            !std::mem::replace(&mut queue.in_flight, true)
         };
-        let item = match waiting {
-            Ok(item) => item,
-            Err(outcome) => {
-                return outcome.await.unwrap_or_else(|_| {
-                    // The flight's task ended without an answer: its runtime is shutting down.
-                    Err(RedisTrackerError::Protocol(Arc::from(
-                        "the registry's runtime stopped before the call returned",
-                    )))
-                });
-            }
-        };
-        // Whatever queued meanwhile goes in a flight once this call is over, or is dropped unfinished.
-        let _handoff = Handoff {
-            coalescer: Arc::clone(self),
-            runtime: runtime.clone(),
-        };
-        let mut outcomes = (self.send)(vec![item]).await?;
-        match (outcomes.pop(), outcomes.is_empty()) {
-            (Some(outcome), true) => Ok(outcome),
-            _ => Err(RedisTrackerError::Protocol(Arc::from(
-                "a coalesced call's reply",
-            ))),
+        if leads {
+            runtime.spawn(Arc::clone(self).fly());
         }
+        outcome.await.unwrap_or_else(|_| {
+            // The flight's task ended without an answer: its runtime is shutting down.
+            Err(RedisTrackerError::Protocol(Arc::from(
+                "the registry's runtime stopped before the call returned",
+            )))
+        })
     }
 
     /// Sends what is queued, one call at a time, until the queue is empty.
@@ -140,25 +119,6 @@ impl<Item: Send + 'static, Outcome: Send + 'static> Coalescer<Item, Outcome> {
         self.queue
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-}
-
-/// Hands what queued while a lone call was in flight to a flight of its own, or marks the queue idle, when that
-/// call is over: however it ends, its caller's future dropped included.
-struct Handoff<Item: Send + 'static, Outcome: Send + 'static> {
-    coalescer: Arc<Coalescer<Item, Outcome>>,
-    runtime: tokio::runtime::Handle,
-}
-
-impl<Item: Send + 'static, Outcome: Send + 'static> Drop for Handoff<Item, Outcome> {
-    fn drop(&mut self) {
-        let mut queue = self.coalescer.lock();
-        if queue.waiting.is_empty() {
-            queue.in_flight = false;
-        } else {
-            drop(queue);
-            self.runtime.spawn(Arc::clone(&self.coalescer).fly());
-        }
     }
 }
 
