@@ -1,8 +1,9 @@
 //! Coalescing: the calls of one server function on one session that wait together in this process go to the
 //! server as one call, as Redis clients' auto-pipelining sends the commands that wait together as one write.
 //!
-//! A call that finds no call of its kind in flight is sent at once: a lone call waits for nothing. While one is in
-//! flight, later calls queue; when it returns, every queued call goes in the next one. So a session's starts (or
+//! A call that finds no call of its kind in flight is sent at once, by a task of the registry's runtime (so that a
+//! caller that stops waiting stops nothing): a lone call waits for no other. While one is in flight, later calls
+//! queue; when it returns, every queued call goes in the next one. So a session's starts (or
 //! ends) under load reach the server in calls of many tasks each, and the server's cost per call (the function's
 //! entry, its reading of the session's hash, its clock) is paid once per batch rather than once per task.
 //!

@@ -3,24 +3,12 @@
 
 mod common;
 
-use common::{cli, RedisServer};
+use common::{calls_of, function_calls, log_every_call, RedisServer};
 use futures_util::future::join_all;
 use subagent_tracker::{
     EndTarget, SubagentStatus, TaskEnd, TaskFailure, TaskStart, TrackerConfig, TrackerError,
 };
 use subagent_tracker_redis::{RedisRegistry, RedisTrackerError};
-
-/// How many server function calls the server has run so far.
-fn function_calls(server: &RedisServer) -> u64 {
-    let stats = cli(server.port, &["INFO", "commandstats"]);
-    stats
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_fcall:"))
-        .filter_map(|line| line.split("calls=").nth(1))
-        .filter_map(|rest| rest.split(',').next())
-        .filter_map(|calls| calls.parse::<u64>().ok())
-        .sum()
-}
 
 async fn session(worker: &RedisRegistry) -> subagent_tracker_redis::RedisSession {
     worker
@@ -163,7 +151,7 @@ async fn coalesced_starts_keep_their_own_refusals_and_none_is_left_half_done() {
         .start(TaskStart::new().task_id("taken"))
         .await
         .unwrap();
-    let before = function_calls(&server);
+    log_every_call(&server);
     let starts = 60;
     let opened = join_all((0..starts).map(|index| {
         let session = session.clone();
@@ -179,9 +167,9 @@ async fn coalesced_starts_keep_their_own_refusals_and_none_is_left_half_done() {
         }
     }))
     .await;
-    let calls = function_calls(&server) - before;
+    let calls = calls_of(&server, "open");
     assert!(
-        calls < starts / 2,
+        (1..starts / 2).contains(&calls),
         "{starts} starts waiting together took {calls} server calls"
     );
     for (index, outcome) in opened.iter().enumerate() {
@@ -205,7 +193,7 @@ async fn coalesced_starts_keep_their_own_refusals_and_none_is_left_half_done() {
     }
     // Every start that went through is whole: listed, running, with its event; the refused ones left nothing.
     let tasks = session.tasks().await.unwrap();
-    assert_eq!(tasks.len(), starts as usize - 2 + 1);
+    assert_eq!(tasks.len(), starts - 2 + 1);
     assert!(tasks
         .iter()
         .all(|task| task.status == SubagentStatus::Running));
@@ -229,7 +217,7 @@ async fn coalesced_ends_keep_their_own_results() {
         );
     }
     assert!(session.cancel("t7", None).await.unwrap());
-    let before = function_calls(&server);
+    log_every_call(&server);
     let ended = join_all(
         handles
             .iter_mut()
@@ -243,9 +231,9 @@ async fn coalesced_ends_keep_their_own_results() {
             }),
     )
     .await;
-    let calls = function_calls(&server) - before;
+    let calls = calls_of(&server, "end");
     assert!(
-        calls < 20,
+        (1..20).contains(&calls),
         "40 ends waiting together took {calls} server calls"
     );
     for (index, ended) in ended.into_iter().enumerate() {
@@ -263,4 +251,43 @@ async fn coalesced_ends_keep_their_own_results() {
             "task {index}"
         );
     }
+}
+
+/// Contract §7 across a coalesced call: ends that go to the server together evict once, and the session keeps
+/// exactly its bound of finished tasks, the latest to finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn coalesced_ends_keep_the_retention_bound_exact() {
+    let server = RedisServer::start();
+    let worker = server.worker("e5:", "runner").await;
+    let session = worker
+        .session(
+            Some("s"),
+            TrackerConfig::default().with_max_finished_tasks(5),
+        )
+        .await
+        .unwrap();
+    let mut handles = Vec::new();
+    for index in 0..40 {
+        handles.push(
+            session
+                .start(TaskStart::new().task_id(format!("t{index:02}")))
+                .await
+                .unwrap(),
+        );
+    }
+    let ended = join_all(handles.iter_mut().map(|handle| handle.complete(None))).await;
+    assert!(ended.into_iter().all(|ended| ended.unwrap()));
+    let retained = session.tasks().await.unwrap();
+    assert_eq!(retained.len(), 5, "exactly the bound");
+    assert!(retained.iter().all(|task| task.finished));
+    let finished: u64 = redis::cmd("LLEN")
+        .arg("e5:v2:{s:s}:finished")
+        .query(
+            &mut redis::Client::open(server.url())
+                .unwrap()
+                .get_connection()
+                .unwrap(),
+        )
+        .unwrap();
+    assert_eq!(finished, 5, "eviction removed the rest, not only hid them");
 }

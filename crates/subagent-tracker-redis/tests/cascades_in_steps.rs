@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::RedisServer;
+use common::{function_calls, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisSession, RedisTaskHandle};
 
@@ -65,23 +65,6 @@ fn admin(server: &RedisServer) -> redis::Connection {
         .unwrap()
 }
 
-/// How many server function calls the server has run so far.
-fn function_calls(admin: &mut redis::Connection) -> u64 {
-    let stats: String = redis::cmd("INFO").arg("commandstats").query(admin).unwrap();
-    stats
-        .lines()
-        .filter(|line| line.starts_with("cmdstat_fcall:"))
-        .filter_map(|line| {
-            line.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// Calls the server function `stv2_<name>` of session "s" under `prefix` directly, as a canceller that stops
 /// after its first call would have.
 fn session_function(
@@ -128,9 +111,9 @@ async fn a_large_cascade_proceeds_in_steps_and_the_cancel_returns_once_it_is_don
     let handles = tree(&session, 40, 15).await;
     let size = handles.len();
     let mut admin = admin(&server);
-    let before = function_calls(&mut admin);
+    let before = function_calls(&server);
     assert!(session.cancel("root", Some("stop")).await.unwrap());
-    let calls = function_calls(&mut admin) - before;
+    let calls = function_calls(&server) - before;
     assert!(
         calls as usize >= size / WALK_STEP,
         "a cascade over {size} tasks took {calls} calls, of at most {WALK_STEP} tasks each"
@@ -286,14 +269,13 @@ async fn a_session_s_cancel_and_a_cancel_by_filter_go_through_many_tasks_in_step
             .collect();
         handles.extend(session.start_batch(batch).await.unwrap());
     }
-    let mut admin = admin(&server);
-    let before = function_calls(&mut admin);
+    let before = function_calls(&server);
     let moved = session
         .cancel_matching(&subagent_tracker::TaskFilter::new().agent("even"), None)
         .await
         .unwrap();
     assert!(
-        function_calls(&mut admin) - before >= 5,
+        function_calls(&server) - before >= 5,
         "500 tasks read in steps"
     );
     let expected: Vec<String> = (0..500)
@@ -305,14 +287,57 @@ async fn a_session_s_cancel_and_a_cancel_by_filter_go_through_many_tasks_in_step
         expected,
         "every match, in start order"
     );
-    let before = function_calls(&mut admin);
+    let before = function_calls(&server);
     assert_eq!(session.cancel_all(Some("all")).await.unwrap(), 250);
     assert!(
-        function_calls(&mut admin) - before >= 5,
+        function_calls(&server) - before >= 5,
         "500 tasks read in steps"
     );
     assert!(statuses(&session)
         .await
         .iter()
         .all(|(_, status)| *status == SubagentStatus::Cancelled));
+}
+
+/// Contract §7 while a cascade is under way: the finished runs it keeps past the bound (a step may have to pass
+/// through them) are evicted once the cascade is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cascade_in_steps_keeps_the_retention_bound_once_it_is_done() {
+    let server = RedisServer::start();
+    let worker = server.worker("w5:", "runner").await;
+    let session = worker
+        .session(
+            Some("s"),
+            TrackerConfig::default().with_max_finished_tasks(10),
+        )
+        .await
+        .unwrap();
+    let _root = session
+        .start(TaskStart::new().task_id("root"))
+        .await
+        .unwrap();
+    // Reservations under the root: each finishes as the cascade cancels it, far beyond the bound.
+    for first in (0..200).step_by(50) {
+        let batch = (first..first + 50)
+            .map(|index| {
+                (
+                    TaskStart::new()
+                        .task_id(format!("q{index}"))
+                        .parent_id("root"),
+                    None,
+                )
+            })
+            .collect();
+        session.reserve_batch(batch).await.unwrap();
+    }
+    assert!(session.cancel("root", Some("stop")).await.unwrap());
+    let tasks = session.tasks().await.unwrap();
+    let finished = tasks.iter().filter(|task| task.finished).count();
+    assert_eq!(finished, 10, "the bound, once the cascade is done");
+    let mut admin = admin(&server);
+    let walks: usize = redis::cmd("SCARD")
+        .arg("w5:v2:{s:s}:walks")
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(walks, 0);
 }

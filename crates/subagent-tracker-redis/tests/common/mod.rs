@@ -367,6 +367,44 @@ impl Drop for RedisServer {
     }
 }
 
+/// How many server function calls (`FCALL`) `server` has run so far.
+#[allow(dead_code)]
+pub fn function_calls(server: &RedisServer) -> u64 {
+    cli(server.port, &["INFO", "commandstats"])
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_fcall:"))
+        .filter_map(|line| {
+            line.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Starts logging every call `server` runs, for `calls_of` (its slow log, with no threshold).
+#[allow(dead_code)]
+pub fn log_every_call(server: &RedisServer) {
+    cli(
+        server.port,
+        &["CONFIG", "SET", "slowlog-log-slower-than", "0"],
+    );
+    cli(server.port, &["CONFIG", "SET", "slowlog-max-len", "100000"]);
+    cli(server.port, &["SLOWLOG", "RESET"]);
+}
+
+/// How many calls of the server function `stv2_<name>` `server` has logged since `log_every_call` (the
+/// registry's own background calls are other functions).
+#[allow(dead_code)]
+pub fn calls_of(server: &RedisServer, name: &str) -> usize {
+    cli(server.port, &["SLOWLOG", "GET", "100000"])
+        .lines()
+        .filter(|line| line.trim() == format!("stv2_{name}"))
+        .count()
+}
+
 /// Waits until `condition` holds, for at most two seconds.
 pub async fn eventually(mut condition: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + Duration::from_secs(2);
