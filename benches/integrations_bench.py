@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -126,6 +126,8 @@ class Row:
     in_memory: float
     redis: float | None
     redis_asyncio: float | None
+    #: A bare round trip: a ``PING`` through redis-py's asyncio client, taking its turn among the runs.
+    ping: float | None
 
 
 async def timed(run_once: RunOnce) -> float:
@@ -134,13 +136,35 @@ async def timed(run_once: RunOnce) -> float:
     return time.perf_counter() - started
 
 
-async def measure(build: Build, sessions: dict[str, TrackedSession], runs: int) -> list[float]:
-    """The median seconds of one run, untracked first, then tracked in each session.
+def bare_round_trip(url: str) -> RunOnce:
+    """A ``PING`` through redis-py's asyncio client: the yardstick of what a tracked run may pay beyond
+    memory. Its client is made on the loop that measures, as the registry's own calls are awaited there."""
+    import redis.asyncio
 
-    The agents take turns run by run, in an order that rotates: whatever drifts on a shared machine (another
-    tenant, the CPU's clock, a warmer cache) weighs on each side alike."""
+    client: redis.asyncio.Redis | None = None
+
+    async def ping() -> None:
+        nonlocal client
+        if client is None:
+            client = redis.asyncio.Redis.from_url(url)
+        await cast(Awaitable[bool], client.ping())
+
+    return ping
+
+
+async def measure(
+    build: Build, sessions: dict[str, TrackedSession], runs: int, url: str | None
+) -> list[float]:
+    """The median seconds of one run, untracked first, then tracked in each session, then a bare round trip
+    (with a Redis ``url``).
+
+    The agents (and the round trip) take turns run by run, in an order that rotates: whatever drifts on a
+    shared machine (another tenant, the CPU's clock, a warmer cache) weighs on each side alike, and the round
+    trip is measured between framework runs, as a tracked run's calls are."""
     warm_up = max(runs // 10, 1)
     agents = [build(None, runs + warm_up)] + [build(session, runs + warm_up) for session in sessions.values()]
+    if url is not None:
+        agents.append(bare_round_trip(url))
     for run_once in agents:
         for _ in range(warm_up):
             await run_once()
@@ -178,6 +202,22 @@ def print_table(rows: list[Row]) -> None:
             f"| {row.framework} | {row.untracked * 1e6:,.0f} µs | {cells(row.in_memory, row.untracked)} "
             f"| {cells(row.redis, row.untracked)} | {cells(row.redis_asyncio, row.untracked)} |"
         )
+    measured = [row for row in rows if row.redis is not None and row.redis_asyncio is not None and row.ping]
+    if not measured:
+        return
+    print(
+        "\nBeyond the same run tracked in memory, in bare round trips (a `PING` through redis-py's asyncio "
+        "client, measured in the same rotation; issue 32 asks for at most 3):\n"
+    )
+    print("| framework | bare round trip | blocking API | in round trips | asyncio API | in round trips |")
+    print("|---|---|---|---|---|---|")
+    for row in measured:
+        assert row.redis is not None and row.redis_asyncio is not None and row.ping is not None
+        blocking, asyncio_api = row.redis - row.in_memory, row.redis_asyncio - row.in_memory
+        print(
+            f"| {row.framework} | {row.ping * 1e6:,.0f} µs | {blocking * 1e6:,.0f} µs "
+            f"| {blocking / row.ping:.2f} | {asyncio_api * 1e6:,.0f} µs | {asyncio_api / row.ping:.2f} |"
+        )
 
 
 async def asyncio_session(url: str, session_id: str) -> AsyncRedisSession:
@@ -193,6 +233,7 @@ def main() -> None:
     smoke = parser.parse_args().smoke
     runs = 3 if smoke else 2_000
     server = None
+    url: str | None = None
     memory = Session(max_finished_tasks=10_000)
     sessions: dict[str, TrackedSession] = {"memory": memory}
     # What each session is read through once the runs are over, to check that every run completed.
@@ -209,10 +250,10 @@ def main() -> None:
             if framework == "pydantic-ai" and sys.version_info < (3, 11):
                 print("pydantic-ai: skipped, it needs Python 3.11 or later")
                 continue
-            figures = asyncio.run(measure(build, sessions, runs))
+            figures = asyncio.run(measure(build, sessions, runs, url))
             check_every_run_completed(framework, checked)
-            redis, redis_asyncio = (figures[2], figures[3]) if len(figures) > 2 else (None, None)
-            rows.append(Row(framework, figures[0], figures[1], redis, redis_asyncio))
+            redis, redis_asyncio, ping = (figures[2], figures[3], figures[4]) if url else (None, None, None)
+            rows.append(Row(framework, figures[0], figures[1], redis, redis_asyncio, ping))
     finally:
         if server is not None:
             server.kill()

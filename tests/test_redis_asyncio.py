@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -415,3 +416,76 @@ def test_a_handle_that_reported_its_end_answers_a_second_end_without_a_round_tri
         assert asyncio.run(main()) == [False, False]
     finally:
         server.stop()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors through /proc")
+def test_loops_run_one_after_another_on_a_thread_leave_no_descriptor_open(redis_server: RedisServer) -> None:
+    """Each loop that awaits Redis watches a socket of its own for its outcomes; the socket is closed once the
+    loop has closed, so a thread that runs loop after loop (``asyncio.run`` per request) holds no more."""
+
+    async def lifecycle(session: AsyncRedisSession) -> None:
+        handle = await session.start_subagent_task()
+        assert await handle.complete() is True
+
+    session = asyncio.run(_redis_session(redis_server))
+    for _ in range(3):
+        asyncio.run(lifecycle(session))
+    gc.collect()
+    before = _open_descriptors()
+    for _ in range(40):
+        asyncio.run(lifecycle(session))
+    gc.collect()
+    assert _open_descriptors() <= before + 2
+
+
+class _LoopWithoutReaders(asyncio.SelectorEventLoop):
+    """A loop that cannot watch a socket, as Windows' proactor loop cannot."""
+
+    def add_reader(self, fd: Any, callback: Callable[..., object], *args: Any) -> None:
+        raise NotImplementedError
+
+
+def test_a_loop_that_cannot_watch_a_socket_still_gets_every_outcome(redis_server: RedisServer) -> None:
+    async def main() -> list[Any]:
+        session = await _redis_session(redis_server)
+        handles = await asyncio.gather(*(session.start_subagent_task(f"t{index}") for index in range(20)))
+        ends = await asyncio.gather(*(handle.complete(index) for index, handle in enumerate(handles)))
+        return [ends, [task.result for task in await session.subagent_tasks()]]
+
+    with asyncio.Runner(loop_factory=_LoopWithoutReaders) as runner:
+        ends, results = runner.run(main())
+    assert ends == [True] * 20
+    assert sorted(results) == list(range(20))
+
+
+def test_a_loop_left_with_awaits_gets_their_outcomes_when_it_runs_again(redis_server: RedisServer) -> None:
+    """A thread runs one loop at a time, but a loop stopped with awaits outstanding may run again after
+    another loop ran on the thread: what the runtime settled for it meanwhile is waiting for it."""
+    first = asyncio.new_event_loop()
+    try:
+        session = first.run_until_complete(_redis_session(redis_server))
+
+        async def start() -> AsyncRedisTaskHandle:
+            return await session.start_subagent_task("left")
+
+        started = first.create_task(start())
+        first.run_until_complete(asyncio.sleep(0))  # the start is sent; its reply comes later
+
+        async def other_loop() -> bool:
+            other = await _redis_session(redis_server)
+            handle = await other.start_subagent_task("meanwhile")
+            return await handle.complete()
+
+        assert asyncio.run(other_loop()) is True
+        handle = first.run_until_complete(asyncio.wait_for(started, 5))
+
+        async def complete() -> bool:
+            return await handle.complete("back")
+
+        assert first.run_until_complete(complete()) is True
+    finally:
+        first.close()

@@ -1,19 +1,31 @@
 //! Hands the outcomes of work done on the Redis runtime to the asyncio loops that await them.
 //!
 //! The work for an `await` runs on the runtime's thread, but its outcome must become Python objects and be set
-//! on its future on the loop's own thread. Doing that per outcome would take the interpreter on the runtime's
-//! thread and write the loop's self-pipe once per call. Instead each loop has an inbox: the runtime pushes
-//! outcomes into it as Rust values, and only the push that finds it empty schedules a drain on the loop (one
-//! `call_soon_threadsafe`), which converts and settles everything queued by then. Under load, one wake-up of
-//! the loop carries many outcomes.
+//! on its future on the loop's own thread. Each loop has an inbox: the runtime pushes outcomes into it as Rust
+//! values, and only the push that finds it empty wakes the loop, which converts and settles everything queued
+//! by then. Under load, one wake-up of the loop carries many outcomes.
+//!
+//! The loop is woken through a socket pair whose reading end it watches (`add_reader`): the runtime's thread
+//! writes a byte, and never takes the interpreter. Taking it there (for `call_soon_threadsafe`) made the loop,
+//! woken by that very call, wait for the interpreter on every outcome. A loop that cannot watch a socket
+//! (Windows' proactor loop) is woken through `call_soon_threadsafe` instead.
+//!
+//! Ownership has no cycle: the loop's selector holds the drain, the drain holds the inbox, and the inbox holds
+//! the loop only by a weak reference (to tell it apart from a later loop of the same thread). So the socket pair
+//! is closed only once the loop has let go of the drain (when it closes), never while the loop still watches it.
 
 use std::cell::RefCell;
 use std::future::Future;
+#[cfg(unix)]
+use std::io::{ErrorKind, Read, Write};
+#[cfg(unix)]
+use std::os::{fd::AsRawFd, unix::net::UnixStream};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyWeakrefReference;
 
 use crate::asyncio_waker::running_loop;
 use crate::interpreter::with_python;
@@ -32,8 +44,21 @@ pub(crate) enum WhenAbandoned {
     Finish,
 }
 
+/// How the runtime's thread wakes an inbox's loop.
+enum Wake {
+    /// A byte written to the socket the loop watches; `watched` is drained by the loop as it settles.
+    #[cfg(unix)]
+    Socket {
+        event_loop: Py<PyWeakrefReference>,
+        written: UnixStream,
+        watched: UnixStream,
+    },
+    /// `call_soon_threadsafe`, for a loop that cannot watch a socket or be weakly referenced.
+    Threadsafe { event_loop: Py<PyAny> },
+}
+
 struct Inbox {
-    event_loop: Py<PyAny>,
+    wake: Wake,
     queue: Mutex<Vec<Settle>>,
 }
 
@@ -44,22 +69,75 @@ thread_local! {
 
 impl Inbox {
     fn of(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Arc<Inbox> {
-        let (inbox, replaced) = LAST_INBOX.with(|last| {
-            let mut last = last.borrow_mut();
-            match &*last {
-                Some(inbox) if inbox.event_loop.bind(py).is(event_loop) => (inbox.clone(), None),
-                _ => {
-                    let inbox = Arc::new(Inbox {
-                        event_loop: event_loop.clone().unbind(),
-                        queue: Mutex::new(Vec::new()),
-                    });
-                    (inbox.clone(), last.replace(inbox))
-                }
+        let last = LAST_INBOX.with(|last| last.borrow().clone());
+        if let Some(inbox) = last {
+            if inbox.serves(py, event_loop) {
+                return inbox;
             }
-        });
-        // Out of the borrow: this may let go of a closed loop, whose finalizer may run Python code.
+        }
+        let inbox = Inbox::for_loop(py, event_loop);
+        let replaced = LAST_INBOX.with(|last| last.borrow_mut().replace(inbox.clone()));
+        // Out of the borrow: this may let go of a closed loop's inbox, whose drop may run Python code.
         drop(replaced);
         inbox
+    }
+
+    fn serves(&self, py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> bool {
+        match &self.wake {
+            #[cfg(unix)]
+            Wake::Socket {
+                event_loop: weak, ..
+            } => weak
+                .bind(py)
+                .upgrade()
+                .is_some_and(|served| served.is(event_loop)),
+            Wake::Threadsafe { event_loop: served } => served.bind(py).is(event_loop),
+        }
+    }
+
+    fn for_loop(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Arc<Inbox> {
+        #[cfg(unix)]
+        if let Some(inbox) = Inbox::watched_by(py, event_loop) {
+            return inbox;
+        }
+        Arc::new(Inbox {
+            wake: Wake::Threadsafe {
+                event_loop: event_loop.clone().unbind(),
+            },
+            queue: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// An inbox whose loop watches a socket for its wake-ups, unless the loop cannot.
+    #[cfg(unix)]
+    fn watched_by(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> Option<Arc<Inbox>> {
+        let socket_pair = UnixStream::pair().and_then(|(written, watched)| {
+            written.set_nonblocking(true)?;
+            watched.set_nonblocking(true)?;
+            Ok((written, watched))
+        });
+        let weak = PyWeakrefReference::new(event_loop);
+        if let (Ok((written, watched)), Ok(weak)) = (socket_pair, weak) {
+            let fd = watched.as_raw_fd();
+            let inbox = Arc::new(Inbox {
+                wake: Wake::Socket {
+                    event_loop: weak.unbind(),
+                    written,
+                    watched,
+                },
+                queue: Mutex::new(Vec::new()),
+            });
+            let drain = DrainInbox {
+                inbox: inbox.clone(),
+            };
+            if event_loop
+                .call_method1(intern!(py, "add_reader"), (fd, drain))
+                .is_ok()
+            {
+                return Some(inbox);
+            }
+        }
+        None
     }
 
     fn push(self: &Arc<Self>, settle: Settle) {
@@ -69,27 +147,52 @@ impl Inbox {
             queue.len() == 1
         };
         if !first {
-            // A drain is already scheduled and has not taken the queue yet: it will settle this one too.
+            // A drain is already due and has not taken the queue yet: it will settle this one too.
             return;
         }
-        with_python(|py| {
-            let drain = DrainInbox {
-                inbox: self.clone(),
-            };
-            let scheduled =
-                self.event_loop
-                    .call_method1(py, intern!(py, "call_soon_threadsafe"), (drain,));
-            if scheduled.is_err() {
-                // The loop has closed: nobody is left to settle for. Dropped here, with the interpreter held.
-                drop(std::mem::take(&mut *self.queue.lock()));
+        match &self.wake {
+            #[cfg(unix)]
+            Wake::Socket { written, .. } => {
+                // A full socket already holds a wake-up, and one is all a drain needs.
+                let _ = (&*written).write(&[1]);
             }
-        });
+            Wake::Threadsafe { event_loop } => {
+                with_python(|py| {
+                    let drain = DrainInbox {
+                        inbox: self.clone(),
+                    };
+                    let scheduled =
+                        event_loop.call_method1(py, intern!(py, "call_soon_threadsafe"), (drain,));
+                    if scheduled.is_err() {
+                        // The loop has closed: nobody is left to settle for. Dropped with the interpreter held.
+                        drop(std::mem::take(&mut *self.queue.lock()));
+                    }
+                });
+            }
+        }
+    }
+
+    /// Empties the socket of its wake-ups before the queue is taken: a push after the take finds the queue
+    /// empty and writes a wake-up that stays for the next drain.
+    fn take_wake_ups(&self) {
+        #[cfg(unix)]
+        if let Wake::Socket { watched, .. } = &self.wake {
+            let mut bytes = [0u8; 64];
+            loop {
+                match (&*watched).read(&mut bytes) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                }
+            }
+        }
     }
 }
 
-/// Settles, on the loop's thread, every outcome queued in an inbox. It needs no GC traversal: the loop it
-/// refers to through the inbox is shared by every drain and by the thread's last inbox, and never held by them
-/// alone.
+/// Settles, on the loop's thread, every outcome queued in an inbox. It needs no GC traversal: the inbox holds
+/// its loop weakly, or (a loop woken through `call_soon_threadsafe`) shares it with the thread's last inbox and
+/// every other drain, never holding it alone.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 struct DrainInbox {
     inbox: Arc<Inbox>,
@@ -98,6 +201,7 @@ struct DrainInbox {
 #[pymethods]
 impl DrainInbox {
     fn __call__(&self, py: Python<'_>) {
+        self.inbox.take_wake_ups();
         let queued = std::mem::take(&mut *self.inbox.queue.lock());
         for settle in queued {
             settle(py);
