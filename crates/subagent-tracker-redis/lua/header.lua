@@ -62,7 +62,8 @@ a session (`function_call` in `src/store.rs`).
                        (max_finished_age, in microseconds, if set), early_ttl (early_cancel_ttl, in microseconds),
                        log_size (progress_log_size), touched (the server's time of the last change, in
                        milliseconds), ev (the id of the last event), fins (how many runs have joined the finished
-                       list: a listing's position in it). Read once and written once per call
+                       list: a listing's position in it), removing ("1" while the session is removed in steps:
+                       `begin_removal`; it has no inc then). Read once and written once per call
                        (`session_function`), however many tasks the call starts or ends
   <base>t:<task>       hash: the task's current run (fields below)
   <base>c:<run>        set: ids of the attached children of run <run> (kept while the run is retained, so a

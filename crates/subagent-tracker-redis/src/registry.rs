@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use subagent_tracker::{generate_id, validate_task_id, TrackerConfig, DEFAULT_EVENT_BUFFER};
 
-use crate::session_state::session_state;
+use crate::session_state::{session_state, REMOVAL_UNDER_WAY};
 use crate::store;
 use crate::worker::{Worker, BATCH};
 use crate::{RedisOptions, RedisSession, RedisTrackerError};
@@ -87,13 +87,20 @@ impl RedisRegistry {
             .unwrap_or_default();
         let early_ttl = config.early_cancel_ttl.as_micros().to_string();
         let log_size = config.progress_log_size.to_string();
-        let state: Vec<String> = store::call(
-            &mut self.worker.connection.clone(),
-            "touch",
-            &[&key],
-            &[&max, &max_age, &early_ttl, &log_size],
-        )
-        .await?;
+        // A closed session whose tasks have all finished is removed before its id names a new incarnation, in
+        // calls of a bounded number of its tasks each: `stv2_touch` says "removing" until the last.
+        let state = loop {
+            let state: Vec<String> = store::call(
+                &mut self.worker.connection.clone(),
+                "touch",
+                &[&key],
+                &[&max, &max_age, &early_ttl, &log_size],
+            )
+            .await?;
+            if state != [REMOVAL_UNDER_WAY] {
+                break state;
+            }
+        };
         let state = session_state(state)?
             .ok_or_else(|| RedisTrackerError::Protocol(Arc::from("stv2_touch")))?;
         self.worker.index_session(&session_id).await?;

@@ -1,5 +1,6 @@
 //! One session kept in Redis, seen from one process.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,10 @@ use crate::session_state::{session_state, SessionState};
 use crate::store::{self, epoch_millis, TaskFields};
 use crate::worker::{RemoteCancel, RunKey, SessionCall, Worker};
 use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
+
+/// The most items of a walk's frontier one call of `stv2_handling` takes (`HANDLING_STEP` in
+/// `lua/functions/handling.lua`): a call reads that many tasks or children sets, whatever the size of the tree.
+const HANDLING_STEP: usize = 32;
 
 /// The most tasks one page of a listing reads (`stv2_list`): a page's call stays short.
 pub const MAX_PAGE: usize = 100;
@@ -1326,22 +1331,37 @@ impl RedisSession {
         self.cancel_with(task_id, reason, "requested", "", "")
             .await?;
         let finished = self.wait_finished(task_id).await?;
-        // The handlers' reports come from other processes, and rarely after the runner's end: a short poll.
+        // The handlers' reports come from other processes, and rarely after the runner's end: a short poll. A
+        // walk of the tree takes a call per few dozen tasks, so between walks only the tasks found at work are
+        // looked at again; the wait ends when a whole walk finds none.
         let mut pause = Duration::from_millis(2);
-        while self
-            .cancel_work(task_id)
-            .await?
-            .is_some_and(|(_, at_work)| !at_work.is_empty())
-        {
+        let mut at_work = match self.cancel_work(task_id).await? {
+            Some((_, at_work)) => at_work,
+            None => Vec::new(),
+        };
+        while !at_work.is_empty() {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(100));
+            let items = at_work
+                .iter()
+                .map(|task_id| format!("h{task_id}"))
+                .collect();
+            at_work = match self.walk_cancel_work(task_id, items).await? {
+                Some((_, still)) if !still.is_empty() => still,
+                Some(_) => match self.cancel_work(task_id).await? {
+                    Some((_, at_work)) => at_work,
+                    None => Vec::new(),
+                },
+                None => Vec::new(),
+            };
         }
         Ok(self.read(task_id, None, true).await?.unwrap_or(finished))
     }
 
     /// Where a cancel of the task `task_id` stands: whether its runner has ended, and the ids of the task and
     /// its descendants whose cancel handlers their worker processes have yet to report done; `None` when the
-    /// task is not retained.
+    /// task is not retained. The tree is walked in calls of a bounded number of tasks each (contract §3), so a
+    /// task that joins it or leaves it meanwhile is seen by the steps after.
     ///
     /// # Errors
     /// [`RedisTrackerError::Unavailable`].
@@ -1349,16 +1369,39 @@ impl RedisSession {
         &self,
         task_id: &str,
     ) -> Result<Option<(bool, Vec<Arc<str>>)>, RedisTrackerError> {
-        let answer: Vec<String> = self
-            .transition("handling", &[&self.incarnation, task_id])
-            .await?;
-        let mut answer = answer.into_iter();
-        Ok(answer.next().map(|finished| {
-            (
-                finished == "1",
-                answer.map(|task_id| Arc::from(task_id.as_str())).collect(),
-            )
-        }))
+        self.walk_cancel_work(task_id, VecDeque::new()).await
+    }
+
+    /// `cancel_work` from a frontier of `stv2_handling`'s items (the task itself when empty), through as many
+    /// calls as the walk takes.
+    async fn walk_cancel_work(
+        &self,
+        task_id: &str,
+        mut frontier: VecDeque<String>,
+    ) -> Result<Option<(bool, Vec<Arc<str>>)>, RedisTrackerError> {
+        let malformed = || RedisTrackerError::Protocol(Arc::from("stv2_handling"));
+        let mut at_work = Vec::new();
+        loop {
+            let step: Vec<String> = frontier
+                .drain(..frontier.len().min(HANDLING_STEP))
+                .collect();
+            let mut args = vec![&*self.incarnation, task_id];
+            args.extend(step.iter().map(String::as_str));
+            let answer: Vec<String> = self.transition("handling", &args).await?;
+            let mut answer = answer.into_iter();
+            let Some(finished) = answer.next() else {
+                return Ok(None);
+            };
+            let count: usize = answer
+                .next()
+                .and_then(|count| count.parse().ok())
+                .ok_or_else(malformed)?;
+            at_work.extend(answer.by_ref().take(count).map(|id| Arc::from(id.as_str())));
+            frontier.extend(answer);
+            if frontier.is_empty() {
+                return Ok(Some((finished == "1", at_work)));
+            }
+        }
     }
 
     pub(crate) fn mirror(&self) -> &Arc<Mirror> {

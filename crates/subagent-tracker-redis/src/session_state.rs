@@ -4,6 +4,13 @@ use std::sync::Arc;
 
 use crate::RedisTrackerError;
 
+/// What `stv2_touch` replies while it removes, in steps, the incarnation before the one it makes: the caller
+/// calls again.
+pub(crate) const REMOVAL_UNDER_WAY: &str = "removing";
+
+/// What `stv2_sweep` replies while it removes a session in steps: the sweep calls again.
+pub(crate) const SWEEP_UNDER_WAY: i64 = -3;
+
 /// A session's state as `stv2_session` and `stv2_touch` give it.
 pub(crate) struct SessionState {
     /// The incarnation: the session's first run number.

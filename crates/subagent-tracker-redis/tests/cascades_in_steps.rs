@@ -341,3 +341,88 @@ async fn a_cascade_in_steps_keeps_the_retention_bound_once_it_is_done() {
         .unwrap();
     assert_eq!(walks, 0);
 }
+
+/// A cancel handler that holds its task "at work" until it is let go.
+struct HeldCleanup(std::sync::mpsc::Receiver<()>);
+
+impl subagent_tracker::OnCancel for HeldCleanup {
+    fn on_cancel(self: Box<Self>) {
+        self.on_cancel_with(subagent_tracker::HandlerDone::untracked());
+    }
+
+    fn on_cancel_with(self: Box<Self>, done: subagent_tracker::HandlerDone) {
+        std::thread::spawn(move || {
+            let _ = self.0.recv();
+            done.finish();
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_and_wait_walks_a_large_tree_in_bounded_calls_and_waits_for_the_deepest_handler() {
+    let server = RedisServer::start();
+    let worker = server.worker("w2:", "runner").await;
+    let session = worker
+        .session(Some("s"), TrackerConfig::default())
+        .await
+        .unwrap();
+    // More children than one scan of a children set reads, and more tasks than a step visits.
+    let handles = tree(&session, 70, 3).await;
+    let size = handles.len();
+    let (release, held) = std::sync::mpsc::channel();
+    let deepest = handles
+        .iter()
+        .find(|handle| handle.task_id() == "c69-2")
+        .unwrap();
+    deepest.token().on_cancel(HeldCleanup(held));
+    let waited = {
+        let session = session.clone();
+        tokio::spawn(async move { session.cancel_and_wait("root", Some("stop")).await })
+    };
+    // Every runner ends as its token fires; the deepest task's handler holds on.
+    for handle in handles {
+        tokio::spawn(async move {
+            handle.token().cancelled().await;
+            drop(handle);
+        });
+    }
+    // The walk reaches the deepest task, past several scans of the root's children set. (A worker reports the
+    // handlers of one cancel message together, so the tasks delivered with it stay at work beside it.)
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut at_work = None;
+    while Instant::now() < deadline {
+        at_work = session.cancel_work("root").await.unwrap();
+        if matches!(&at_work, Some((true, ids)) if ids.iter().any(|id| &**id == "c69-2")) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (finished, at_work) = at_work.unwrap();
+    assert!(finished, "the root's runner has ended");
+    assert!(at_work.iter().any(|id| &**id == "c69-2"), "{at_work:?}");
+    assert!(
+        !waited.is_finished(),
+        "the wait goes on while a handler of the tree is at work"
+    );
+    common::log_every_call(&server);
+    assert!(session.cancel_work("root").await.unwrap().is_some());
+    assert!(
+        common::calls_of(&server, "handling") >= size / 32,
+        "a walk over {size} tasks takes calls of at most 32 items each"
+    );
+    release.send(()).unwrap();
+    let snapshot = tokio::time::timeout(Duration::from_secs(5), waited)
+        .await
+        .expect("the wait ends once the handler is done")
+        .unwrap()
+        .unwrap();
+    assert_eq!(snapshot.status, SubagentStatus::Cancelled);
+    assert_eq!(
+        session
+            .cancel_work("root")
+            .await
+            .unwrap()
+            .map(|(_, ids)| ids),
+        Some(Vec::new())
+    );
+}

@@ -1,20 +1,27 @@
 -- stv2_sweep(session_key; ttl_ms): removes the session, every key of it, if nothing changed in it for `ttl_ms`
--- and none of its tasks is unfinished. Returns -1 when removed, -2 when the index listed a session whose hash is
--- gone though nobody removed it (evicted, or lost by Redis): whatever keys of it are left are removed, otherwise
--- when to look again: the time of its last change, or now for a session kept by an unfinished task (so that it
--- goes to the back of the index instead of coming first in every round).
+-- and none of its tasks is unfinished, in steps (`begin_removal`): the session leaves at the first, and each call
+-- deletes a bounded number of its tasks. Returns -1 when removed, -3 while the removal is under way (call again:
+-- every call takes it on, from whichever process), -2 when the index listed a session whose hash is gone though
+-- nobody removed it (evicted, or lost by Redis) once whatever keys of it were left are removed, otherwise when to
+-- look again: the time of its last change, or now for a session kept by an unfinished task (so that it goes to
+-- the back of the index instead of coming first in every round).
 local function st_sweep(keys, args)
   local session_key = keys[1]
   local base = base_of(session_key)
   if redis.call('EXISTS', session_key) == 0 then
-    remove_session(base, session_key)
-    return -2
+    begin_removal(base, session_key)
+    return remove_session_step(base) and -2 or -3
   end
-  local touched = tonumber(redis.call('HGET', session_key, 'touched') or '0')
-  local current = now_ms()
-  if redis.call('ZCARD', base .. 'live') > 0 then return current end
-  if current - touched < tonumber(args[1]) then return touched end
-  remove_session(base, session_key)
+  local state = redis.call('HMGET', session_key, 'touched', 'removing')
+  if not state[2] then
+    local current = now_ms()
+    if redis.call('ZCARD', base .. 'live') > 0 then return current end
+    local touched = tonumber(state[1] or '0')
+    if current - touched < tonumber(args[1]) then return touched end
+    begin_removal(base, session_key)
+  end
+  if not remove_session_step(base) then return -3 end
+  redis.call('DEL', session_key)
   return -1
 end
 

@@ -2,14 +2,22 @@
 -- bound, how long (in microseconds) a finished run is kept if max_age_us is not "", how long a cancel waits for its
 -- task's start, and how many progress reports each task keeps, unless it does. A closed
 -- session whose tasks are all finished has left: its keys go, and its id names a new incarnation, whose run
--- numbers start past the old one's. Returns what `stv2_session` does.
+-- numbers start past the old one's. The old keys go in steps (`begin_removal`): while they do, it returns
+-- {"removing"}, and is called again. Returns what `stv2_session` does.
 local function st_touch(keys, args)
   local session_key = keys[1]
+  local base = base_of(session_key)
   local state = session_state(session_key)
   local after = 0
-  if state[2] == '1' and state[3] == '0' then
-    after = tonumber(redis.call('HGET', session_key, 'seq'))
-    remove_session(base_of(session_key), session_key)
+  local removing = redis.call('HEXISTS', session_key, 'removing') == 1
+  if not removing and state[2] == '1' and state[3] == '0' then
+    begin_removal(base, session_key)
+    removing = true
+  end
+  if removing then
+    if not remove_session_step(base) then return { 'removing' } end
+    after = tonumber(redis.call('HGET', session_key, 'seq') or '0')
+    redis.call('DEL', session_key)
     state = {}
   end
   if not state[1] then

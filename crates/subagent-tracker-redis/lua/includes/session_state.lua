@@ -1,15 +1,42 @@
--- Deletes every key of a session.
-local function remove_session(base, session_key)
+-- How many tasks one call deletes of a session being removed: a session of any size is removed in calls that
+-- each take a bounded time (a task costs a read and a delete).
+local REMOVAL_STEP = 128
+
+-- Begins removing a session: it leaves at once, for every process (its incarnation goes from its hash, so every
+-- call of its handles is refused as gone and no process finds it), and the keys that are one per session are
+-- unlinked (a large one is freed off the server's main thread). Its tasks' keys go in steps
+-- (`remove_session_step`); the hash stays, marked, until the last, and says that the removal is under way.
+-- Taking it up again where a removal stopped (its caller died) is harmless.
+local function begin_removal(base, session_key)
+  local unlinked = { base .. 'linked', base .. 'walks', base .. 'events', base .. 'timers', base .. 'early',
+    base .. 'early_order' }
   for _, walk_id in ipairs(redis.call('SMEMBERS', base .. 'walks')) do
-    redis.call('DEL', base .. 'w:' .. walk_id, base .. 'wf:' .. walk_id)
+    unlinked[#unlinked + 1] = base .. 'w:' .. walk_id
+    unlinked[#unlinked + 1] = base .. 'wf:' .. walk_id
   end
-  each_retained(base, function(task_id)
+  redis.call('UNLINK', unpack(unlinked))
+  if redis.call('EXISTS', session_key) == 1 then
+    redis.call('HDEL', session_key, 'inc')
+    redis.call('HSET', session_key, 'removing', '1')
+  end
+end
+
+-- Deletes at most REMOVAL_STEP tasks of a session being removed (with their children sets), live ones first (a
+-- session whose hash was lost may have some); true once none is left, and the session's hash is all that is.
+local function remove_session_step(base)
+  local task_ids = {}
+  local live = redis.call('ZPOPMIN', base .. 'live', REMOVAL_STEP)
+  for index = 1, #live, 2 do task_ids[#task_ids + 1] = live[index] end
+  if #task_ids < REMOVAL_STEP then
+    local finished = redis.call('LPOP', base .. 'finished', REMOVAL_STEP - #task_ids)
+    for _, task_id in ipairs(finished or {}) do task_ids[#task_ids + 1] = task_id end
+  end
+  for _, task_id in ipairs(task_ids) do
     local key = task_key(base, task_id)
     local run = redis.call('HGET', key, 'run')
-    if run then redis.call('DEL', children_key(base, run), key) end
-  end)
-  redis.call('DEL', session_key, base .. 'live', base .. 'finished', base .. 'linked', base .. 'walks',
-    base .. 'events', base .. 'timers', base .. 'early', base .. 'early_order')
+    if run then redis.call('UNLINK', children_key(base, run), key) end
+  end
+  return #task_ids < REMOVAL_STEP and redis.call('EXISTS', base .. 'live', base .. 'finished') == 0
 end
 
 -- {incarnation, closed ("1" or "0"), unfinished task count, max_finished} of the session under `session_key`, or

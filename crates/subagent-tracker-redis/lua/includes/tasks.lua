@@ -69,10 +69,3 @@ local function take_early_cancel(base, task_id)
   if tonumber(expires) <= now_us() then return nil end
   return reason
 end
-
--- Calls `visit(task_id)` for every retained run: the unfinished ones of the live index, then the finished ones of
--- the finished list.
-local function each_retained(base, visit)
-  for _, task_id in ipairs(redis.call('ZRANGE', base .. 'live', 0, -1)) do visit(task_id) end
-  for _, task_id in ipairs(redis.call('LRANGE', base .. 'finished', 0, -1)) do visit(task_id) end
-end

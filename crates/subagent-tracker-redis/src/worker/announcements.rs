@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::{lock, Runs, Worker, BATCH};
 use crate::connection::Connection;
 use crate::maps::shrink_if_mostly_empty;
+use crate::session_state::SWEEP_UNDER_WAY;
 use crate::store::{self, epoch_millis};
 use crate::RedisTrackerError;
 
@@ -90,9 +91,7 @@ impl Worker {
                 .iter()
                 .map(|session_id| self.keys.session(session_id))
                 .collect();
-            let calls: Vec<_> = keys.iter().map(|key| (vec![&**key], vec![&*ttl])).collect();
-            let next_looks: Vec<Result<i64, _>> =
-                store::call_each(connection, "sweep", &calls).await?;
+            let next_looks = Self::sweep_each(connection, &keys, &ttl).await?;
             let mut swept: Vec<&str> = vec![&ttl];
             let mut lost: Vec<&str> = Vec::new();
             let mut kept = redis::pipe();
@@ -139,6 +138,34 @@ impl Worker {
             }
             if idle.len() < BATCH || began.elapsed() >= budget {
                 return Ok(removed);
+            }
+        }
+    }
+
+    /// What `stv2_sweep` says of each session of `keys`: a session being removed is called again until its
+    /// removal, made of calls of a bounded number of its tasks each, is over.
+    async fn sweep_each(
+        connection: &mut Connection,
+        keys: &[String],
+        ttl: &str,
+    ) -> Result<Vec<Result<i64, RedisTrackerError>>, RedisTrackerError> {
+        let mut next_looks: Vec<Result<i64, RedisTrackerError>> =
+            keys.iter().map(|_| Ok(SWEEP_UNDER_WAY)).collect();
+        loop {
+            let under_way: Vec<usize> = (0..keys.len())
+                .filter(|&index| matches!(next_looks[index], Ok(SWEEP_UNDER_WAY)))
+                .collect();
+            if under_way.is_empty() {
+                return Ok(next_looks);
+            }
+            let calls: Vec<_> = under_way
+                .iter()
+                .map(|&index| (vec![&*keys[index]], vec![ttl]))
+                .collect();
+            let replies: Vec<Result<i64, _>> =
+                store::call_each(connection, "sweep", &calls).await?;
+            for (index, reply) in under_way.into_iter().zip(replies) {
+                next_looks[index] = reply;
             }
         }
     }
