@@ -445,7 +445,7 @@ def test_loops_run_one_after_another_on_a_thread_leave_no_descriptor_open(redis_
 class _LoopWithoutReaders(asyncio.SelectorEventLoop):
     """A loop that cannot watch a socket, as Windows' proactor loop cannot."""
 
-    def add_reader(self, fd: Any, callback: Callable[..., object], *args: Any) -> None:
+    def add_reader(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]  # refuses any
         raise NotImplementedError
 
 
@@ -456,8 +456,11 @@ def test_a_loop_that_cannot_watch_a_socket_still_gets_every_outcome(redis_server
         ends = await asyncio.gather(*(handle.complete(index) for index, handle in enumerate(handles)))
         return [ends, [task.result for task in await session.subagent_tasks()]]
 
-    with asyncio.Runner(loop_factory=_LoopWithoutReaders) as runner:
-        ends, results = runner.run(main())
+    loop = _LoopWithoutReaders()
+    try:
+        ends, results = loop.run_until_complete(main())
+    finally:
+        loop.close()
     assert ends == [True] * 20
     assert sorted(results) == list(range(20))
 

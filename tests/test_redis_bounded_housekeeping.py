@@ -95,7 +95,12 @@ def test_cancel_and_wait_reads_a_large_tree_in_bounded_calls(redis_server: Redis
             pass
 
     last = children[-1]
-    last.token.on_cancel(lambda: (time.sleep(0.2), cleaned.append(last.task_id)))
+
+    def slow_cleanup() -> None:
+        time.sleep(0.2)
+        cleaned.append(last.task_id)
+
+    last.token.on_cancel(slow_cleanup)
     runners = [threading.Thread(target=stop_when_cancelled, args=(handle,)) for handle in [root, *children]]
     for runner in runners:
         runner.start()
