@@ -377,12 +377,15 @@ fn by_session(runs: Vec<RunKey>) -> Vec<(Arc<str>, Vec<RunKey>)> {
         grouped.entry(run.session_id.clone()).or_default().push(run);
     }
     let mut calls = Vec::new();
-    for (session_id, mut runs) in grouped {
-        while runs.len() > RUNS_PER_CALL {
-            let rest = runs.split_off(RUNS_PER_CALL);
-            calls.push((session_id.clone(), std::mem::replace(&mut runs, rest)));
+    for (session_id, runs) in grouped {
+        // Each run moved once: a process may hold a hundred thousand runs of one session.
+        let mut runs = runs.into_iter().peekable();
+        while runs.peek().is_some() {
+            calls.push((
+                session_id.clone(),
+                runs.by_ref().take(RUNS_PER_CALL).collect(),
+            ));
         }
-        calls.push((session_id, runs));
     }
     calls
 }
