@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -159,19 +158,33 @@ def subscriber_process(port: int, connection: Connection) -> None:
         connection.send(time.monotonic() if message is not None else float("nan"))
 
 
+def tree_process(url: str, tasks: int, connection: Connection) -> None:
+    """Starts a tree of ``tasks`` tasks and holds its runners; cancels it when told, and says when done."""
+    session = RedisRegistry(url, worker_id="bench-tree").session("tree", max_finished_tasks=tasks)
+    handles = tree_of(session, tasks)
+    connection.send("built")
+    assert connection.recv() == "cancel"
+    session.cancel_subagent_task("root")
+    connection.send("cancelled")
+    connection.recv()
+    del handles
+
+
 def cancel_latency_beside_a_tree_cancel(tasks: int, most: int) -> None:
-    """Cancels in one session, and bare ``PUBLISH``es, taking turns while another session cancels a tree."""
+    """Cancels in one session, and bare ``PUBLISH``es, taking turns while another session, whose runners are
+    in a process of their own, cancels a tree."""
     server, url, port = start_server()
     spawn = multiprocessing.get_context("spawn")
     runner_end, runner_side = spawn.Pipe()
     subscriber_end, subscriber_side = spawn.Pipe()
+    tree_end, tree_side = spawn.Pipe()
     runner = spawn.Process(target=runner_process, args=(url, runner_side))
     subscriber = spawn.Process(target=subscriber_process, args=(port, subscriber_side))
+    tree = spawn.Process(target=tree_process, args=(url, tasks, tree_side))
     try:
-        tree_session = RedisRegistry(url).session("tree", max_finished_tasks=tasks)
-        handles = tree_of(tree_session, tasks)
-        runner.start()
-        subscriber.start()
+        for process in (tree, runner, subscriber):
+            process.start()
+        assert tree_end.recv() == "built"
         canceller = RedisRegistry(url, worker_id="bench-canceller").session("other-session")
         publisher = redis.Redis(port=port)
         cancels: list[float] = []
@@ -193,15 +206,14 @@ def cancel_latency_beside_a_tree_cancel(tasks: int, most: int) -> None:
         one_of_each()  # both sides connected and warm before the tree's cancel begins
         cancels.clear()
         publishes.clear()
-        tree_cancel = threading.Thread(target=lambda: tree_session.cancel_subagent_task("root"))
         began = time.monotonic()
-        tree_cancel.start()
-        while tree_cancel.is_alive() and len(cancels) < most:
+        tree_end.send("cancel")
+        while not tree_end.poll() and len(cancels) < most:
             one_of_each()
-        tree_cancel.join()
+        assert tree_end.recv() == "cancelled"
         walked = time.monotonic() - began
-        runner_end.send("stop")
-        subscriber_end.send("stop")
+        for end in (runner_end, subscriber_end, tree_end):
+            end.send("stop")
         if any(sample != sample for sample in cancels + publishes):
             raise RuntimeError("a cancel or a message did not arrive within 20 s")
         cancel_median, cancel_p99 = percentiles(cancels)
@@ -221,9 +233,8 @@ def cancel_latency_beside_a_tree_cancel(tasks: int, most: int) -> None:
             f"| a cancel, to its runner's token | {cancel_median * 1e6:,.0f} µs | {cancel_p99 * 1e6:,.0f} µs "
             f"({cancel_p99 / publish_p99:.2f}x the `PUBLISH`'s; {verdict}: ≤ 2x) |"
         )
-        del handles
     finally:
-        for process in (runner, subscriber):
+        for process in (runner, subscriber, tree):
             if process.is_alive():
                 process.join(15)
             if process.is_alive():

@@ -1,6 +1,6 @@
 """Contract §3 and §20 on Redis: the work that goes through a whole session or tree is done in server calls of
 a bounded number of tasks each, so that one session never freezes the node that others share. A session is
-removed (by the sweep, or before its id opens a new incarnation) at most 128 tasks per call, and leaves at the
+removed (by the sweep, or before its id opens a new incarnation) at most 64 tasks per call, and leaves at the
 first; cancel-and-wait reads a tree's cancel handlers at most 32 tasks per call."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from redis_support import RedisServer
 from subagent_tracker import RedisRegistry, SessionClosedError, SubagentStatus
 
 #: The most tasks one call deletes of a session being removed (`REMOVAL_STEP` in `session_state.lua`).
-REMOVAL_STEP = 128
+REMOVAL_STEP = 64
 
 
 @pytest.fixture(scope="module")

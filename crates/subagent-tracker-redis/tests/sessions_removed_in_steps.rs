@@ -13,7 +13,7 @@ use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisSession, RedisTra
 
 /// The most tasks one call deletes of a session being removed (`REMOVAL_STEP` in
 /// `lua/includes/session_state.lua`).
-const REMOVAL_STEP: usize = 128;
+const REMOVAL_STEP: usize = 64;
 
 /// A session's retained tasks: `count` tasks started and completed.
 async fn finished_tasks(session: &RedisSession, count: usize) {

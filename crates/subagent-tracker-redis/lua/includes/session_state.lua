@@ -1,6 +1,6 @@
 -- How many tasks one call deletes of a session being removed: a session of any size is removed in calls that
 -- each take a bounded time (a task costs a read and a delete).
-local REMOVAL_STEP = 128
+local REMOVAL_STEP = 64
 
 -- Begins removing a session: it leaves at once, for every process (its incarnation goes from its hash, so every
 -- call of its handles is refused as gone and no process finds it), and the keys that are one per session are
