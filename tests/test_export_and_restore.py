@@ -192,3 +192,32 @@ def test_restored_tasks_count_against_the_bound() -> None:
     target = Session(max_finished_tasks=2)
     assert target.restore_snapshots(source.export_snapshots()) == 5
     assert [task.task_id for task in target.subagent_tasks()] == ["t3", "t4"]
+
+
+def test_a_large_restore_goes_in_bounded_calls_checked_before_any_is_written(
+    module_redis_server: RedisServer,
+) -> None:
+    """On Redis a restore of more than 64 tasks goes as several calls (contract §6): every refusal comes
+    before the first task is written, and the tasks come back in the list's order."""
+    source = Session()
+    for index in range(200):
+        source.start_subagent_task(f"t{index}").complete(index)
+    exported = source.export_snapshots()
+    target = RedisRegistry(module_redis_server.url).session("large-restore", max_finished_tasks=1_000)
+    taken = target.start_subagent_task("t150")
+    with pytest.raises(DuplicateTaskError, match="t150"):
+        target.restore_snapshots(exported)
+    assert [task.task_id for task in target.subagent_tasks()] == ["t150"]
+    taken.complete()
+    assert target.forget_finished(0) == 1
+    # Every call logged (the commands functions run are logged too, so the log is long).
+    module_redis_server.cli("CONFIG", "SET", "slowlog-log-slower-than", "0", "slowlog-max-len", "100000")
+    module_redis_server.cli("SLOWLOG", "RESET")
+    assert target.restore_snapshots(exported) == 200
+    logged = module_redis_server.cli("SLOWLOG", "GET", "100000")
+    module_redis_server.cli("CONFIG", "SET", "slowlog-log-slower-than", "10000", "slowlog-max-len", "128")
+    calls = sum(line.strip() == "stv2_restore" for line in logged)
+    assert calls >= 2 * (200 // 64), "checked, then written, at most 64 tasks per call"
+    assert [(task.task_id, task.result) for task in target.subagent_tasks()] == [
+        (f"t{index}", index) for index in range(200)
+    ]

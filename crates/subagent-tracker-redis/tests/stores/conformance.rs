@@ -389,6 +389,7 @@ on_every_store! {
     a_cancel_that_waits_ends_after_the_runner_and_the_handlers_of_the_subtree(1000);
     events_of_another_runtime_start_report_and_end_tasks_once(1000);
     a_restore_brings_finished_tasks_back_and_fails_pending_ones(1000);
+    a_large_restore_refuses_a_retained_id_whole_and_keeps_start_order(1000);
 }
 
 async fn a_restore_brings_finished_tasks_back_and_fails_pending_ones(store: Store) {
@@ -436,6 +437,49 @@ async fn a_restore_brings_finished_tasks_back_and_fails_pending_ones(store: Stor
         Err(TrackerError::DuplicateTask { .. })
     ));
     drop(running);
+}
+
+/// More tasks than one server call writes on Redis (`RESTORE_STEP`, 64): the refusals still come before any
+/// task is written, and the tasks come back in the list's order.
+async fn a_large_restore_refuses_a_retained_id_whole_and_keeps_start_order(store: Store) {
+    let source: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    for index in 0..200 {
+        let handle = source
+            .start(TaskStart::new().task_id(format!("t{index}")))
+            .unwrap();
+        assert!(handle.complete(Some(index.to_string())));
+    }
+    let exported = source.tasks();
+    let mut taken = store.start(TaskStart::new().task_id("t150")).await.unwrap();
+    assert!(matches!(
+        store.restore(exported.clone()).await,
+        Err(TrackerError::DuplicateTask { task_id, .. }) if &*task_id == "t150"
+    ));
+    assert_eq!(
+        store.tasks().await.len(),
+        1,
+        "a refused restore writes nothing"
+    );
+    // The first refusal in the list's order: an id it repeats before the retained one.
+    let mut repeated = exported.clone();
+    repeated.insert(5, exported[3].clone());
+    assert!(matches!(
+        store.restore(repeated).await,
+        Err(TrackerError::DuplicateInBatch { task_id }) if &*task_id == "t3"
+    ));
+    assert!(taken.complete("\"done\"").await);
+    store.forget_finished(Duration::ZERO).await;
+    assert_eq!(store.restore(exported).await.unwrap(), 200);
+    let restored: Vec<_> = store
+        .tasks()
+        .await
+        .into_iter()
+        .map(|task| (task.task_id.to_string(), task.result))
+        .collect();
+    let expected: Vec<_> = (0..200)
+        .map(|index| (format!("t{index}"), Some(index.to_string())))
+        .collect();
+    assert_eq!(restored, expected);
 }
 
 async fn events_of_another_runtime_start_report_and_end_tasks_once(store: Store) {
