@@ -149,23 +149,40 @@ def test_a_cancel_of_the_parent_racing_a_batch_reaches_every_child(store: tuple[
     assert session.pending_subagent_tasks() == []
 
 
-def test_on_redis_a_batch_of_500_is_one_server_call(redis_server: RedisServer) -> None:
+def test_on_redis_a_batch_of_500_is_checked_and_opened_in_bounded_calls(redis_server: RedisServer) -> None:
     """Every command is logged (``slowlog-log-slower-than 0``): of the session's opening functions, the batch
-    makes one call. Other workers' housekeeping on the shared server is told apart by the function's name."""
-    session = RedisRegistry(redis_server.url).session("one-round-trip")
+    makes a call per part of at most 32 tasks to check them all, then one per part to open them, so that no
+    call holds the node long. Other workers' housekeeping on the shared server is told apart by the function's
+    name."""
+    session = RedisRegistry(redis_server.url).session("bounded-calls")
     session.start_subagent_task("announces-the-worker").complete()
     admin: Any = redis.Redis(port=redis_server.port)
     admin.config_set("slowlog-max-len", 100_000)
     admin.config_set("slowlog-log-slower-than", 0)
     admin.slowlog_reset()
     try:
+        live = session.start_subagent_task("r480")
+        with pytest.raises(DuplicateTaskError, match="r480"):
+            session.start_subagent_tasks([{"task_id": f"r{index}"} for index in range(500)])
+        refused = admin.slowlog_get(-1)
+        opened_by_the_refused_batch = [
+            task.task_id for task in session.subagent_tasks() if task.task_id != "r480"
+        ]
+        admin.slowlog_reset()
+        live.complete()
         handles = session.start_subagent_tasks([{"task_id": f"r{index}"} for index in range(500)])
         logged = admin.slowlog_get(-1)
     finally:
         admin.config_set("slowlog-log-slower-than", 10_000)
-    called = [entry["command"].split()[1] for entry in logged if entry["command"].startswith(b"FCALL ")]
-    assert called.count(b"stv2_open_batch") == 1
-    assert b"stv2_open" not in called
+
+    def called(entries: list[Any]) -> list[bytes]:
+        return [entry["command"].split()[1] for entry in entries if entry["command"].startswith(b"FCALL ")]
+
+    parts = -(-500 // 32)
+    assert called(refused).count(b"stv2_open_batch") == parts, "checked whole, refused before any part opens"
+    assert opened_by_the_refused_batch == ["announces-the-worker"]
+    assert called(logged).count(b"stv2_open_batch") == 2 * parts
+    assert b"stv2_open" not in called(logged)
     assert len(handles) == 500 and len(session.pending_subagent_tasks()) == 500
     session.cancel(reason="done")
 

@@ -35,6 +35,6 @@ pub use options::{
     DEFAULT_SESSION_TTL, DEFAULT_TIMEOUT, MIN_INTERVAL, MIN_LEASE,
 };
 pub use registry::{RedisRegistry, EVENT_BUFFER_REFUSED};
-pub use session::{RedisSession, MAX_PAGE};
+pub use session::{RedisSession, MAX_PAGE, OPEN_BATCH_STEP};
 pub use worker::lease::{LEASE_LOST_REASON, WORKER_LOST_ERROR};
 pub use worker::listener::{ORPHANED_RUN_ERROR, SESSION_LOST_REASON};

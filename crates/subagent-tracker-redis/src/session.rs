@@ -1,6 +1,6 @@
 //! One session kept in Redis, seen from one process.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use subagent_tracker::{
     check_batch_ends, generate_id, restored_snapshot, validate_task_id, CancelCallback,
     CancelCause, ClaimProblem, EndTarget, RecordedEvent, SubagentEventKind, SubagentStatus,
     SubagentTaskSnapshot, SubagentTaskToken, TaskEnd, TaskFailure, TaskFilter, TaskStart,
-    TrackerError, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
+    TrackerError, BATCH_REFUSED_REASON, DEADLINE_REASON, DEFAULT_CANCEL_REASON,
 };
 
 use crate::coalesce::{CoalescedCalls, MAX_ITEMS_PER_CALL};
@@ -17,6 +17,9 @@ use crate::session_state::{session_state, SessionState};
 use crate::store::{self, epoch_millis, TaskFields};
 use crate::worker::{RemoteCancel, RunKey, SessionCall, Worker};
 use crate::{RedisEventSubscription, RedisTaskHandle, RedisTrackerError};
+
+/// The most tasks one call of `stv2_open_batch` opens: a batch of more goes as several calls, checked first.
+pub const OPEN_BATCH_STEP: usize = 32;
 
 /// The most tasks one call of `stv2_restore` writes: a restore of more goes as several calls, checked first.
 const RESTORE_STEP: usize = 64;
@@ -220,12 +223,15 @@ impl RedisSession {
         Ok(task_id)
     }
 
-    /// Starts many tasks run by this process in one round trip, and returns their handles in the batch's
-    /// order: all of them or none (contract §22). A task may name as parent one earlier in the batch.
+    /// Starts many tasks run by this process, and returns their handles in the batch's order: all of them or
+    /// none (contract §22). A task may name as parent one earlier in the batch. Up to [`OPEN_BATCH_STEP`] tasks
+    /// are one call; a larger batch is checked whole, then opened a part at a time.
     ///
     /// # Errors
     /// As [`start`](Self::start) for the first task refused, and [`TrackerError::DuplicateInBatch`]: each
-    /// refuses the whole batch, and nothing changes in Redis.
+    /// refuses the whole batch, and nothing changes in Redis, unless something changed between the check and
+    /// the last part: the tasks the batch had opened are then cancelled with [`BATCH_REFUSED_REASON`] and
+    /// finished.
     pub async fn start_batch(
         &self,
         starts: Vec<TaskStart<String>>,
@@ -330,24 +336,44 @@ impl RedisSession {
         for opening in &openings {
             calls.push(self.begin(opening).await?);
         }
-        let mut args: Vec<&str> = vec![&self.incarnation, DEADLINE_REASON];
-        for opening in &openings {
-            args.extend(opening.arguments.iter().map(String::as_str));
-        }
-        let reply: Vec<String> = match self.call("open_batch", &args).await {
-            Ok(reply) => reply,
-            Err(error) => {
-                let error = self.batch_refusal(error, |index| {
-                    openings
-                        .get(index)
-                        .map(|opening| (&opening.task_id, opening.parent_id.as_deref()))
-                });
+        let refusal = |error, offset: usize| {
+            self.batch_refusal(error, |index| {
+                openings
+                    .get(offset + index)
+                    .map(|opening| (&opening.task_id, opening.parent_id.as_deref()))
+            })
+        };
+        let parts: Vec<&[Opening]> = openings.chunks(OPEN_BATCH_STEP).collect();
+        if parts.len() > 1 {
+            if let Err((offset, error)) = self.check_batch(&parts).await {
+                let error = refusal(error, offset);
                 if matches!(error, RedisTrackerError::Tracker(_)) {
                     calls.into_iter().for_each(SessionCall::settle);
                 }
                 return Err(error);
             }
-        };
+        }
+        let mut reply: Vec<String> = Vec::with_capacity(openings.len() * 7);
+        for (index, part) in parts.iter().enumerate() {
+            let mut args: Vec<&str> = vec![&self.incarnation, DEADLINE_REASON, "open", "0"];
+            for opening in *part {
+                args.extend(opening.arguments.iter().map(String::as_str));
+            }
+            match self.call::<Vec<String>>("open_batch", &args).await {
+                Ok(opened) => reply.extend(opened),
+                Err(error) => {
+                    let error = refusal(error, index * OPEN_BATCH_STEP);
+                    // Something changed since the check (a start of one of the ids, a parent's end, a close):
+                    // the tasks the earlier parts opened go as in memory, cancelled and finished at once.
+                    self.abandon(&openings[..index * OPEN_BATCH_STEP], &reply)
+                        .await;
+                    if matches!(error, RedisTrackerError::Tracker(_)) {
+                        calls.into_iter().for_each(SessionCall::settle);
+                    }
+                    return Err(error);
+                }
+            }
+        }
         if reply.len() != openings.len() * 7 {
             return Err(RedisTrackerError::Protocol(Arc::from("stv2_open_batch")));
         }
@@ -374,6 +400,50 @@ impl RedisSession {
             opened.push((opening.task_id, part, links));
         }
         Ok((opened, calls))
+    }
+
+    /// Checks every part of a batch larger than one call, a call per part, in order: the first refusal in the
+    /// batch's order, with the index of its part's first task.
+    async fn check_batch(&self, parts: &[&[Opening]]) -> Result<(), (usize, RedisTrackerError)> {
+        // What each check found of its tasks as they would open (whether one finishes as it opens, say): a part
+        // that names a parent of an earlier part is told, since none of them is open yet.
+        let mut found: HashMap<&str, String> = HashMap::new();
+        for (index, part) in parts.iter().enumerate() {
+            let known: HashSet<&str> = part
+                .iter()
+                .filter_map(|opening| opening.parent_id.as_deref())
+                .filter(|parent_id| found.contains_key(parent_id))
+                .collect();
+            let count = known.len().to_string();
+            let mut args: Vec<&str> = vec![&self.incarnation, DEADLINE_REASON, "check", &count];
+            for parent_id in known {
+                args.extend([parent_id, found[parent_id].as_str()]);
+            }
+            for opening in *part {
+                args.extend(opening.arguments.iter().map(String::as_str));
+            }
+            let states: Vec<String> = self
+                .call("open_batch", &args)
+                .await
+                .map_err(|error| (index * OPEN_BATCH_STEP, error))?;
+            found.extend(part.iter().map(|opening| &*opening.task_id).zip(states));
+        }
+        Ok(())
+    }
+
+    /// Cancels, with [`BATCH_REFUSED_REASON`], and finishes at once the tasks a refused batch had opened (their
+    /// runs in `reply`, seven values each): no runner ever held them. One that fails to end is left to the
+    /// orphan check, which ends the runs of this process that nobody holds.
+    async fn abandon(&self, openings: &[Opening], reply: &[String]) {
+        for (opening, opened) in openings.iter().zip(reply.chunks(7)).rev() {
+            let _ = self
+                .end_run(
+                    &opening.task_id,
+                    &opened[0],
+                    &Outcome::Stopped(Some(BATCH_REFUSED_REASON)),
+                )
+                .await;
+        }
     }
 
     /// A task to open, checked and put into the arguments `stv2_open` and `stv2_open_batch` take. A start whose

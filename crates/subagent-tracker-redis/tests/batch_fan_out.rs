@@ -120,3 +120,83 @@ async fn a_refused_batch_changes_nothing_in_redis() {
         .collect();
     assert_eq!(tasks, ["live"]);
 }
+
+/// A batch larger than one call (32 tasks) is checked whole and then opened a part at a time. A start of one
+/// of its ids that lands between the two refuses it part way, as a concurrent change does in memory: what it had
+/// opened is cancelled with `BATCH_REFUSED_REASON` and finished, never left pending; and whichever wins, the id is
+/// held once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_raced_by_a_start_of_one_of_its_ids_leaves_nothing_pending() {
+    let server = RedisServer::start();
+    let worker = server.worker("b3:", "runner").await;
+    let session = worker
+        .session(
+            Some("s"),
+            TrackerConfig::default().with_max_finished_tasks(100_000),
+        )
+        .await
+        .unwrap();
+    let mut part_way = 0;
+    for round in 0..30 {
+        let starts = (0..100)
+            .map(|index| TaskStart::new().task_id(format!("r{round}-{index}")))
+            .collect();
+        let racer = {
+            let session = session.clone();
+            // Later in each round, so that some land between the batch's check and its last part.
+            let delay = std::time::Duration::from_micros(60 * round);
+            tokio::spawn(async move {
+                tokio::task::spawn_blocking(move || std::thread::sleep(delay))
+                    .await
+                    .unwrap();
+                session
+                    .start(TaskStart::new().task_id(format!("r{round}-90")))
+                    .await
+            })
+        };
+        let batch = session.start_batch(starts).await;
+        let raced = racer.await.unwrap();
+        let tasks: Vec<_> = session
+            .tasks()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|task| task.task_id.starts_with(&format!("r{round}-")))
+            .collect();
+        match (&batch, &raced) {
+            (Ok(handles), Err(RedisTrackerError::Tracker(TrackerError::DuplicateTask { .. }))) => {
+                assert_eq!(handles.len(), 100);
+                assert!(tasks
+                    .iter()
+                    .all(|task| task.status == SubagentStatus::Running));
+            }
+            (Err(RedisTrackerError::Tracker(TrackerError::DuplicateTask { .. })), Ok(_)) => {
+                let refused: Vec<_> = tasks
+                    .iter()
+                    .filter(|task| &*task.task_id != format!("r{round}-90"))
+                    .collect();
+                if !refused.is_empty() {
+                    part_way += 1;
+                }
+                for task in refused {
+                    assert_eq!(
+                        (task.status, task.finished, task.cancel_reason.as_deref()),
+                        (
+                            SubagentStatus::Cancelled,
+                            true,
+                            Some(subagent_tracker::BATCH_REFUSED_REASON)
+                        ),
+                        "{task:?}"
+                    );
+                }
+            }
+            (batch, raced) => panic!(
+                "one of the two holds the id, the other is refused: {:?}, {:?}",
+                batch.as_ref().err(),
+                raced.as_ref().err()
+            ),
+        }
+        drop((batch, raced));
+    }
+    eprintln!("{part_way} of 30 rounds refused the batch part way");
+}

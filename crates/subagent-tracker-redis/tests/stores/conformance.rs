@@ -98,6 +98,35 @@ impl Store {
         }
     }
 
+    async fn start_batch(
+        &self,
+        starts: Vec<TaskStart<String>>,
+    ) -> Result<Vec<Runner>, TrackerError> {
+        match self {
+            Store::Memory(tracker) => tracker
+                .start_batch(starts)
+                .map(|handles| handles.into_iter().map(Runner::Memory).collect()),
+            Store::Redis { session, .. } => session
+                .start_batch(starts)
+                .await
+                .map(|handles| handles.into_iter().map(Runner::Redis).collect())
+                .map_err(refusal),
+        }
+    }
+
+    async fn reserve_batch(
+        &self,
+        starts: Vec<TaskStart<String>>,
+    ) -> Result<Vec<Arc<str>>, TrackerError> {
+        let reservations = starts.into_iter().map(|start| (start, None)).collect();
+        match self {
+            Store::Memory(tracker) => tracker.reserve_batch(reservations),
+            Store::Redis { session, .. } => {
+                session.reserve_batch(reservations).await.map_err(refusal)
+            }
+        }
+    }
+
     async fn reserve(
         &self,
         start: TaskStart<String>,
@@ -390,6 +419,8 @@ on_every_store! {
     events_of_another_runtime_start_report_and_end_tasks_once(1000);
     a_restore_brings_finished_tasks_back_and_fails_pending_ones(1000);
     a_large_restore_refuses_a_retained_id_whole_and_keeps_start_order(1000);
+    a_large_batch_refuses_whole_and_opens_parents_of_its_later_tasks(1000);
+    a_batch_whose_parent_finishes_as_it_opens_is_refused_whole(1000);
 }
 
 async fn a_restore_brings_finished_tasks_back_and_fails_pending_ones(store: Store) {
@@ -480,6 +511,85 @@ async fn a_large_restore_refuses_a_retained_id_whole_and_keeps_start_order(store
         .map(|index| (format!("t{index}"), Some(index.to_string())))
         .collect();
     assert_eq!(restored, expected);
+}
+
+/// More tasks than one server call opens on Redis (`OPEN_BATCH_STEP`, 32): a refusal anywhere still refuses the
+/// batch before any task opens, and a task may name a parent many tasks earlier in the batch.
+async fn a_large_batch_refuses_whole_and_opens_parents_of_its_later_tasks(store: Store) {
+    let batch = |live: Option<&str>| {
+        let mut starts = vec![TaskStart::new().task_id("root")];
+        for index in 0..100 {
+            starts.push(TaskStart::new().task_id(format!("t{index}")).parent_id(
+                if index % 2 == 0 {
+                    "root".to_owned()
+                } else {
+                    format!("t{}", index - 1)
+                },
+            ));
+        }
+        if let Some(live) = live {
+            starts.push(TaskStart::new().task_id(live));
+        }
+        starts
+    };
+    let _live = store.start(TaskStart::new().task_id("live")).await.unwrap();
+    assert!(matches!(
+        store.start_batch(batch(Some("live"))).await,
+        Err(TrackerError::DuplicateTask { task_id, .. }) if &*task_id == "live"
+    ));
+    let mut orphaned = batch(None);
+    orphaned.insert(70, TaskStart::new().task_id("lost").parent_id("nobody"));
+    assert!(matches!(
+        store.start_batch(orphaned).await,
+        Err(TrackerError::UnknownTask { task_id, .. }) if &*task_id == "nobody"
+    ));
+    assert_eq!(
+        store.listed().await,
+        [Arc::from("live")],
+        "a refused batch opens nothing"
+    );
+    let runners = store.start_batch(batch(None)).await.unwrap();
+    assert_eq!(runners.len(), 101);
+    assert_eq!(
+        store.get("t99").await.unwrap().parent_id.as_deref(),
+        Some("t98")
+    );
+    assert!(store.cancel("root", None).await);
+    assert!(
+        store
+            .listed()
+            .await
+            .iter()
+            .filter(|task_id| &***task_id != "live")
+            .count()
+            == 101
+    );
+    for task_id in ["t0", "t51", "t99"] {
+        assert_eq!(
+            store.get(task_id).await.unwrap().status,
+            SubagentStatus::Cancelled
+        );
+    }
+    drop(runners);
+}
+
+/// A reservation that begins cancelled (a cancel recorded before its start) finishes as it opens, so a later
+/// task of the batch under it would find its parent finished: the batch is refused before any task opens, on
+/// both stores (on Redis, also when the two are in different calls of a batch larger than one call).
+async fn a_batch_whose_parent_finishes_as_it_opens_is_refused_whole(store: Store) {
+    assert!(!store.cancel_before_start("early", None).await);
+    let mut reservations = vec![TaskStart::new().task_id("early")];
+    reservations.extend((0..40).map(|index| TaskStart::new().task_id(format!("q{index}"))));
+    reservations.push(TaskStart::new().task_id("late").parent_id("early"));
+    let refused = store.reserve_batch(reservations).await;
+    assert!(
+        matches!(refused, Err(TrackerError::ParentFinished { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        store.listed().await.is_empty(),
+        "a refused batch opens nothing"
+    );
 }
 
 async fn events_of_another_runtime_start_report_and_end_tasks_once(store: Store) {
