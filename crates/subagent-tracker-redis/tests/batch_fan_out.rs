@@ -173,7 +173,7 @@ async fn a_large_batch_raced_by_a_start_of_one_of_its_ids_leaves_nothing_pending
             (Err(RedisTrackerError::Tracker(TrackerError::DuplicateTask { .. })), Ok(_)) => {
                 let refused: Vec<_> = tasks
                     .iter()
-                    .filter(|task| &*task.task_id != format!("r{round}-90"))
+                    .filter(|task| *task.task_id != format!("r{round}-90"))
                     .collect();
                 if !refused.is_empty() {
                     part_way += 1;
