@@ -296,8 +296,9 @@ impl RedisSession {
         self.calls.reserve(py, start, claim_timeout)
     }
 
-    /// Starts every task of `tasks` (mappings of `start_subagent_task`'s keyword arguments), or none, in one
-    /// round trip, and returns their handles in order. A task may name as parent one earlier in the batch.
+    /// Starts every task of `tasks` (mappings of `start_subagent_task`'s keyword arguments), or none (contract
+    /// §22: one call up to 32 tasks, checked and then opened in parts beyond), and returns their handles in order.
+    /// A task may name as parent one earlier in the batch.
     fn start_subagent_tasks<'py>(
         &self,
         py: Python<'py>,
@@ -310,8 +311,9 @@ impl RedisSession {
         self.calls.start_batch(py, starts)
     }
 
-    /// Reserves every task of `tasks` (mappings of `reserve_subagent_task`'s keyword arguments), or none, in
-    /// one round trip, and returns their ids in order; a task without a `claim_timeout` takes the call's.
+    /// Reserves every task of `tasks` (mappings of `reserve_subagent_task`'s keyword arguments), or none, as
+    /// `start_subagent_tasks` starts them, and returns their ids in order; a task without a `claim_timeout` takes
+    /// the call's.
     #[pyo3(signature = (tasks, *, claim_timeout=None))]
     fn reserve_subagent_tasks<'py>(
         &self,
