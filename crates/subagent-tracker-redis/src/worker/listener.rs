@@ -299,16 +299,39 @@ impl Worker {
     }
 
     /// Reports to Redis, once their handlers are done, the cancels applied here (contract §3, cancel and wait):
-    /// one call per session. A report that fails is made again by a later reconcile, which finds the runs'
-    /// marks still set.
+    /// each run as soon as its own handlers are done, those done together in one call per session, so that a
+    /// slow handler holds up no other run's report. A report that fails is made again by a later reconcile,
+    /// which finds the runs' marks still set.
     pub(super) async fn report_handled(&self, applied: Vec<(RunKey, Option<WaitForHandlers>)>) {
         let mut done = Vec::with_capacity(applied.len());
+        let mut waiting = tokio::task::JoinSet::new();
         for (run, handlers) in applied {
-            if let Some(handlers) = handlers {
-                handlers.await;
+            match handlers {
+                None => done.push(run),
+                Some(handlers) => {
+                    waiting.spawn(async move {
+                        handlers.await;
+                        run
+                    });
+                }
             }
-            done.push(run);
         }
+        loop {
+            if !done.is_empty() {
+                self.report_done(std::mem::take(&mut done)).await;
+            }
+            let Some(finished) = waiting.join_next().await else {
+                return;
+            };
+            done.extend(finished.ok());
+            while let Some(finished) = waiting.try_join_next() {
+                done.extend(finished.ok());
+            }
+        }
+    }
+
+    /// Clears the marks of `done`, runs whose handlers are done: one call per session.
+    async fn report_done(&self, done: Vec<RunKey>) {
         let mut connection = self.connection.clone();
         for (session_id, runs) in by_session(done) {
             let args = run_arguments(&runs);
