@@ -185,6 +185,30 @@ def test_a_bad_timeout_is_refused_and_cancels_nothing(session: BlockingSession, 
     handle.complete()
 
 
+def test_a_slow_handler_holds_up_no_wait_on_a_sibling_cancelled_with_it(session: BlockingSession) -> None:
+    """Two children cancelled by one cascade: a wait on the one whose handlers are done returns while the
+    other's handler still runs (on Redis, the worker reports each run's handlers done as soon as they are)."""
+    parent = session.start_subagent_task("parent")
+    slow = session.start_subagent_task("slow", parent_id="parent")
+    quick = session.start_subagent_task("quick", parent_id="parent")
+    release = threading.Event()
+    slow.token.on_cancel(lambda: release.wait(10))
+    runners = [_stop_when_cancelled(handle, after=0) for handle in (parent, slow, quick)]
+
+    async def main() -> Any:
+        session.cancel_subagent_task("parent")
+        return await asyncio.wait_for(session.cancel_subagent_task_and_wait("quick"), 5)
+
+    try:
+        task = asyncio.run(main())
+        assert not release.is_set(), "the sibling's handler was still running"
+        assert (task.task_id, task.finished) == ("quick", True)
+    finally:
+        release.set()
+        for runner in runners:
+            runner.join()
+
+
 def test_the_handlers_of_a_runner_in_another_process_are_waited_for(
     module_redis_server: RedisServer,
 ) -> None:
