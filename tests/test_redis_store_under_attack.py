@@ -117,6 +117,31 @@ def test_a_dead_workers_tasks_end_after_a_gap_of_more_than_ten_leases(redis_serv
     assert job.error == WORKER_LOST_ERROR
 
 
+def test_a_group_rule_the_reaper_sets_off_reaches_every_sibling(redis_server: RedisServer) -> None:
+    """A child of a structured parent lost with its worker fails, and its siblings are cancelled: over more
+    siblings than one step of a cascade, the remaining steps are a worker's timer loop's, since no caller
+    takes them (they used to be left undone, and the siblings past the first step ran on)."""
+    lease = 0.2
+    survivor = RedisRegistry(redis_server.url, lease=lease)
+    session = survivor.session("group-reaped")
+    group = session.start_subagent_task("group", structured=True)
+    siblings = session.start_subagent_tasks(
+        [{"task_id": f"c{index}", "parent_id": "group"} for index in range(100)]
+    )
+    runner = Worker(redis_server.url, "runner", lease=lease)
+    runner.ask(op="start", session="group-reaped", task="lost", parent="group")
+    time.sleep(lease * 2)
+    runner.signal(signal.SIGKILL)
+    runner.process.wait(timeout=10)
+    assert _eventually(lambda: all(sibling.token.is_cancelled for sibling in siblings), seconds=10), (
+        f"{sum(sibling.token.is_cancelled for sibling in siblings)} of 100 siblings cancelled"
+    )
+    lost = session.subagent_task("lost")
+    assert lost is not None and lost.error == WORKER_LOST_ERROR
+    for handle in [group, *siblings]:
+        handle.complete()
+
+
 # --- 3. The reaper judges a run by when it began
 
 
@@ -129,9 +154,10 @@ def test_the_reaper_leaves_alone_a_run_begun_after_the_lease_expired(redis_serve
     process = admin.hget("subagent-tracker:v2:{s:s}:t:job", "worker")
     started_ms = int(float(admin.hget("subagent-tracker:v2:{s:s}:t:job", "started_at") or 0) * 1000)
     # The reaper's call for a lease that expired a second before the run began: not the lost worker's run.
-    # The reply: how many it ended, and the cursor of the next call ("": the session's live index is done).
+    # The reply: how many it ended, the cursor of the next call ("": the session's live index is done), and
+    # when a cascade its ends left under way is due ("": none).
     reaped = admin.fcall("stv2_reap", 1, session_key, process, WORKER_LOST_ERROR, str(started_ms - 1000))
-    assert reaped == [0, ""]
+    assert reaped == [0, "", ""]
     assert session.subagent_task("job").status is SubagentStatus.RUNNING  # type: ignore[union-attr]
     assert handle.complete()
     # A run begun before the expiry is reaped.
@@ -139,7 +165,7 @@ def test_the_reaper_leaves_alone_a_run_begun_after_the_lease_expired(redis_serve
     reaped = admin.fcall(
         "stv2_reap", 1, session_key, process, WORKER_LOST_ERROR, str(int(time.time() * 1000) + 1000)
     )
-    assert reaped == [1, ""]
+    assert reaped == [1, "", ""]
     assert session.subagent_task("late").error == WORKER_LOST_ERROR  # type: ignore[union-attr]
     assert not late.complete()
 

@@ -253,7 +253,7 @@ async fn the_reaper_judges_a_run_by_when_it_began() {
             .arg(expired_at);
         command
     };
-    let (reaped, _): (i64, String) = reap(started_ms - 1000)
+    let (reaped, _, _): (i64, String, String) = reap(started_ms - 1000)
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -266,7 +266,7 @@ async fn the_reaper_judges_a_run_by_when_it_began() {
         .start(TaskStart::new().task_id("late"))
         .await
         .unwrap();
-    let (reaped, _): (i64, String) = reap(started_ms + 60_000)
+    let (reaped, _, _): (i64, String, String) = reap(started_ms + 60_000)
         .query_async(&mut admin)
         .await
         .unwrap();
@@ -302,7 +302,7 @@ async fn the_reaper_goes_through_many_runs_in_bounded_calls() {
     let far_future = i64::MAX / 4;
     let (mut cursor, mut ended, mut calls) = (String::new(), 0, 0);
     loop {
-        let (reaped, next): (i64, String) = redis::cmd("FCALL")
+        let (reaped, next, _): (i64, String, String) = redis::cmd("FCALL")
             .arg("stv2_reap")
             .arg(1)
             .arg("a9:v2:{s:s}:session")
@@ -823,4 +823,74 @@ async fn the_sweep_leaves_a_relisted_session_indexed_and_survives_a_broken_one()
         .await
         .unwrap();
     wait_until_no_key_matches(&mut admin, "b4:*closed-*", Duration::from_secs(4)).await;
+}
+
+/// A task group's rule set off by the reaper (a child of a structured parent lost with its worker fails, and
+/// its siblings are cancelled) is a cascade like any other: over more tasks than one step, its remaining steps
+/// are taken by a worker's timer loop, since no caller takes them. They used to be left in the session's keys
+/// with nothing to look at them: the siblings past the first step ran on.
+#[test]
+fn a_group_rule_the_reaper_sets_off_reaches_every_sibling() {
+    let server = RedisServer::start();
+    let lease = Duration::from_millis(150);
+    let url = server.url();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (survivor, session, held) = runtime.block_on(async {
+        let survivor = RedisRegistry::connect(&url, options("a10:").with_lease(lease))
+            .await
+            .unwrap();
+        let session = survivor.session(Some("s"), config()).await.unwrap();
+        let group = session
+            .start(TaskStart::new().task_id("group").structured(true))
+            .await
+            .unwrap();
+        let siblings = session
+            .start_batch(
+                (0..100)
+                    .map(|index| {
+                        TaskStart::new()
+                            .task_id(format!("c{index}"))
+                            .parent_id("group")
+                    })
+                    .collect(),
+            )
+            .await
+            .unwrap();
+        (survivor, session, (group, siblings))
+    });
+    run_then_die(async {
+        let worker = RedisRegistry::connect(&url, options("a10:").with_lease(lease))
+            .await
+            .unwrap();
+        let session = worker.session(Some("s"), config()).await.unwrap();
+        let lost = session
+            .start(TaskStart::new().task_id("lost").parent_id("group"))
+            .await
+            .unwrap();
+        tokio::time::sleep(lease * 2).await;
+        std::mem::forget(lost);
+    });
+    runtime.block_on(async {
+        let siblings = &held.1;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !siblings.iter().all(|sibling| sibling.is_cancelled()) {
+            assert!(
+                Instant::now() < deadline,
+                "every sibling's token fired: {} of {}",
+                siblings
+                    .iter()
+                    .filter(|sibling| sibling.is_cancelled())
+                    .count(),
+                siblings.len()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let lost = session.get("lost").await.unwrap().unwrap();
+        assert_eq!(lost.error.as_deref(), Some(WORKER_LOST_ERROR));
+        for index in [0, 99] {
+            let sibling = session.get(&format!("c{index}")).await.unwrap().unwrap();
+            assert_eq!(sibling.status, SubagentStatus::Cancelled);
+        }
+    });
+    drop((held, session, survivor));
 }

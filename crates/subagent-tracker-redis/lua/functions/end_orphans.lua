@@ -1,9 +1,10 @@
 -- stv2_end_orphans(session_key; process, grace_ms, error, then task id and run per run): ends the runs named that
 -- are still unfinished, still the worker process's, and older than `grace_ms` (their start or claim took effect
 -- but the reply never reached the process: stv2_orphans found them, and the process holds none of them): a
--- running one fails with `error`, a cancelled one finishes. Returns how many it ended. Worker::end_orphans.
+-- running one fails with `error`, a cancelled one finishes. Returns how many it ended, and when a cascade its ends
+-- set off and left under way is due (`walks_due`). Worker::end_orphans.
 local function st_end_orphans(keys, args)
-  if not stored_inc then return 0 end
+  if not stored_inc then return { 0, '' } end
   local base = base_of(keys[1])
   local process, grace, error = args[1], tonumber(args[2]), args[3]
   local ended = 0
@@ -17,7 +18,7 @@ local function st_end_orphans(keys, args)
       ended = ended + 1
     end
   end
-  return ended
+  return { ended, walks_due() }
 end
 
 register('end_orphans', session_function(st_end_orphans))

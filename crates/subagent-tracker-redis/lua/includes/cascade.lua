@@ -247,6 +247,14 @@ local function start_walk(base, walk)
   return walk
 end
 
+-- When the running call left a walk under way, when its timer is due, as digits ("" for none): a caller that takes
+-- no steps itself (the reaper, the orphan check) has the session's timers looked at then, and a worker's timer
+-- loop takes the remaining steps.
+local function walks_due()
+  if not walks_left then return '' end
+  return digits(now_ms() + WALK_GRACE_MS)
+end
+
 -- Takes the next step of the walk kept under `walk_id`; returns the step's walk (nil for a walk that is gone)
 -- and whether the walk is done.
 local function continue_walk(base, walk_id)

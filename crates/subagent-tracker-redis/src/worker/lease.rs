@@ -118,19 +118,29 @@ impl Worker {
                         )
                     })
                     .collect();
-                let reaped: Vec<Result<(i64, String), _>> =
+                let reaped: Vec<Result<(i64, String, String), _>> =
                     store::call_each(connection, "reap", &calls).await?;
-                for (key, outcome) in keys.iter().zip(reaped) {
+                for ((session_id, key), outcome) in chunk.iter().zip(&keys).zip(reaped) {
                     // A session whose live index is longer than one call reads goes on from its cursor.
-                    let Ok((_, mut cursor)) = outcome else {
+                    let Ok((_, mut cursor, walks_due)) = outcome else {
                         all_reaped = false;
                         continue;
                     };
+                    self.schedule_walks(session_id, &walks_due).await?;
                     while !cursor.is_empty() {
                         let args = [&**process, WORKER_LOST_ERROR, &**expired_at, &*cursor];
-                        match store::call::<(i64, String)>(connection, "reap", &[key], &args).await
+                        match store::call::<(i64, String, String)>(
+                            connection,
+                            "reap",
+                            &[key],
+                            &args,
+                        )
+                        .await
                         {
-                            Ok((_, next)) => cursor = next,
+                            Ok((_, next, walks_due)) => {
+                                self.schedule_walks(session_id, &walks_due).await?;
+                                cursor = next;
+                            }
                             Err(_) => {
                                 all_reaped = false;
                                 break;

@@ -181,8 +181,9 @@ impl Worker {
                 for chunk in orphans.chunks(ORPHANS_PER_CALL) {
                     let mut args: Vec<&str> = vec![&self.process, &grace_ms, ORPHANED_RUN_ERROR];
                     args.extend(chunk.iter().flatten());
-                    let _ended: i64 =
+                    let (_ended, walks_due): (i64, String) =
                         store::call(&mut connection, "end_orphans", &[&key], &args).await?;
+                    self.schedule_walks(&session_id, &walks_due).await?;
                 }
                 if next.is_empty() {
                     break;

@@ -65,6 +65,20 @@ impl Worker {
     }
 
     /// Puts back the registry's index entries of timers that a lost reply may have left out.
+    /// Lists session `session_id` in the registry's index of timers at `walks_due` (a server function's reply:
+    /// when the cascade it left under way is due, "" for none), so that a worker's timer loop takes the
+    /// remaining steps of a cascade that no caller takes (one the reaper or the orphan check set off).
+    pub(super) async fn schedule_walks(
+        &self,
+        session_id: &str,
+        walks_due: &str,
+    ) -> Result<(), RedisTrackerError> {
+        match walks_due.parse::<u64>() {
+            Ok(due) => self.schedule(session_id, due).await,
+            Err(_) => Ok(()),
+        }
+    }
+
     pub(super) async fn reschedule_timers(&self) -> Result<(), RedisTrackerError> {
         let unscheduled: Vec<Arc<str>> = lock(&self.runs)
             .sessions
