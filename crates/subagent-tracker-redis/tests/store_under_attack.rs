@@ -873,7 +873,10 @@ fn a_group_rule_the_reaper_sets_off_reaches_every_sibling() {
     runtime.block_on(async {
         let siblings = &held.1;
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !siblings.iter().all(|sibling| sibling.is_cancelled()) {
+        while !siblings
+            .iter()
+            .all(subagent_tracker_redis::RedisTaskHandle::is_cancelled)
+        {
             assert!(
                 Instant::now() < deadline,
                 "every sibling's token fired: {} of {}",
