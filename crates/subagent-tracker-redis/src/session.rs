@@ -322,7 +322,7 @@ impl RedisSession {
             .into_iter()
             .map(|(start, reservation)| self.opening(start, reservation, reservation.is_none()))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut named = std::collections::HashSet::with_capacity(openings.len());
+        let mut named = HashSet::with_capacity(openings.len());
         if let Some(repeated) = openings
             .iter()
             .find(|opening| !named.insert(opening.task_id.clone()))
@@ -975,7 +975,7 @@ impl RedisSession {
         // In calls of a few tasks each, so that no call holds the node long: every refusal is found before
         // the first task is written (the first in the list's order, as in one call), and a task whose id a
         // start took meanwhile is left out (the count says so).
-        let mut named = std::collections::HashSet::with_capacity(snapshots.len());
+        let mut named = HashSet::with_capacity(snapshots.len());
         let repeated = snapshots
             .iter()
             .position(|snapshot| !named.insert(&snapshot.task_id));
