@@ -79,19 +79,26 @@ def test_a_record_expires(short_lived: BlockingSession) -> None:
         assert not handle.token.is_cancelled
 
 
-def _start_at(session: BlockingSession, task_id: str, begin: threading.Barrier) -> None:
+def _start_at(
+    session: BlockingSession, task_id: str, begin: threading.Barrier, cancelled: threading.Event
+) -> None:
+    """Starts the task as the cancel is made, and holds it until the cancel has returned: a runner that ended
+    before the cancel came would leave nothing for it to miss."""
     begin.wait(timeout=5)
-    session.start_subagent_task(task_id)
+    with session.start_subagent_task(task_id):
+        cancelled.wait(timeout=10)
 
 
 def test_a_recorded_cancel_racing_a_start_never_misses_it(session: BlockingSession) -> None:
     for round_number in range(30):
         task_id = f"race-{round_number}"
         begin = threading.Barrier(2)
-        starting = threading.Thread(target=_start_at, args=(session, task_id, begin))
+        cancelled = threading.Event()
+        starting = threading.Thread(target=_start_at, args=(session, task_id, begin, cancelled))
         starting.start()
         begin.wait(timeout=5)
         session.cancel_subagent_task(task_id, "stop", before_start=True)
+        cancelled.set()
         starting.join(timeout=10)
         task = session.subagent_task(task_id)
         assert task is not None and task.status is SubagentStatus.CANCELLED, round_number
