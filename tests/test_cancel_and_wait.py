@@ -191,22 +191,28 @@ def test_a_slow_handler_holds_up_no_wait_on_a_sibling_cancelled_with_it(session:
     parent = session.start_subagent_task("parent")
     slow = session.start_subagent_task("slow", parent_id="parent")
     quick = session.start_subagent_task("quick", parent_id="parent")
-    release = threading.Event()
-    slow.token.on_cancel(lambda: release.wait(10))
     runners = [_stop_when_cancelled(handle, after=0) for handle in (parent, slow, quick)]
 
     async def main() -> Any:
-        session.cancel_subagent_task("parent")
-        return await asyncio.wait_for(session.cancel_subagent_task_and_wait("quick"), 5)
+        release = asyncio.Event()
 
-    try:
-        task = asyncio.run(main())
-        assert not release.is_set(), "the sibling's handler was still running"
-        assert (task.task_id, task.finished) == ("quick", True)
-    finally:
-        release.set()
-        for runner in runners:
-            runner.join()
+        async def slow_cleanup() -> None:
+            await release.wait()
+
+        slow.token.on_cancel(slow_cleanup)
+        session.cancel_subagent_task("parent")
+        try:
+            task = await asyncio.wait_for(session.cancel_subagent_task_and_wait("quick"), 5)
+            assert not release.is_set(), "the sibling's handler was still running"
+            return task
+        finally:
+            release.set()
+            await asyncio.sleep(0)
+
+    task = asyncio.run(main())
+    for runner in runners:
+        runner.join()
+    assert (task.task_id, task.finished) == ("quick", True)
 
 
 def test_the_handlers_of_a_runner_in_another_process_are_waited_for(
