@@ -9,7 +9,10 @@ import gc
 import inspect
 import os
 import time
+import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -492,3 +495,60 @@ def test_a_loop_left_with_awaits_gets_their_outcomes_when_it_runs_again(redis_se
         assert first.run_until_complete(complete()) is True
     finally:
         first.close()
+
+
+def _finished_seen_from_another_thread(session: AsyncRedisSession, task_id: str) -> Any:
+    """Waits for the task's end on a loop of another thread: a new loop on this thread would let go of the
+    last one's inbox, and so end its tasks, whether or not the inbox drops what arrives after its loop."""
+    with ThreadPoolExecutor(1) as elsewhere:
+        return elsewhere.submit(asyncio.run, _finished(session, task_id)).result()
+
+
+def _reply_held_back(server: RedisServer, milliseconds: int) -> None:
+    """The server holds every write (a start among them) for a moment, so its reply comes after the await."""
+    server.cli("CLIENT", "PAUSE", str(milliseconds), "WRITE")
+
+
+def test_a_start_whose_loop_closed_before_its_reply_ends_its_task(redis_server: RedisServer) -> None:
+    """``asyncio.run(asyncio.wait_for(start, ...))`` that times out: the start completes on the runtime after
+    the loop has closed, and the handle nobody can receive any more is dropped at once, so the task ends as
+    any dropped handle's does instead of running for the life of the process."""
+    session = asyncio.run(_redis_session(redis_server))
+
+    async def start_given_up_on() -> None:
+        await asyncio.wait_for(session.start_subagent_task("outlived-its-loop"), 0.01)
+
+    _reply_held_back(redis_server, 300)
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(start_given_up_on())
+
+    snapshot = _finished_seen_from_another_thread(session, "outlived-its-loop")
+    assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, DROPPED_HANDLE_ERROR)
+
+
+def test_a_loop_dropped_unclosed_with_outcomes_waiting_is_collected_and_ends_their_tasks(
+    redis_server: RedisServer,
+) -> None:
+    """A loop stopped while a start was under way, then dropped without ``close()``: the outcome that arrives
+    for it waits in its inbox, holding its future and so the loop. The collector still finds that loop, and
+    the handle nobody received ends its task."""
+    session = asyncio.run(_redis_session(redis_server))
+    dropped = asyncio.new_event_loop()
+    _reply_held_back(redis_server, 200)
+
+    async def start() -> AsyncRedisTaskHandle:
+        return await session.start_subagent_task("outlived-its-dropped-loop")
+
+    started = dropped.create_task(start())
+    dropped.run_until_complete(asyncio.sleep(0.01))
+    assert not started.done()
+    time.sleep(0.4)  # the reply has come, and waits for a loop that will never run again
+    collected = weakref.ref(dropped)
+    del dropped, started
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)  # the unclosed loop's and its socket's, on purpose
+        gc.collect()
+    assert collected() is None
+
+    snapshot = _finished_seen_from_another_thread(session, "outlived-its-dropped-loop")
+    assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, DROPPED_HANDLE_ERROR)

@@ -10,9 +10,13 @@
 //! woken by that very call, wait for the interpreter on every outcome. A loop that cannot watch a socket
 //! (Windows' proactor loop) is woken through `call_soon_threadsafe` instead.
 //!
-//! Ownership has no cycle: the loop's selector holds the drain, the drain holds the inbox, and the inbox holds
-//! the loop only by a weak reference (to tell it apart from a later loop of the same thread). So the socket pair
-//! is closed only once the loop has let go of the drain (when it closes), never while the loop still watches it.
+//! The loop's selector holds the drain, the drain holds the inbox, and the inbox holds the loop only by a weak
+//! reference (to tell it apart from a later loop of the same thread). So the socket pair is closed only once the
+//! loop has let go of the drain (when it closes), never while the loop still watches it. That moment is also
+//! when the inbox closes: an outcome that arrives later has nobody to be settled for, and is dropped at once
+//! (a runner's handle in it ends its task, as any dropped handle does) instead of waiting for a drain that
+//! will never come. While outcomes wait, the inbox holds their futures, which hold the loop; the drain shows
+//! the collector those futures, so a loop dropped unclosed with outcomes waiting is still collected.
 
 use std::cell::RefCell;
 use std::future::Future;
@@ -23,16 +27,32 @@ use std::os::{fd::AsRawFd, unix::net::UnixStream};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
+use pyo3::gc::PyVisit;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
+use pyo3::PyTraverseError;
 
 use crate::asyncio_waker::running_loop;
 use crate::interpreter::with_python;
 use crate::runtime::{runtime, MadeIn};
 
-/// What the loop does with one outcome: converts it and settles its future.
-type Settle = Box<dyn FnOnce(Python<'_>) + Send>;
+/// Converts an outcome on the loop's thread and settles its future with it.
+type Settle = Box<dyn FnOnce(Python<'_>, &Bound<'_, PyAny>) + Send>;
+
+/// One outcome for the loop: the future it settles, and how.
+struct Outcome {
+    future: Py<PyAny>,
+    settle: Settle,
+}
+
+/// The outcomes waiting for the loop, and whether the loop has let go of the inbox.
+#[derive(Default)]
+struct Queue {
+    outcomes: Vec<Outcome>,
+    /// Set once the loop that watched the inbox has closed or been collected.
+    closed: bool,
+}
 
 /// What happens to the runtime's work when the coroutine awaiting it is cancelled.
 #[derive(Clone, Copy)]
@@ -59,7 +79,7 @@ enum Wake {
 
 struct Inbox {
     wake: Wake,
-    queue: Mutex<Vec<Settle>>,
+    queue: Mutex<Queue>,
 }
 
 thread_local! {
@@ -104,7 +124,7 @@ impl Inbox {
             wake: Wake::Threadsafe {
                 event_loop: event_loop.clone().unbind(),
             },
-            queue: Mutex::new(Vec::new()),
+            queue: Mutex::default(),
         })
     }
 
@@ -125,7 +145,7 @@ impl Inbox {
                     written,
                     watched,
                 },
-                queue: Mutex::new(Vec::new()),
+                queue: Mutex::default(),
             });
             let drain = DrainInbox {
                 inbox: inbox.clone(),
@@ -140,11 +160,26 @@ impl Inbox {
         None
     }
 
-    fn push(self: &Arc<Self>, settle: Settle) {
+    /// Whether the loop watches a socket of the inbox, through the inbox's one drain.
+    fn is_watched(&self) -> bool {
+        match self.wake {
+            #[cfg(unix)]
+            Wake::Socket { .. } => true,
+            Wake::Threadsafe { .. } => false,
+        }
+    }
+
+    fn push(self: &Arc<Self>, outcome: Outcome) {
         let first = {
             let mut queue = self.queue.lock();
-            queue.push(settle);
-            queue.len() == 1
+            if queue.closed {
+                drop(queue);
+                // Nobody is left to settle for. Dropped with the interpreter held, for the future it holds.
+                with_python(move |_| drop(outcome));
+                return;
+            }
+            queue.outcomes.push(outcome);
+            queue.outcomes.len() == 1
         };
         if !first {
             // A drain is already due and has not taken the queue yet: it will settle this one too.
@@ -165,7 +200,7 @@ impl Inbox {
                         event_loop.call_method1(py, intern!(py, "call_soon_threadsafe"), (drain,));
                     if scheduled.is_err() {
                         // The loop has closed: nobody is left to settle for. Dropped with the interpreter held.
-                        drop(std::mem::take(&mut *self.queue.lock()));
+                        drop(std::mem::take(&mut self.queue.lock().outcomes));
                     }
                 });
             }
@@ -190,22 +225,63 @@ impl Inbox {
     }
 }
 
-/// Settles, on the loop's thread, every outcome queued in an inbox. It needs no GC traversal: the inbox holds
-/// its loop weakly, or (a loop woken through `call_soon_threadsafe`) shares it with the thread's last inbox and
-/// every other drain, never holding it alone.
+/// Settles, on the loop's thread, every outcome queued in an inbox.
+///
+/// A drain the loop watches is its inbox's only one: its end is the loop letting go, which closes the inbox,
+/// and it alone shows the collector the futures waiting there. A drain scheduled by `call_soon_threadsafe`
+/// shares its inbox with every other drain, so it shows nothing (nor does it close anything).
 #[pyclass(frozen, module = "subagent_tracker._native")]
 struct DrainInbox {
     inbox: Arc<Inbox>,
+}
+
+impl DrainInbox {
+    /// Closes the inbox of a loop that let go of it, and drops what waits there (the interpreter is held: this
+    /// runs as the drain is deallocated or cleared).
+    fn close_watched_inbox(&self) {
+        if self.inbox.is_watched() {
+            let waiting = {
+                let mut queue = self.inbox.queue.lock();
+                queue.closed = true;
+                std::mem::take(&mut queue.outcomes)
+            };
+            drop(waiting);
+        }
+    }
 }
 
 #[pymethods]
 impl DrainInbox {
     fn __call__(&self, py: Python<'_>) {
         self.inbox.take_wake_ups();
-        let queued = std::mem::take(&mut *self.inbox.queue.lock());
-        for settle in queued {
-            settle(py);
+        let queued = std::mem::take(&mut self.inbox.queue.lock().outcomes);
+        for Outcome { future, settle } in queued {
+            settle(py, future.bind(py));
         }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if !self.inbox.is_watched() {
+            return Ok(());
+        }
+        // The runtime holds the lock only to push, never while Python runs; should it be held, skipping the
+        // futures only delays their collection (a push adds references the collector would count as outside).
+        if let Some(queue) = self.inbox.queue.try_lock() {
+            for outcome in &queue.outcomes {
+                visit.call(&outcome.future)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        self.close_watched_inbox();
+    }
+}
+
+impl Drop for DrainInbox {
+    fn drop(&mut self) {
+        self.close_watched_inbox();
     }
 }
 
@@ -229,8 +305,7 @@ where
     let resolved = waiting.clone().unbind();
     let task = runtime()?.spawn(async move {
         let outcome = future.await;
-        inbox.push(Box::new(move |py| {
-            let resolved = resolved.bind(py);
+        let settle = move |py: Python<'_>, resolved: &Bound<'_, PyAny>| {
             let (method, value) = match convert(py, outcome) {
                 Ok(value) => (intern!(py, "set_result"), value),
                 Err(error) => (
@@ -248,7 +323,11 @@ where
                     error.write_unraisable(py, Some(resolved));
                 }
             }
-        }));
+        };
+        inbox.push(Outcome {
+            future: resolved,
+            settle: Box::new(settle),
+        });
     });
     if let WhenAbandoned::Stop = when_abandoned {
         waiting.call_method1(
