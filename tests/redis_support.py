@@ -229,6 +229,30 @@ class RedisServer:
         return restarted
 
 
+class FunctionCalls:
+    """Counts the server calls of each of the library's functions made inside a ``with`` block.
+
+    Every command is logged meanwhile (``slowlog-log-slower-than 0``, and a log long enough for the commands
+    a function runs, which are logged too); an entry of the log names the function it called."""
+
+    def __init__(self, server: RedisServer) -> None:
+        self.server = server
+        self.logged: list[str] = []
+
+    def __enter__(self) -> FunctionCalls:
+        self.server.cli("CONFIG", "SET", "slowlog-log-slower-than", "0", "slowlog-max-len", "100000")
+        self.server.cli("SLOWLOG", "RESET")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.logged = self.server.cli("SLOWLOG", "GET", "100000")
+        self.server.cli("CONFIG", "SET", "slowlog-log-slower-than", "10000", "slowlog-max-len", "128")
+
+    def of(self, function: str) -> int:
+        """How many calls of ``stv2_<function>`` the block made."""
+        return sum(line.strip() == f"stv2_{function}" for line in self.logged)
+
+
 class RedisCluster:
     """A Redis Cluster on 127.0.0.1: ``primaries`` primaries, each with ``replicas`` replicas, every node a
     ``redis-server --cluster-enabled yes`` on a free port, joined by ``redis-cli --cluster create``. A node

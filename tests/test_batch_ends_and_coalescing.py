@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis_support import RedisServer
+from redis_support import FunctionCalls, RedisServer
 
 from subagent_tracker import (
     AsyncRedisRegistry,
@@ -33,26 +33,17 @@ def redis_server() -> Iterator[RedisServer]:
     server.stop()
 
 
-class _CallsWaitingTogether:
-    """Makes the calls of a block wait together, and counts the server calls of one function they took.
+class _CallsWaitingTogether(FunctionCalls):
+    """Makes the calls of a block wait together, and counts the server calls they took.
 
     The server holds writes for a moment as the block begins (``CLIENT PAUSE ... WRITE``): the first call
-    waits for the server, and every call made meanwhile waits to be sent, as under load. Every command is
-    logged meanwhile, so that the count names the function (a worker's own housekeeping calls others)."""
-
-    def __init__(self, server: RedisServer, function: str) -> None:
-        self.server, self.function, self.calls = server, function, 0
+    waits for the server, and every call made meanwhile waits to be sent, as under load. The count names the
+    function (a worker's own housekeeping calls others)."""
 
     def __enter__(self) -> _CallsWaitingTogether:
-        self.server.cli("CONFIG", "SET", "slowlog-log-slower-than", "0", "slowlog-max-len", "100000")
-        self.server.cli("SLOWLOG", "RESET")
+        super().__enter__()
         self.server.cli("CLIENT", "PAUSE", "100", "WRITE")
         return self
-
-    def __exit__(self, *_: object) -> None:
-        logged = self.server.cli("SLOWLOG", "GET", "100000")
-        self.server.cli("CONFIG", "SET", "slowlog-log-slower-than", "10000", "slowlog-max-len", "128")
-        self.calls = sum(line.strip() == f"stv2_{self.function}" for line in logged)
 
 
 class Store:
@@ -203,11 +194,11 @@ def test_starts_that_wait_together_go_as_one_call_and_keep_their_own_refusals(
                 return await session.start_subagent_task("orphan", parent_id="no-such-parent")
             return await session.start_subagent_task(f"t{index}")
 
-        with _CallsWaitingTogether(redis_server, "open") as waiting:
+        with _CallsWaitingTogether(redis_server) as waiting:
             outcomes = await asyncio.gather(*(start(index) for index in range(60)), return_exceptions=True)
         listed = await session.subagent_tasks()
         assert await taken.complete() is True
-        return outcomes, listed, waiting.calls
+        return outcomes, listed, waiting.of("open")
 
     outcomes, listed, calls = asyncio.run(scenario())
     # The first start is sent alone; the 59 that waited for it go together (at most 128 in a call).
@@ -228,14 +219,14 @@ def test_ends_that_wait_together_go_as_one_call_and_keep_their_own_results(redis
         session = await registry.session(f"coalesced-{next(_SESSIONS)}")
         handles = await session.start_subagent_tasks([{"task_id": f"t{index}"} for index in range(40)])
         assert await session.cancel_subagent_task("t7")
-        with _CallsWaitingTogether(redis_server, "end") as waiting:
+        with _CallsWaitingTogether(redis_server) as waiting:
             ended = await asyncio.gather(
                 *(
                     handle.complete(index) if index % 2 == 0 else handle.fail("odd")
                     for index, handle in enumerate(handles)
                 )
             )
-        return ended, await session.subagent_tasks(), waiting.calls
+        return ended, await session.subagent_tasks(), waiting.of("end")
 
     ended, listed, calls = asyncio.run(scenario())
     assert 1 <= calls <= 3, f"40 ends waiting together took {calls} server calls"

@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from redis_support import RedisServer
+from redis_support import FunctionCalls, RedisServer
 
 from subagent_tracker import (
     RESTORED_WITHOUT_RUNNER_ERROR,
@@ -210,14 +210,9 @@ def test_a_large_restore_goes_in_bounded_calls_checked_before_any_is_written(
     assert [task.task_id for task in target.subagent_tasks()] == ["t150"]
     taken.complete()
     assert target.forget_finished(0) == 1
-    # Every call logged (the commands functions run are logged too, so the log is long).
-    module_redis_server.cli("CONFIG", "SET", "slowlog-log-slower-than", "0", "slowlog-max-len", "100000")
-    module_redis_server.cli("SLOWLOG", "RESET")
-    assert target.restore_snapshots(exported) == 200
-    logged = module_redis_server.cli("SLOWLOG", "GET", "100000")
-    module_redis_server.cli("CONFIG", "SET", "slowlog-log-slower-than", "10000", "slowlog-max-len", "128")
-    calls = sum(line.strip() == "stv2_restore" for line in logged)
-    assert calls >= 2 * (200 // 64), "checked, then written, at most 64 tasks per call"
+    with FunctionCalls(module_redis_server) as calls:
+        assert target.restore_snapshots(exported) == 200
+    assert calls.of("restore") >= 2 * (200 // 64), "checked, then written, at most 64 tasks per call"
     assert [(task.task_id, task.result) for task in target.subagent_tasks()] == [
         (f"t{index}", index) for index in range(200)
     ]

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from redis_support import RedisServer
+from redis_support import FunctionCalls, RedisServer
 
 from subagent_tracker import RedisRegistry, SessionClosedError, SubagentStatus
 
@@ -25,16 +25,6 @@ def redis_server() -> Iterator[RedisServer]:
     server = RedisServer()
     yield server
     server.stop()
-
-
-def _log_every_call(server: RedisServer) -> None:
-    server.cli("CONFIG", "SET", "slowlog-log-slower-than", "0")
-    server.cli("CONFIG", "SET", "slowlog-max-len", "100000")
-    server.cli("SLOWLOG", "RESET")
-
-
-def _calls_of(server: RedisServer, function: str) -> int:
-    return sum(line.strip() == f"stv2_{function}" for line in server.cli("SLOWLOG", "GET", "100000"))
 
 
 def _keys(server: RedisServer, pattern: str) -> list[str]:
@@ -53,12 +43,12 @@ def test_an_idle_session_of_many_tasks_is_swept_in_bounded_calls(redis_server: R
     registry = RedisRegistry(redis_server.url, key_prefix="sweep:", lease=0.2, session_ttl=0.3)
     tasks = 4 * REMOVAL_STEP + 1
     _finished_tasks(registry.session("big", max_finished_tasks=10_000), tasks)
-    _log_every_call(redis_server)
-    deadline = time.monotonic() + 15
-    while _keys(redis_server, "sweep:v2:{s:big}*"):
-        assert time.monotonic() < deadline, "the sweep removes every key of the idle session"
-        time.sleep(0.05)
-    assert _calls_of(redis_server, "sweep") > tasks // REMOVAL_STEP
+    with FunctionCalls(redis_server) as calls:
+        deadline = time.monotonic() + 15
+        while _keys(redis_server, "sweep:v2:{s:big}*"):
+            assert time.monotonic() < deadline, "the sweep removes every key of the idle session"
+            time.sleep(0.05)
+    assert calls.of("sweep") > tasks // REMOVAL_STEP
     assert registry.get_session("big") is None
 
 
@@ -70,14 +60,30 @@ def test_a_closed_session_is_removed_in_bounded_calls_before_its_id_opens_again(
     session = registry.session("s", max_finished_tasks=10_000)
     _finished_tasks(session, tasks)
     session.close()
-    _log_every_call(redis_server)
-    again = registry.session("s")
-    assert _calls_of(redis_server, "touch") > tasks // REMOVAL_STEP
+    with FunctionCalls(redis_server) as calls:
+        again = registry.session("s")
+    assert calls.of("touch") > tasks // REMOVAL_STEP
     assert again.subagent_tasks() == []
     assert _keys(redis_server, "reopen:v2:{s:s}:t:*") == []
     with pytest.raises(SessionClosedError):
         session.start_subagent_task("late")
     again.start_subagent_task("t0").complete()
+
+
+def test_what_a_lost_session_left_is_removed_before_its_id_opens_again(redis_server: RedisServer) -> None:
+    """The session's hash is lost (evicted, or an older state restored) and the sweep has taken one step of
+    removing what is left, with no hash left to say so: opening the id again finishes that removal first."""
+    registry = RedisRegistry(redis_server.url, key_prefix="lost:")
+    tasks = 3 * REMOVAL_STEP
+    _finished_tasks(registry.session("s", max_finished_tasks=10_000), tasks)
+    session_key = "lost:v2:{s:s}:session"
+    redis_server.cli("DEL", session_key)
+    assert redis_server.cli("FCALL", "stv2_sweep", "1", session_key, "0") == ["-3"]
+    again = registry.session("s")
+    assert again.subagent_tasks() == []
+    assert again.subagent_task("t1") is None
+    again.start_subagent_task("t0").complete()
+    assert _keys(redis_server, "lost:v2:{s:s}:t:*") == ["lost:v2:{s:s}:t:t0"]
 
 
 def test_cancel_and_wait_reads_a_large_tree_in_bounded_calls(redis_server: RedisServer) -> None:
@@ -104,14 +110,14 @@ def test_cancel_and_wait_reads_a_large_tree_in_bounded_calls(redis_server: Redis
     runners = [threading.Thread(target=stop_when_cancelled, args=(handle,)) for handle in [root, *children]]
     for runner in runners:
         runner.start()
-    _log_every_call(redis_server)
 
     async def cancel_and_wait() -> Any:
         return await asyncio.wait_for(session.cancel_subagent_task_and_wait("root", "stop"), 10)
 
-    task = asyncio.run(cancel_and_wait())
+    with FunctionCalls(redis_server) as calls:
+        task = asyncio.run(cancel_and_wait())
     for runner in runners:
         runner.join()
     assert cleaned == ["c99"], "the handler of the tree's last task finished before the wait returned"
     assert (task.status, task.finished) == (SubagentStatus.CANCELLED, True)
-    assert _calls_of(redis_server, "handling") >= 101 // 32
+    assert calls.of("handling") >= 101 // 32

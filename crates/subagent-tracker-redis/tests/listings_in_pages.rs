@@ -5,7 +5,7 @@ mod common;
 
 use std::collections::HashSet;
 
-use common::RedisServer;
+use common::{cli, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::MAX_PAGE;
 
@@ -123,4 +123,30 @@ async fn a_listing_that_pages_while_tasks_finish_lists_each_task_once_in_its_las
         };
         assert_eq!(task.status, expected, "{}", task.task_id);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_ends_even_where_redis_lost_the_count_of_finished_runs() {
+    let server = RedisServer::start();
+    let worker = server.worker("p3:", "runner").await;
+    let session = worker
+        .session(Some("s"), TrackerConfig::default())
+        .await
+        .unwrap();
+    for index in 0..120 {
+        let mut handle = session
+            .start(TaskStart::new().task_id(format!("t{index:03}")))
+            .await
+            .unwrap();
+        handle.complete(None).await.unwrap();
+    }
+    // The finished list outlives the count the cursors are positions in (an older hash restored, say).
+    cli(server.port, &["HSET", "p3:v2:{s:s}:session", "fins", "7"]);
+    let listing = tokio::time::timeout(std::time::Duration::from_secs(10), session.tasks()).await;
+    let listed = listing.expect("the listing ends").unwrap();
+    let ids: HashSet<String> = listed
+        .into_iter()
+        .map(|task| task.task_id.to_string())
+        .collect();
+    assert_eq!(ids.len(), 120);
 }

@@ -148,3 +148,52 @@ async fn a_closed_session_reopened_is_removed_in_bounded_calls_first() {
     assert!(keys_of(&server, "steps:v2:{s:closed}:t:*").is_empty());
     assert!(!session.get("t0").await.is_ok_and(|task| task.is_some()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_being_swept_is_removed_before_its_id_opens_a_new_incarnation() {
+    let server = RedisServer::start();
+    let options = RedisOptions::default().with_key_prefix("steps:");
+    let registry = RedisRegistry::connect(&server.url(), options)
+        .await
+        .unwrap();
+    let tasks = 3 * REMOVAL_STEP;
+    let session = registry.session(Some("lost"), config()).await.unwrap();
+    finished_tasks(&session, tasks).await;
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // The session's hash is lost (evicted, or an older state restored), and one call of the sweep takes up what
+    // is left of it: no hash is left to say that a removal is under way.
+    let _: i64 = redis::cmd("DEL")
+        .arg("steps:v2:{s:lost}:session")
+        .query(&mut admin)
+        .unwrap();
+    let reply: i64 = redis::cmd("FCALL")
+        .arg("stv2_sweep")
+        .arg(1)
+        .arg("steps:v2:{s:lost}:session")
+        .arg(0)
+        .query(&mut admin)
+        .unwrap();
+    assert_eq!(reply, -3, "the leftovers of {tasks} tasks take more than one call");
+    // Opening the id again removes the leftovers first: none of them shows in the new incarnation, and none
+    // stays behind to be counted against its bound or found by its listing.
+    let again = registry.session(Some("lost"), config()).await.unwrap();
+    assert!(again.tasks().await.unwrap().is_empty());
+    assert!(again.get("t1").await.unwrap().is_none());
+    let mut fresh = again.start(TaskStart::new().task_id("t0")).await.unwrap();
+    assert!(fresh.complete(None).await.unwrap());
+    assert_eq!(
+        keys_of(&server, "steps:v2:{s:lost}:t:*"),
+        ["steps:v2:{s:lost}:t:t0"]
+    );
+    let swept: i64 = redis::cmd("FCALL")
+        .arg("stv2_sweep")
+        .arg(1)
+        .arg("steps:v2:{s:lost}:session")
+        .arg(60_000)
+        .query(&mut admin)
+        .unwrap();
+    assert!(swept >= 0, "the new incarnation is not taken for the lost one");
+}

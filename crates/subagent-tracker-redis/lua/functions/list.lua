@@ -31,7 +31,8 @@ local function st_list(keys, args)
     cursor = ''
   end
   local length = redis.call('LLEN', base .. 'finished')
-  local first = stored_fins - length
+  -- Never below 0, even where Redis lost the count but kept the list: a cursor always moves on.
+  local first = math.max(stored_fins - length, 0)
   local position = tonumber(string.match(cursor, '^f(%d+)$') or first)
   local index = math.max(position - first, 0)
   local listed = redis.call('LRANGE', base .. 'finished', index, index + limit - 1)
