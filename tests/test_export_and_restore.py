@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from subagent_tracker import (
     DuplicateTaskError,
     RedisRegistry,
     Session,
+    SessionClosedError,
     SubagentStatus,
 )
 from subagent_tracker.integrations._support import BlockingSession
@@ -216,3 +218,36 @@ def test_a_large_restore_goes_in_bounded_calls_checked_before_any_is_written(
     assert [(task.task_id, task.result) for task in target.subagent_tasks()] == [
         (f"t{index}", index) for index in range(200)
     ]
+
+
+def test_a_close_racing_a_large_restore_comes_before_it_or_after_it(module_redis_server: RedisServer) -> None:
+    """A close that comes while a restore of many calls writes comes after it: the restore writes on to its
+    end, and is never left half written. The closes fall at points spread over one restore's time."""
+    source = Session()
+    for index in range(640):
+        source.start_subagent_task(f"t{index}").complete()
+    exported = source.export_snapshots()
+    registry = RedisRegistry(module_redis_server.url)
+    began = time.monotonic()
+    assert registry.session("timed-restore", max_finished_tasks=10_000).restore_snapshots(exported) == 640
+    one_restore = time.monotonic() - began
+    for attempt in range(8):
+        target = registry.session(f"restore-racing-close-{attempt}", max_finished_tasks=10_000)
+        outcome: list[object] = []
+
+        def restore(target: Any = target, outcome: list[object] = outcome) -> None:
+            try:
+                outcome.append(target.restore_snapshots(exported))
+            except SessionClosedError as error:
+                outcome.append(error)
+
+        restoring = threading.Thread(target=restore)
+        restoring.start()
+        time.sleep(one_restore * attempt / 8)
+        target.close()
+        restoring.join(10)
+        retained = len(target.subagent_tasks())
+        if isinstance(outcome[0], SessionClosedError):
+            assert retained == 0, f"attempt {attempt}: a refused restore wrote nothing"
+        else:
+            assert (outcome[0], retained) == (640, 640), f"attempt {attempt}"

@@ -176,7 +176,10 @@ async fn a_lost_session_being_swept_is_removed_before_its_id_opens_a_new_incarna
         .arg(0)
         .query(&mut admin)
         .unwrap();
-    assert_eq!(reply, -3, "the leftovers of {tasks} tasks take more than one call");
+    assert_eq!(
+        reply, -3,
+        "the leftovers of {tasks} tasks take more than one call"
+    );
     // Opening the id again removes the leftovers first: none of them shows in the new incarnation, and none
     // stays behind to be counted against its bound or found by its listing.
     let again = registry.session(Some("lost"), config()).await.unwrap();
@@ -195,5 +198,8 @@ async fn a_lost_session_being_swept_is_removed_before_its_id_opens_a_new_incarna
         .arg(60_000)
         .query(&mut admin)
         .unwrap();
-    assert!(swept >= 0, "the new incarnation is not taken for the lost one");
+    assert!(
+        swept >= 0,
+        "the new incarnation is not taken for the lost one"
+    );
 }

@@ -87,6 +87,17 @@ impl Store {
         }
     }
 
+    /// Another session of the same kind of store, named `name` on Redis, that keeps 10,000 finished tasks.
+    async fn fresh(&self, name: &str) -> Store {
+        match self {
+            Store::Memory(_) => Store::memory(10_000),
+            Store::Redis {
+                _registry: registry,
+                ..
+            } => Store::on(registry.clone(), None, name, 10_000).await,
+        }
+    }
+
     async fn start(&self, start: TaskStart<String>) -> Result<Runner, TrackerError> {
         match self {
             Store::Memory(tracker) => tracker.start(start).map(Runner::Memory),
@@ -172,6 +183,17 @@ impl Store {
         match self {
             Store::Memory(tracker) => tracker.restore(snapshots),
             Store::Redis { session, .. } => session.restore(snapshots).await.map_err(refusal),
+        }
+    }
+
+    async fn close(&self) {
+        match self {
+            Store::Memory(tracker) => {
+                tracker.close(None);
+            }
+            Store::Redis { session, .. } => {
+                session.close(None).await.unwrap();
+            }
         }
     }
 
@@ -419,6 +441,7 @@ on_every_store! {
     events_of_another_runtime_start_report_and_end_tasks_once(1000);
     a_restore_brings_finished_tasks_back_and_fails_pending_ones(1000);
     a_large_restore_refuses_a_retained_id_whole_and_keeps_start_order(1000);
+    a_close_racing_a_large_restore_comes_before_it_or_after_it(10_000);
     a_large_batch_refuses_whole_and_opens_parents_of_its_later_tasks(1000);
     a_batch_whose_parent_finishes_as_it_opens_is_refused_whole(1000);
 }
@@ -511,6 +534,49 @@ async fn a_large_restore_refuses_a_retained_id_whole_and_keeps_start_order(store
         .map(|index| (format!("t{index}"), Some(index.to_string())))
         .collect();
     assert_eq!(restored, expected);
+}
+
+/// A close that comes while a restore of many calls writes comes after it (the restore writes on to its end),
+/// and one that comes before the restore's checks refuses it whole: a restore is never left half written by a
+/// close. The closes fall at points spread over one restore's time, so that some land among its writes.
+async fn a_close_racing_a_large_restore_comes_before_it_or_after_it(store: Store) {
+    let source: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    for index in 0..640 {
+        let handle = source
+            .start(TaskStart::new().task_id(format!("t{index}")))
+            .unwrap();
+        assert!(handle.complete(None));
+    }
+    let exported = source.tasks();
+    let began = std::time::Instant::now();
+    assert_eq!(store.restore(exported.clone()).await.unwrap(), 640);
+    let one_restore = began.elapsed();
+    let (mut whole, mut refused) = (0, 0);
+    for attempt in 0..8u32 {
+        let session = store
+            .fresh(&format!("restore-racing-close-{attempt}"))
+            .await;
+        let (restored, ()) = tokio::join!(session.restore(exported.clone()), async {
+            tokio::time::sleep(one_restore * attempt / 8).await;
+            session.close().await;
+        });
+        let retained = session.tasks().await.len();
+        match restored {
+            Ok(count) => {
+                assert_eq!((count, retained), (640, 640), "attempt {attempt}");
+                whole += 1;
+            }
+            Err(TrackerError::SessionClosed { .. }) => {
+                assert_eq!(
+                    retained, 0,
+                    "attempt {attempt}: a refused restore wrote nothing"
+                );
+                refused += 1;
+            }
+            Err(other) => panic!("attempt {attempt}: {other}"),
+        }
+    }
+    assert_eq!(whole + refused, 8);
 }
 
 /// More tasks than one server call opens on Redis (`OPEN_BATCH_STEP`, 32): a refusal anywhere still refuses the
