@@ -4,6 +4,7 @@ batch opens under it, whenever the cancel lands."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -17,6 +18,7 @@ from redis_support import RedisServer, connect
 from subagent_tracker import (
     DuplicateTaskError,
     RedisRegistry,
+    RegistryUnavailableError,
     Session,
     SubagentStatus,
     UnknownTaskError,
@@ -215,3 +217,55 @@ def test_a_reservation_that_would_finish_as_it_opens_cannot_parent_a_later_task(
         )
         handle.complete()
     plan.complete()
+
+
+def test_on_redis_a_batch_refused_part_way_leaves_no_task_it_opened_running(
+    redis_server: RedisServer,
+) -> None:
+    """A start of one of a large batch's ids that lands between its check and its last part refuses it
+    part way; the tasks its earlier parts opened are ended at once. Here the server also refuses writes for a
+    moment just after the racing start (out of memory), so that those ends may fail: such a task is left to
+    the orphan check, which ends it. No task stays running with no runner. Each round has a session of its
+    own, so that no other failed call sends the orphan check to it."""
+    # A short timeout: the orphan check leaves runs younger than twice that, whose reply may be on the way.
+    registry = RedisRegistry(
+        redis_server.url, key_prefix="refused-part-way:", reconcile_interval=0.2, timeout=1.0
+    )
+    admin: Any = redis.Redis(port=redis_server.port)
+
+    def batch_of(round_: int) -> list[dict[str, Any]]:
+        return [{"task_id": f"r{round_}-{index}"} for index in range(100)]
+
+    began = time.monotonic()
+    registry.session("warm-up").start_subagent_tasks(batch_of(0))
+    one_batch = time.monotonic() - began
+    rounds: list[tuple[Any, list[Any]]] = []
+    try:
+        for round_ in range(30):
+            session = registry.session(f"s{round_}")
+            held: list[Any] = []
+
+            def race(session: Any = session, round_: int = round_, held: list[Any] = held) -> None:
+                time.sleep(one_batch * round_ / 30)
+                with contextlib.suppress(DuplicateTaskError):
+                    held.append(session.start_subagent_task(f"r{round_}-90"))
+                admin.config_set("maxmemory", 1)
+                time.sleep(0.03)
+                admin.config_set("maxmemory", 0)
+
+            racer = threading.Thread(target=race)
+            racer.start()
+            with contextlib.suppress(DuplicateTaskError, RegistryUnavailableError):
+                held.extend(session.start_subagent_tasks(batch_of(round_)))
+            racer.join()
+            rounds.append((session, held))
+    finally:
+        admin.config_set("maxmemory", 0)
+    deadline = time.monotonic() + 10
+    for session, held in rounds:
+        held_ids = {handle.task_id for handle in held}
+        while running := [
+            task.task_id for task in session.pending_subagent_tasks() if task.task_id not in held_ids
+        ]:
+            assert time.monotonic() < deadline, f"tasks running with no runner: {running}"
+            time.sleep(0.05)

@@ -365,10 +365,17 @@ impl RedisSession {
                     let error = refusal(error, index * OPEN_BATCH_STEP);
                     // Something changed since the check (a start of one of the ids, a parent's end, a close):
                     // the tasks the earlier parts opened go as in memory, cancelled and finished at once.
-                    self.abandon(&openings[..index * OPEN_BATCH_STEP], &reply)
+                    let ended = self
+                        .abandon(&openings[..index * OPEN_BATCH_STEP], &reply)
                         .await;
                     if matches!(error, RedisTrackerError::Tracker(_)) {
-                        calls.into_iter().for_each(SessionCall::settle);
+                        // A task opened and not ended keeps its call unsettled, for the orphan check.
+                        let never_opened = std::iter::repeat(true);
+                        calls
+                            .into_iter()
+                            .zip(ended.into_iter().chain(never_opened))
+                            .filter(|(_, ended)| *ended)
+                            .for_each(|(call, _)| call.settle());
                     }
                     return Err(error);
                 }
@@ -432,18 +439,22 @@ impl RedisSession {
     }
 
     /// Cancels, with [`BATCH_REFUSED_REASON`], and finishes at once the tasks a refused batch had opened (their
-    /// runs in `reply`, seven values each): no runner ever held them. One that fails to end is left to the
-    /// orphan check, which ends the runs of this process that nobody holds.
-    async fn abandon(&self, openings: &[Opening], reply: &[String]) {
-        for (opening, opened) in openings.iter().zip(reply.chunks(7)).rev() {
-            let _ = self
+    /// runs in `reply`, seven values each): no runner ever held them. Returns, per task, whether its end was
+    /// written; one that failed to end is left to the orphan check, which ends the runs of this process that
+    /// nobody holds, once its call is dropped unsettled.
+    async fn abandon(&self, openings: &[Opening], reply: &[String]) -> Vec<bool> {
+        let mut ended = vec![false; openings.len()];
+        for (index, (opening, opened)) in openings.iter().zip(reply.chunks(7)).enumerate().rev() {
+            ended[index] = self
                 .end_run(
                     &opening.task_id,
                     &opened[0],
                     &Outcome::Stopped(Some(BATCH_REFUSED_REASON)),
                 )
-                .await;
+                .await
+                .is_ok();
         }
+        ended
     }
 
     /// A task to open, checked and put into the arguments `stv2_open` and `stv2_open_batch` take. A start whose

@@ -200,3 +200,100 @@ async fn a_large_batch_raced_by_a_start_of_one_of_its_ids_leaves_nothing_pending
     }
     eprintln!("{part_way} of 30 rounds refused the batch part way");
 }
+
+/// As above, but the server also begins refusing writes (out of memory, briefly) just after the racing start:
+/// the ends of what a refused batch had opened may fail. Such a task is left to the orphan check, which ends
+/// it; none stays running with no runner. Each round has a session of its own, so that no other failed call
+/// sends the orphan check to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_part_way_whose_abandoned_tasks_fail_to_end_leaves_them_to_the_orphan_check(
+) {
+    let server = RedisServer::start();
+    let worker = server.worker("b4:", "runner").await;
+    let config = TrackerConfig::default().with_max_finished_tasks(100_000);
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let set_max_memory = |mut admin: redis::aio::MultiplexedConnection, bytes: u64| async move {
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    };
+    let batch_of = |round: usize| -> Vec<TaskStart<String>> {
+        (0..100)
+            .map(|index| TaskStart::new().task_id(format!("r{round}-{index}")))
+            .collect()
+    };
+    // The racing start lands at points spread over one batch's time, so that some land between its check and
+    // its last part.
+    let warm_up = worker
+        .session(Some("warm-up"), config.clone())
+        .await
+        .unwrap();
+    let began = std::time::Instant::now();
+    let warmed_up = warm_up.start_batch(batch_of(0)).await.unwrap();
+    let one_batch = began.elapsed();
+    drop(warmed_up);
+    let mut rounds = Vec::new();
+    for round in 0..30 {
+        let session = worker
+            .session(Some(&format!("s{round}")), config.clone())
+            .await
+            .unwrap();
+        let racer = {
+            let (session, admin) = (session.clone(), admin.clone());
+            let delay = one_batch * u32::try_from(round).unwrap() / 30;
+            tokio::spawn(async move {
+                tokio::task::spawn_blocking(move || std::thread::sleep(delay))
+                    .await
+                    .unwrap();
+                let raced = session
+                    .start(TaskStart::new().task_id(format!("r{round}-90")))
+                    .await;
+                set_max_memory(admin.clone(), 1).await;
+                tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+                set_max_memory(admin, 0).await;
+                raced
+            })
+        };
+        let batch = session.start_batch(batch_of(round)).await;
+        let raced = racer.await.unwrap();
+        rounds.push((session, batch, raced));
+    }
+    set_max_memory(admin.clone(), 0).await;
+    // Every task still running is held by a handle here; every other one has ended.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    for (session, batch, raced) in &rounds {
+        let held: std::collections::HashSet<&str> = batch
+            .iter()
+            .flatten()
+            .chain(raced)
+            .map(|handle| handle.task_id())
+            .collect();
+        loop {
+            let running: Vec<String> = session
+                .pending()
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|task| task.task_id.to_string())
+                .filter(|task_id| !held.contains(task_id.as_str()))
+                .collect();
+            if running.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "tasks running with no runner: {running:?}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    drop(admin);
+}
