@@ -211,7 +211,7 @@ async fn a_batch_refused_part_way_whose_abandoned_tasks_fail_to_end_leaves_them_
     let server = RedisServer::start();
     let worker = server.worker("b4:", "runner").await;
     let config = TrackerConfig::default().with_max_finished_tasks(100_000);
-    let mut admin = redis::Client::open(server.url())
+    let admin = redis::Client::open(server.url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
@@ -274,7 +274,7 @@ async fn a_batch_refused_part_way_whose_abandoned_tasks_fail_to_end_leaves_them_
             .iter()
             .flatten()
             .chain(raced)
-            .map(|handle| handle.task_id())
+            .map(subagent_tracker_redis::RedisTaskHandle::task_id)
             .collect();
         loop {
             let running: Vec<String> = session
