@@ -43,3 +43,6 @@ python benches/redis_bounded_calls.py $smoke
 echo
 echo "== the Redis server's instructions per start + complete (callgrind; skipped without valgrind)"
 python benches/redis_server_profile.py $smoke
+echo
+echo "== a Python lifecycle with the OpenTelemetry spans module imported and no reporter (callgrind)"
+python benches/otel_overhead.py $smoke

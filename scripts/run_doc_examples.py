@@ -33,6 +33,7 @@ EXTRA_OF_MODULE = {
     "agents": "openai-agents",
     "langgraph": "langgraph",
     "strands": "strands",
+    "opentelemetry": "otel",
     "starlette": "server",
     "uvicorn": "server",
     "prometheus_client": "server",
@@ -45,6 +46,7 @@ EXTRA_OF_PACKAGE_MODULE = {
     "subagent_tracker.integrations.openai_agents": "agents",
     "subagent_tracker.integrations.langgraph": "langgraph",
     "subagent_tracker.integrations.strands": "strands",
+    "subagent_tracker.integrations.otel": "opentelemetry",
     "subagent_tracker.dashboard": "starlette",
 }
 
