@@ -7,16 +7,17 @@ tracked through its adapter, measured in the same run.
 Each agent is built once and runs again and again, each run a new conversation (building an agent is not part
 of a run, and leaving it out makes the tracker's share larger, not smaller). The model of each is the
 framework's own fake, offline: pydantic-ai's ``TestModel``, the OpenAI Agents SDK's ``ScriptedModel``, and,
-for LangGraph and Strands, the scripted models of the tests. The tracked runs use an in-memory ``Session``,
-and a Redis session on a local ``redis-server`` when one is installed. The agents take turns run by run, and
-each figure is the median run: a shared 2-core machine drifts, and the ratio is what to read. (The median
-leaves out the rare runs that a garbage collection lands in, whichever side made the garbage.)
+for LangGraph, Strands and Agno, the scripted models of the tests. The tracked runs use an in-memory
+``Session``, and a Redis session on a local ``redis-server`` when one is installed. The agents take turns run
+by run, and each figure is the median run: a shared 2-core machine drifts, and the ratio is what to read. (The
+median leaves out the rare runs that a garbage collection lands in, whichever side made the garbage.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import shutil
 import statistics
 import sys
@@ -111,11 +112,32 @@ def strands_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     return run_once
 
 
+def agno_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from agno.agent import Agent
+    from agno.run.cancel import set_cancellation_manager
+    from agno.run.cancellation_management.in_memory_cancellation_manager import InMemoryRunCancellationManager
+    from agno_fakes import ScriptedModel
+
+    from subagent_tracker.integrations.agno import SubagentCancellationManager
+
+    logging.getLogger("agno").setLevel(logging.WARNING)  # it logs every manager installed
+    # Agno's manager is the process's: each run installs its own side's (untracked: Agno's default).
+    manager = InMemoryRunCancellationManager() if session is None else SubagentCancellationManager(session)
+    agent = Agent(name="researcher", model=ScriptedModel(steps=[REPLY] * runs), telemetry=False)
+
+    async def run_once() -> None:
+        set_cancellation_manager(manager)
+        await agent.arun("research this")
+
+    return run_once
+
+
 FRAMEWORKS: dict[str, Build] = {
     "pydantic-ai": pydantic_ai_agent,
     "OpenAI Agents": openai_agents_agent,
     "LangGraph": langgraph_agent,
     "Strands": strands_agent,
+    "Agno": agno_agent,
 }
 
 

@@ -33,6 +33,7 @@ EXTRA_OF_MODULE = {
     "agents": "openai-agents",
     "langgraph": "langgraph",
     "strands": "strands",
+    "agno": "agno",
     "opentelemetry": "otel",
     "starlette": "server",
     "uvicorn": "server",
@@ -46,6 +47,7 @@ EXTRA_OF_PACKAGE_MODULE = {
     "subagent_tracker.integrations.openai_agents": "agents",
     "subagent_tracker.integrations.langgraph": "langgraph",
     "subagent_tracker.integrations.strands": "strands",
+    "subagent_tracker.integrations.agno": "agno",
     "subagent_tracker.integrations.otel": "opentelemetry",
     "subagent_tracker.dashboard": "starlette",
 }

@@ -19,6 +19,7 @@ ADAPTERS = [
     ("openai_agents", "agents", "openai-agents"),
     ("langgraph", "langgraph", "langgraph"),
     ("strands", "strands", "strands"),
+    ("agno", "agno", "agno"),
     ("otel", "opentelemetry", "otel"),
 ]
 
