@@ -116,12 +116,11 @@ def agno_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from agno.agent import Agent
     from agno.run.cancel import set_cancellation_manager
     from agno.run.cancellation_management.in_memory_cancellation_manager import InMemoryRunCancellationManager
-    from agno.utils.log import set_log_level_to_warning
     from agno_fakes import ScriptedModel
 
     from subagent_tracker.integrations.agno import SubagentCancellationManager
 
-    set_log_level_to_warning()  # Agno logs each manager installed, at INFO
+    logging.disable(logging.INFO)  # Agno logs each manager installed, at INFO, whatever its level
     # Agno's manager is the process's: each run installs its own side's (untracked: Agno's default).
     manager = InMemoryRunCancellationManager() if session is None else SubagentCancellationManager(session)
     agent = Agent(name="researcher", model=ScriptedModel(steps=[REPLY] * runs), telemetry=False)
