@@ -44,5 +44,8 @@ echo
 echo "== the Redis server's instructions per start + complete (callgrind; skipped without valgrind)"
 python benches/redis_server_profile.py $smoke
 echo
+echo "== a cancel from another process, seen by an Agno run: the adapter's manager and Agno's own"
+python benches/agno_cancel_latency.py $smoke
+echo
 echo "== a Python lifecycle with the OpenTelemetry spans module imported and no reporter (callgrind)"
 python benches/otel_overhead.py $smoke
