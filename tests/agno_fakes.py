@@ -3,6 +3,7 @@ text answer or a tool call, as Agno's own tests do with a live model."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -63,3 +64,19 @@ class ScriptedModel(Model):
 
     def _parse_provider_response_delta(self, response: Any) -> ModelResponse:
         return response  # type: ignore[no-any-return]
+
+
+@dataclass
+class SlowStreamingModel(ScriptedModel):
+    """A model whose streamed answer is ``words``, one chunk per word with ``delay`` seconds between (a slow
+    answer a cancel lands in the middle of); ``streamed`` counts the chunks sent."""
+
+    words: list[str] = field(default_factory=list)
+    delay: float = 0.0
+    streamed: int = 0
+
+    async def ainvoke_stream(self, *args: Any, **kwargs: Any) -> AsyncIterator[ModelResponse]:
+        for word in self.words:
+            await asyncio.sleep(self.delay)
+            self.streamed += 1
+            yield ModelResponse(role="assistant", content=f"{word} ")

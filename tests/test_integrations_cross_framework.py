@@ -1,23 +1,28 @@
 """A subagent of one framework run by a tool of another's orchestrator, cancelled by id mid stream, answers
 the tool call with its reason and partial output (``cancelled_run_text``), and the orchestrator's run goes
-on: every ordered pair of the four frameworks (docs/integrations.md). The regression test of a defect a
+on: every ordered pair of the five frameworks (docs/integrations.md). The regression test of a defect a
 hostile run found: a Strands subagent under a pydantic-ai tool returned Strands' generic "Cancelled by user",
 and five more pairs lost the report too. An OpenAI Agents orchestrator run with ``tracked_run_streamed``
-answers for its function tools itself; a LangGraph tool opts in with ``answers_for_subagents``, since no
-adapter reaches a graph's tools."""
+answers for its function tools itself; a LangGraph or Agno tool opts in with ``answers_for_subagents``, since
+no adapter reaches a graph's or an Agno agent's tools."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from agents import AgentToolStreamEvent, RawResponsesStreamEvent, ToolCallOutputItem, function_tool
 from agents.tool_context import ToolContext
+from agno.agent import Agent as AgnoAgent
+from agno.run.cancel import get_cancellation_manager, set_cancellation_manager
+from agno.tools import tool as agno_tool
+from agno_fakes import ScriptedModel as AgnoScriptedModel
+from agno_fakes import SlowStreamingModel
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool as langchain_tool
 from langgraph_fakes import agent_graph, scripted_model, tool_calls
@@ -31,6 +36,7 @@ from strands_fakes import Reply, ScriptedModel, ToolCall
 
 from subagent_tracker import Session, SubagentStatus
 from subagent_tracker.integrations import answers_for_subagents, cancelled_run_text
+from subagent_tracker.integrations.agno import SubagentCancellationManager
 from subagent_tracker.integrations.langgraph import tracked_astream, tracked_subgraph_tool
 from subagent_tracker.integrations.openai_agents import tracked_as_tool, tracked_run_streamed
 from subagent_tracker.integrations.pydantic_ai import SubagentTracking
@@ -38,7 +44,16 @@ from subagent_tracker.integrations.strands import SubagentHooks
 
 pytestmark = pytest.mark.timeout(60)
 
-FRAMEWORKS = ["pydantic_ai", "openai_agents", "langgraph", "strands"]
+
+@pytest.fixture(autouse=True)
+def _agno_manager_restored() -> Iterator[None]:
+    """Agno's manager is the process's: each test that installs one gives Agno its own back after."""
+    installed = get_cancellation_manager()
+    yield
+    set_cancellation_manager(installed)
+
+
+FRAMEWORKS = ["pydantic_ai", "openai_agents", "langgraph", "strands", "agno"]
 PAIRS = [(x, y) for x in FRAMEWORKS for y in FRAMEWORKS if x != y]
 WORDS = [f"w{index}" for index in range(300)]
 DELAY = 0.01  # 300 words x 10 ms = 3 s: only the cancel ends the subagent within the test
@@ -125,11 +140,27 @@ def strands_subagent(session: Session) -> Subagent:
     return Subagent(ask, lambda: model.text_chunks)
 
 
+def agno_subagent(session: Session) -> Subagent:
+    set_cancellation_manager(SubagentCancellationManager(session))
+    model = SlowStreamingModel(words=WORDS, delay=DELAY)
+    sub = AgnoAgent(name=SUB, model=model, telemetry=False)
+
+    async def ask() -> str:
+        # a delegated run that ends cancelled answers with cancelled_run_text itself
+        output: Any = None
+        async for event in sub.arun("research", run_id=SUB, stream=True, yield_run_output=True):
+            output = event
+        return str(output.content)
+
+    return Subagent(ask, lambda: model.streamed)
+
+
 SUBAGENTS: dict[str, Callable[[Session], Subagent]] = {
     "pydantic_ai": pydantic_ai_subagent,
     "openai_agents": openai_agents_subagent,
     "langgraph": langgraph_subagent,
     "strands": strands_subagent,
+    "agno": agno_subagent,
 }
 
 # --- orchestrators (X): one tool, "ask", whose body is ``ask``; returns the text that answers its call -----
@@ -218,11 +249,30 @@ async def strands_orchestrator(session: Session, ask: Callable[[], Awaitable[str
     return str(results[0]["content"][0]["text"])
 
 
+async def agno_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    # No adapter reaches an Agno agent's tools: the tool opts in, as a LangGraph tool does.
+    async def ask_body() -> str:
+        """Asks the subagent."""
+        return await ask()
+
+    set_cancellation_manager(SubagentCancellationManager(session))
+    orchestrator = AgnoAgent(
+        name="orchestrator",
+        model=AgnoScriptedModel(steps=[("ask", {}), "orchestrator done"]),
+        tools=[agno_tool(name="ask")(answers_for_subagents(ask_body))],
+        telemetry=False,
+    )
+    output = await orchestrator.arun("go", run_id="orchestrator")
+    assert output.content == "orchestrator done"
+    return next(str(message.content) for message in output.messages or [] if message.role == "tool")
+
+
 ORCHESTRATORS: dict[str, Orchestrator] = {
     "pydantic_ai": pydantic_ai_orchestrator,
     "openai_agents": openai_agents_orchestrator,
     "langgraph": langgraph_orchestrator,
     "strands": strands_orchestrator,
+    "agno": agno_orchestrator,
 }
 
 

@@ -1,6 +1,7 @@
 """A tree that mixes frameworks: a pydantic-ai orchestrator whose tools run an OpenAI Agents subagent
-(``tracked_as_tool``) and a LangGraph subgraph (``tracked_subgraph_tool``). The dashboard shows one tree, and
-cancelling the orchestrator there stops both subagents mid stream, with their partial output kept."""
+(``tracked_as_tool``), a LangGraph subgraph (``tracked_subgraph_tool``) and an Agno agent (its runs tracked by
+``SubagentCancellationManager``). The dashboard shows one tree, and cancelling the orchestrator there stops
+the three subagents mid stream, with their partial output kept."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from typing import Any
 import pytest
 from agents import AgentToolStreamEvent, RawResponsesStreamEvent
 from agents.tool_context import ToolContext
+from agno.agent import Agent as AgnoAgent
+from agno.run.cancel import get_cancellation_manager, set_cancellation_manager
+from agno_fakes import SlowStreamingModel
 from dashboard_support import ServedDashboard
 from langgraph_fakes import agent_graph, scripted_model
 from openai.types.responses import ResponseTextDeltaEvent
@@ -23,6 +27,7 @@ from pydantic_ai_fakes import all_tool_results, calls_then_text, unanswered_tool
 
 from subagent_tracker import Registry, SubagentStatus
 from subagent_tracker.integrations import cancelled_run_text
+from subagent_tracker.integrations.agno import SubagentCancellationManager
 from subagent_tracker.integrations.langgraph import tracked_subgraph_tool
 from subagent_tracker.integrations.openai_agents import tracked_as_tool
 from subagent_tracker.integrations.pydantic_ai import SubagentTracking
@@ -44,7 +49,15 @@ def served(registry: Registry) -> Iterator[ServedDashboard]:
     dashboard.stop()
 
 
-def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
+@pytest.fixture
+def agno_manager_restored() -> Iterator[None]:
+    installed = get_cancellation_manager()
+    yield
+    set_cancellation_manager(installed)
+
+
+@pytest.mark.usefixtures("agno_manager_restored")
+def test_one_tree_across_four_frameworks_stops_from_the_dashboard(
     registry: Registry, served: ServedDashboard
 ) -> None:
     session = registry.session("mixed")
@@ -62,8 +75,11 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
     graph_tool = tracked_subgraph_tool(
         graph, session, name="graph_researcher", description="Researches too.", task_id="graph-researcher"
     )
+    set_cancellation_manager(SubagentCancellationManager(session))
+    agno_model = SlowStreamingModel(words=WORDS, delay=0.01)
+    agno_researcher = AgnoAgent(name="agno-researcher", model=agno_model, telemetry=False)
     orchestrator = Agent(
-        calls_then_text([("ask_openai", {}), ("ask_graph", {})]),
+        calls_then_text([("ask_openai", {}), ("ask_graph", {}), ("ask_agno", {})]),
         name="orchestrator",
         capabilities=[SubagentTracking(session, task_id="orchestrator")],
     )
@@ -80,18 +96,30 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
     async def ask_graph() -> str:
         return str(await graph_tool.ainvoke({"input": "what else?"}))
 
+    @orchestrator.tool_plain
+    async def ask_agno() -> str:
+        output: Any = None
+        stream = agno_researcher.arun("and what else?", run_id="agno-researcher", stream=True)
+        async for event in stream:
+            output = event
+        return str(output)
+
     async def run() -> RunCancelled:
         running = asyncio.ensure_future(orchestrator.run("research everything"))
         await _streaming(
             session,
-            ("openai-researcher", "graph-researcher"),
-            lambda: min(openai_deltas.count, graph_model.chunks_streamed) >= CHUNKS_BEFORE_THE_CANCEL,
+            ("openai-researcher", "graph-researcher", "agno-researcher"),
+            lambda: (
+                min(openai_deltas.count, graph_model.chunks_streamed, agno_model.streamed)
+                >= CHUNKS_BEFORE_THE_CANCEL
+            ),
         )
         tree = await asyncio.to_thread(_cancel_root_from_the_dashboard, served)
         assert tree == {
             "orchestrator": (None, "orchestrator"),
             "openai-researcher": ("orchestrator", "openai-researcher"),
             "graph-researcher": ("orchestrator", "graph_researcher"),
+            "agno-researcher": ("orchestrator", "agno-researcher"),
         }
         with pytest.raises(RunCancelled) as raised:
             await asyncio.wait_for(running, 5)
@@ -99,11 +127,11 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
 
     cancelled = asyncio.run(run())
 
-    for task_id in ("orchestrator", "openai-researcher", "graph-researcher"):
+    for task_id in ("orchestrator", "openai-researcher", "graph-researcher", "agno-researcher"):
         task = session.subagent_task(task_id)
         assert task is not None and task.status == SubagentStatus.CANCELLED, task_id
         assert task.cancel_reason == "stop the whole tree"
-    for task_id in ("openai-researcher", "graph-researcher"):
+    for task_id in ("openai-researcher", "graph-researcher", "agno-researcher"):
         task = session.subagent_task(task_id)
         assert task is not None and task.cancel_cause == "parent"
         partial = str(task.result)
@@ -112,12 +140,13 @@ def test_one_tree_across_three_frameworks_stops_from_the_dashboard(
     history = cancelled.all_messages()
     assert unanswered_tool_calls(history) == []
     answers = {part.tool_name: str(part.content) for part in all_tool_results(history).values()}
-    assert set(answers) == {"ask_openai", "ask_graph"}
+    assert set(answers) == {"ask_openai", "ask_graph", "ask_agno"}
     # Each call is answered with its subagent's reason and partial output, though the orchestrator's own
     # cancel tore the calls down and neither subagent's framework answered them.
     for tool_name, task_id, agent in (
         ("ask_openai", "openai-researcher", "openai-researcher"),
         ("ask_graph", "graph-researcher", "graph_researcher"),
+        ("ask_agno", "agno-researcher", "agno-researcher"),
     ):
         task = session.subagent_task(task_id)
         assert task is not None
@@ -156,7 +185,7 @@ def _cancel_root_from_the_dashboard(served: ServedDashboard) -> dict[str, tuple[
     """Reads the tree as the dashboard shows it, then cancels its root there, as a user pressing stop."""
     with served.client() as client:
         listed = client.get("/api/sessions/mixed/tasks").json()["tasks"]
-        assert client.get("/api/sessions/mixed/tasks/orchestrator/subtree").json() == {"pending": 3}
+        assert client.get("/api/sessions/mixed/tasks/orchestrator/subtree").json() == {"pending": 4}
         answer = client.post(
             "/api/sessions/mixed/tasks/orchestrator/cancel", json={"reason": "stop the whole tree"}
         )
