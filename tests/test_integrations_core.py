@@ -21,7 +21,7 @@ from subagent_tracker import (
     TaskCancelledError,
 )
 from subagent_tracker.integrations import RUN_STOPPED_REASON, current_task, tracked
-from subagent_tracker.integrations._support import BlockingSession
+from subagent_tracker.integrations._support import BlockingSession, StreamedText
 
 
 @pytest.fixture
@@ -306,3 +306,16 @@ def test_a_run_ended_elsewhere_is_nobody_s_parent(session: BlockingSession) -> N
 
     assert asyncio.run(run()) is None
     assert _task(session, "next").status == SubagentStatus.COMPLETED
+
+
+def test_a_closed_streamed_text_keeps_what_it_had_when_it_answered() -> None:
+    """A cancelled run whose call is answered before the run has stopped (the OpenAI Agents tool torn down by
+    its delegating run): a chunk arriving after the answer must not make the run's result differ from it."""
+    text = StreamedText()
+    text.add("w0 ")
+    text.add("w1")
+    text.close()
+    text.add(" w2")
+    text.new_response()
+    text.add("w3")
+    assert text.text == "w0 w1"

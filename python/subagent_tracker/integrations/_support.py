@@ -219,17 +219,27 @@ def report_cancelled_run(run: CancelledRun) -> None:
 class StreamedText:
     """The text a run has streamed so far, kept response by response: a cancelled run's partial output."""
 
-    __slots__ = ("_responses",)
+    __slots__ = ("_closed", "_responses")
 
     def __init__(self) -> None:
         self._responses: list[list[str]] = []
+        self._closed = False
+
+    def close(self) -> None:
+        """Keeps the text as it is from now on: once a cancelled run's partial output has answered the call
+        that ran it, the run's result must be that same text, though a chunk may still arrive before the run
+        has stopped."""
+        self._closed = True
 
     def new_response(self) -> None:
         """Starts the text of the run's next model response."""
-        self._responses.append([])
+        if not self._closed:
+            self._responses.append([])
 
     def add(self, text: str) -> None:
         """Adds a streamed piece of the current response's text (starting the first response if none has)."""
+        if self._closed:
+            return
         if not self._responses:
             self._responses.append([])
         self._responses[-1].append(text)

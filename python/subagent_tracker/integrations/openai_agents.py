@@ -244,6 +244,8 @@ def tracked_as_tool(
                 cancel_in_background(session, handle.task_id, RUN_STOPPED_REASON)
             nested.cancel()
             reason = RUN_STOPPED_REASON if handle is None else handle.token.reason or RUN_STOPPED_REASON
+            # The answer is made now and the nested run ends later: the text it answers with is its result.
+            invocation.text.close()
             cancelled = invocation.cancelled_run(reason)
             _record_torn_down_call(context, cancelled.text())
             # The nested run ends later, in its own task: the delegating run answers this call now.
