@@ -504,6 +504,17 @@ def _finished_seen_from_another_thread(session: AsyncRedisSession, task_id: str)
         return elsewhere.submit(asyncio.run, _finished(session, task_id)).result()
 
 
+def _until_replied(server: RedisServer, session: AsyncRedisSession, task_id: str) -> None:
+    """Waits until the start of ``task_id`` has run on the server (once it takes writes again), then a moment
+    more for its reply to cross loopback and be queued for its loop."""
+    key = f"subagent-tracker:v2:{{s:{session.session_id}}}:t:{task_id}"
+    deadline = time.monotonic() + 10
+    while server.cli("EXISTS", key) != ["1"]:
+        assert time.monotonic() < deadline, "the start never ran on the server"
+        time.sleep(0.01)
+    time.sleep(0.2)
+
+
 def _reply_held_back(server: RedisServer, milliseconds: int) -> None:
     """The server holds every write (a start among them) for a moment, so its reply comes after the await."""
     server.cli("CLIENT", "PAUSE", str(milliseconds), "WRITE")
@@ -542,7 +553,7 @@ def test_a_loop_dropped_unclosed_with_outcomes_waiting_is_collected_and_ends_the
     started = dropped.create_task(start())
     dropped.run_until_complete(asyncio.sleep(0.01))
     assert not started.done()
-    time.sleep(0.4)  # the reply has come, and waits for a loop that will never run again
+    _until_replied(redis_server, session, "outlived-its-dropped-loop")  # to a loop that will never run
     collected = weakref.ref(dropped)
     del dropped, started
     with warnings.catch_warnings():
@@ -551,4 +562,26 @@ def test_a_loop_dropped_unclosed_with_outcomes_waiting_is_collected_and_ends_the
     assert collected() is None
 
     snapshot = _finished_seen_from_another_thread(session, "outlived-its-dropped-loop")
+    assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, DROPPED_HANDLE_ERROR)
+
+
+def test_a_loop_that_cannot_watch_a_socket_closed_with_an_outcome_waiting_ends_its_task(
+    redis_server: RedisServer,
+) -> None:
+    """A loop woken through ``call_soon_threadsafe`` (it cannot watch a socket) that closes with a wake-up
+    scheduled and not run: the outcome waiting for it is dropped, so the handle nobody received ends its task,
+    and no later outcome of the thread waits behind it."""
+    session = asyncio.run(_redis_session(redis_server))
+    loop = _LoopWithoutReaders()
+    _reply_held_back(redis_server, 200)
+
+    async def start() -> AsyncRedisTaskHandle:
+        return await session.start_subagent_task("outlived-its-readerless-loop")
+
+    started = loop.create_task(start())
+    loop.run_until_complete(asyncio.sleep(0.01))
+    _until_replied(redis_server, session, "outlived-its-readerless-loop")
+    started.cancel()  # what asyncio.run does with the tasks left when its main one returns
+    loop.close()
+    snapshot = _finished_seen_from_another_thread(session, "outlived-its-readerless-loop")
     assert (snapshot.status, snapshot.error) == (SubagentStatus.FAILED, DROPPED_HANDLE_ERROR)

@@ -24,6 +24,7 @@ use std::future::Future;
 use std::io::{ErrorKind, Read, Write};
 #[cfg(unix)]
 use std::os::{fd::AsRawFd, unix::net::UnixStream};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -147,9 +148,7 @@ impl Inbox {
                 },
                 queue: Mutex::default(),
             });
-            let drain = DrainInbox {
-                inbox: inbox.clone(),
-            };
+            let drain = DrainInbox::of(inbox.clone());
             if event_loop
                 .call_method1(intern!(py, "add_reader"), (fd, drain))
                 .is_ok()
@@ -193,14 +192,13 @@ impl Inbox {
             }
             Wake::Threadsafe { event_loop } => {
                 with_python(|py| {
-                    let drain = DrainInbox {
-                        inbox: self.clone(),
-                    };
+                    let drain = DrainInbox::of(self.clone());
                     let scheduled =
                         event_loop.call_method1(py, intern!(py, "call_soon_threadsafe"), (drain,));
                     if scheduled.is_err() {
                         // The loop has closed: nobody is left to settle for. Dropped with the interpreter held.
-                        drop(std::mem::take(&mut self.queue.lock().outcomes));
+                        let waiting = std::mem::take(&mut self.queue.lock().outcomes);
+                        drop(waiting);
                     }
                 });
             }
@@ -229,17 +227,26 @@ impl Inbox {
 ///
 /// A drain the loop watches is its inbox's only one: its end is the loop letting go, which closes the inbox,
 /// and it alone shows the collector the futures waiting there. A drain scheduled by `call_soon_threadsafe`
-/// shares its inbox with every other drain, so it shows nothing (nor does it close anything).
+/// shares its inbox with every other drain, so it shows nothing; one the loop lets go of without running it
+/// (the loop closed with it scheduled) closes the inbox too.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 struct DrainInbox {
     inbox: Arc<Inbox>,
+    ran: AtomicBool,
 }
 
 impl DrainInbox {
-    /// Closes the inbox of a loop that let go of it, and drops what waits there (the interpreter is held: this
+    fn of(inbox: Arc<Inbox>) -> DrainInbox {
+        DrainInbox {
+            inbox,
+            ran: AtomicBool::new(false),
+        }
+    }
+
+    /// Closes the inbox if the loop let go of it, and drops what waits there (the interpreter is held: this
     /// runs as the drain is deallocated or cleared).
-    fn close_watched_inbox(&self) {
-        if self.inbox.is_watched() {
+    fn let_go(&self) {
+        if self.inbox.is_watched() || !self.ran.load(Ordering::Acquire) {
             let waiting = {
                 let mut queue = self.inbox.queue.lock();
                 queue.closed = true;
@@ -253,6 +260,7 @@ impl DrainInbox {
 #[pymethods]
 impl DrainInbox {
     fn __call__(&self, py: Python<'_>) {
+        self.ran.store(true, Ordering::Release);
         self.inbox.take_wake_ups();
         let queued = std::mem::take(&mut self.inbox.queue.lock().outcomes);
         for Outcome { future, settle } in queued {
@@ -264,24 +272,24 @@ impl DrainInbox {
         if !self.inbox.is_watched() {
             return Ok(());
         }
-        // The runtime holds the lock only to push, never while Python runs; should it be held, skipping the
-        // futures only delays their collection (a push adds references the collector would count as outside).
-        if let Some(queue) = self.inbox.queue.try_lock() {
-            for outcome in &queue.outcomes {
-                visit.call(&outcome.future)?;
-            }
+        // Waited for, never skipped: the collector's passes must see the same futures, or one seen in its
+        // first pass and missed in its second would be taken for garbage. Nobody holds the lock long or while
+        // waiting for the interpreter: the runtime only pushes under it, and Python runs after it is released.
+        let queue = self.inbox.queue.lock();
+        for outcome in &queue.outcomes {
+            visit.call(&outcome.future)?;
         }
         Ok(())
     }
 
     fn __clear__(&self) {
-        self.close_watched_inbox();
+        self.let_go();
     }
 }
 
 impl Drop for DrainInbox {
     fn drop(&mut self) {
-        self.close_watched_inbox();
+        self.let_go();
     }
 }
 

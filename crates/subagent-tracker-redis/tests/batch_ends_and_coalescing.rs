@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{calls_of, function_calls, log_every_call, RedisServer};
+use common::{calls_of, cli, function_calls, log_every_call, RedisServer};
 use futures_util::future::join_all;
 use subagent_tracker::{
     EndTarget, SubagentStatus, TaskEnd, TaskFailure, TaskStart, TrackerConfig, TrackerError,
@@ -152,6 +152,7 @@ async fn coalesced_starts_keep_their_own_refusals_and_none_is_left_half_done() {
         .await
         .unwrap();
     log_every_call(&server);
+    hold_writes_for_a_moment(&server);
     let starts = 60;
     let opened = join_all((0..starts).map(|index| {
         let session = session.clone();
@@ -218,6 +219,7 @@ async fn coalesced_ends_keep_their_own_results() {
     }
     assert!(session.cancel("t7", None).await.unwrap());
     log_every_call(&server);
+    hold_writes_for_a_moment(&server);
     let ended = join_all(
         handles
             .iter_mut()
@@ -290,4 +292,11 @@ async fn coalesced_ends_keep_the_retention_bound_exact() {
         )
         .unwrap();
     assert_eq!(finished, 5, "eviction removed the rest, not only hid them");
+}
+
+/// The server holds writes for a moment (`CLIENT PAUSE ... WRITE`): the first call waits for it, and every call
+/// made meanwhile waits to be sent, as under load, however busy the machine is (a quick first reply otherwise
+/// lets the next calls go one by one).
+fn hold_writes_for_a_moment(server: &RedisServer) {
+    cli(server.port, &["CLIENT", "PAUSE", "100", "WRITE"]);
 }

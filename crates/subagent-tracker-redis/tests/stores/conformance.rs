@@ -551,7 +551,6 @@ async fn a_close_racing_a_large_restore_comes_before_it_or_after_it(store: Store
     let began = std::time::Instant::now();
     assert_eq!(store.restore(exported.clone()).await.unwrap(), 640);
     let one_restore = began.elapsed();
-    let (mut whole, mut refused) = (0, 0);
     for attempt in 0..8u32 {
         let session = store
             .fresh(&format!("restore-racing-close-{attempt}"))
@@ -564,19 +563,16 @@ async fn a_close_racing_a_large_restore_comes_before_it_or_after_it(store: Store
         match restored {
             Ok(count) => {
                 assert_eq!((count, retained), (640, 640), "attempt {attempt}");
-                whole += 1;
             }
             Err(TrackerError::SessionClosed { .. }) => {
                 assert_eq!(
                     retained, 0,
                     "attempt {attempt}: a refused restore wrote nothing"
                 );
-                refused += 1;
             }
             Err(other) => panic!("attempt {attempt}: {other}"),
         }
     }
-    assert_eq!(whole + refused, 8);
 }
 
 /// More tasks than one server call opens on Redis (`OPEN_BATCH_STEP`, 32): a refusal anywhere still refuses the
