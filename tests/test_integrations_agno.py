@@ -28,7 +28,7 @@ from agno_fakes import ScriptedModel, Step
 from redis_support import RedisServer, Worker
 
 from subagent_tracker import DEADLINE_REASON, RedisRegistry, Session, SubagentStatus
-from subagent_tracker.integrations import cancelled_run_text, tracked
+from subagent_tracker.integrations import _CURRENT, cancelled_run_text, current_task, tracked
 from subagent_tracker.integrations._support import BlockingSession
 from subagent_tracker.integrations.agno import AGNO_CANCEL_REASON, PAUSED_REASON, SubagentCancellationManager
 
@@ -392,3 +392,14 @@ def test_a_paused_run_cancelled_while_it_waits_stops_when_it_continues(session: 
         SubagentStatus.CANCELLED,
         "the human said no",
     )
+
+
+def test_a_run_leaves_its_caller_s_context_as_it_found_it(session: BlockingSession) -> None:
+    """Agno registers a sync run in its caller's own context: once the run is over, that context has no
+    current run, and the caller's next run is top-level, not a child of the last."""
+    _agent("first", ["one"]).run("go", run_id="first-top")
+    assert current_task() is None
+    assert _CURRENT.get() is None, "the context holds nothing of the run (its handle among it)"
+    _agent("second", ["two"]).run("go", run_id="second-top")
+    second = session.subagent_task("second-top")
+    assert second is not None and second.parent_id is None

@@ -27,8 +27,10 @@ its error, or cancelled with the reason and the partial output; a delegating run
 from __future__ import annotations
 
 import collections
+import contextlib
 import sys
 import threading
+from contextvars import Token
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Final
@@ -78,6 +80,8 @@ class _AgnoRun:
     agent: str | None
     #: Whether another run (a team, a tracked run of any framework) delegated this one.
     delegated: bool
+    #: What makes the run current in its context, to undo as it ends.
+    current: Token[_Run | None]
     #: What the run's ``RunCancelledException`` says, to tell Agno's text for a cancel from partial output.
     cancel_message: str | None = None
 
@@ -177,9 +181,9 @@ class SubagentCancellationManager(BaseRunCancellationManager):
         delegated = run.outer is not None or run_id in self._teams
         # Set in the context of Agno's run function, which called this: the runs it starts inside (a team's
         # members, a tool's subagents) are this run's children.
-        _CURRENT.set(run)
+        current = _CURRENT.set(run)
         with self._lock:
-            self._runs[run_id] = _AgnoRun(handle, run, agent, delegated)
+            self._runs[run_id] = _AgnoRun(handle, run, agent, delegated, current)
 
     # Cancelling and asking: the token, never the server.
 
@@ -266,6 +270,9 @@ class SubagentCancellationManager(BaseRunCancellationManager):
         if run is None:
             return None
         run.run.ended = True
+        # Agno cleans a run up in the context it registered it in; elsewhere the run is passed over as ended.
+        with contextlib.suppress(ValueError):
+            _CURRENT.reset(run.current)
         handle = run.handle
         status = getattr(output, "status", None)
         content = getattr(output, "content", None)
