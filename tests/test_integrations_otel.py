@@ -316,3 +316,32 @@ def test_a_reporter_interrupted_as_ctrl_c_interrupts_asyncio_run_leaves_no_span_
     assert (spans["running"].attributes or {})["subagent_tracker.task.unfinished"] is True
     assert spans["finished"].status.status_code is StatusCode.OK
     handles.pop().complete()
+
+
+def test_a_read_that_fails_leaves_the_reporter_reporting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read of a task fails (Redis unreachable for a moment): the reporter logs it, reads the tasks again at
+    the next event, and every span still ends with its task's end."""
+    provider, exporter = _provider()
+    reads = Counter[str]()
+    read = Session.subagent_task
+
+    def failing_once(self: Session, task_id: str) -> Any:
+        reads[task_id] += 1
+        if task_id == "unlucky" and reads[task_id] == 1:
+            raise ConnectionError("the server went away for a moment")
+        return read(self, task_id)
+
+    async def main() -> None:
+        session = Session()
+        async with TaskSpans(session, tracer_provider=provider) as spans:
+            monkeypatch.setattr(Session, "subagent_task", failing_once)
+            session.start_subagent_task("unlucky").complete("done")
+            await _settle()
+            session.start_subagent_task("next").complete()
+            await _settle()
+            assert spans.open_spans == 0
+
+    asyncio.run(main())
+    spans = _by_task(exporter.get_finished_spans())
+    assert set(spans) == {"unlucky", "next"}
+    assert all(span.status.status_code is StatusCode.OK for span in spans.values())

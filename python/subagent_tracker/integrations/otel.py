@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import time
 from collections import OrderedDict
@@ -67,6 +68,9 @@ except ImportError as error:  # pragma: no cover - exercised without the extra i
     raise missing_framework("otel", "otel", error) from error
 
 __all__ = ["TaskSpans"]
+
+#: Where a read that failed while reporting goes (the reporter goes on, and reads the tasks again).
+_LOG = logging.getLogger("subagent_tracker")
 
 #: The instrumentation scope the spans are reported under.
 SCOPE: Final = "subagent_tracker"
@@ -162,11 +166,11 @@ class TaskSpans:
             return
         self._stopped = True
         reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await reader
         try:
+            if reader is not None:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
             for task_id in list(self._open):
                 task = await resolved(self._session.subagent_task(task_id))
                 self._report_task(task_id, task)
@@ -177,9 +181,19 @@ class TaskSpans:
                 self._end(task_id, opened)
 
     async def _report(self, stream: Any) -> None:
+        behind = False
         try:
             async for event in _events(stream):
-                await self._on_event(event)
+                try:
+                    if behind:
+                        # A read failed (Redis unreachable for a moment): what it would have reported, and any
+                        # event since, is read again from the tasks.
+                        await self._read_tasks_again(every_retained=True)
+                        behind = False
+                    await self._on_event(event)
+                except Exception:
+                    _LOG.exception("could not report the spans of an event; reading the tasks again next")
+                    behind = True
         finally:
             stream.close()
 
