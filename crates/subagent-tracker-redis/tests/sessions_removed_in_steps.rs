@@ -7,7 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{calls_of, log_every_call, RedisServer};
+use common::{calls_of, cli, log_every_call, RedisServer};
 use subagent_tracker::{TaskStart, TrackerConfig, TrackerError};
 use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisSession, RedisTrackerError};
 
@@ -35,6 +35,21 @@ fn keys_of(server: &RedisServer, pattern: &str) -> Vec<String> {
         .get_connection()
         .unwrap();
     redis::cmd("KEYS").arg(pattern).query(&mut admin).unwrap()
+}
+
+/// One call of the sweep on session `session_id`, as a worker makes it (`ttl_ms`: how long idle is too long).
+fn sweep_once(server: &RedisServer, session_id: &str, ttl_ms: u64) -> i64 {
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("FCALL")
+        .arg("stv2_sweep")
+        .arg(1)
+        .arg(format!("steps:v2:{{s:{session_id}}}:session"))
+        .arg(ttl_ms)
+        .query(&mut admin)
+        .unwrap()
 }
 
 fn config() -> TrackerConfig {
@@ -83,17 +98,7 @@ async fn a_session_being_removed_has_left_and_its_id_opens_a_new_incarnation_onc
     let session = registry.session(Some("s"), config()).await.unwrap();
     finished_tasks(&session, tasks).await;
     // One call of the sweep, as a worker that stopped after it would have made: the removal is under way.
-    let mut admin = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let reply: i64 = redis::cmd("FCALL")
-        .arg("stv2_sweep")
-        .arg(1)
-        .arg("steps:v2:{s:s}:session")
-        .arg(0)
-        .query(&mut admin)
-        .unwrap();
+    let reply = sweep_once(&server, "s", 0);
     assert_eq!(
         reply, -3,
         "a session of {tasks} tasks takes more than one call"
@@ -159,23 +164,10 @@ async fn a_lost_session_being_swept_is_removed_before_its_id_opens_a_new_incarna
     let tasks = 3 * REMOVAL_STEP;
     let session = registry.session(Some("lost"), config()).await.unwrap();
     finished_tasks(&session, tasks).await;
-    let mut admin = redis::Client::open(server.url())
-        .unwrap()
-        .get_connection()
-        .unwrap();
     // The session's hash is lost (evicted, or an older state restored), and one call of the sweep takes up what
     // is left of it: no hash is left to say that a removal is under way.
-    let _: i64 = redis::cmd("DEL")
-        .arg("steps:v2:{s:lost}:session")
-        .query(&mut admin)
-        .unwrap();
-    let reply: i64 = redis::cmd("FCALL")
-        .arg("stv2_sweep")
-        .arg(1)
-        .arg("steps:v2:{s:lost}:session")
-        .arg(0)
-        .query(&mut admin)
-        .unwrap();
+    cli(server.port, &["DEL", "steps:v2:{s:lost}:session"]);
+    let reply = sweep_once(&server, "lost", 0);
     assert_eq!(
         reply, -3,
         "the leftovers of {tasks} tasks take more than one call"
@@ -191,13 +183,7 @@ async fn a_lost_session_being_swept_is_removed_before_its_id_opens_a_new_incarna
         keys_of(&server, "steps:v2:{s:lost}:t:*"),
         ["steps:v2:{s:lost}:t:t0"]
     );
-    let swept: i64 = redis::cmd("FCALL")
-        .arg("stv2_sweep")
-        .arg(1)
-        .arg("steps:v2:{s:lost}:session")
-        .arg(60_000)
-        .query(&mut admin)
-        .unwrap();
+    let swept = sweep_once(&server, "lost", 60_000);
     assert!(
         swept >= 0,
         "the new incarnation is not taken for the lost one"
