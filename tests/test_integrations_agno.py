@@ -208,6 +208,8 @@ def test_is_cancelled_follows_the_token_while_the_run_is_active(session: Blockin
         manager = _manager()
         seen.append(manager.get_active_runs())
         session.cancel_subagent_task("watched", "stop")
+        # On Redis the cancel reaches the run's token by push, a moment after the call that made it.
+        _until_cancelled_here("watched")
         seen.append(manager.get_active_runs())
         return "partial"
 
@@ -403,3 +405,74 @@ def test_a_run_leaves_its_caller_s_context_as_it_found_it(session: BlockingSessi
     _agent("second", ["two"]).run("go", run_id="second-top")
     second = session.subagent_task("second-top")
     assert second is not None and second.parent_id is None
+
+
+def test_a_background_run_leaves_its_caller_s_context_and_its_own_runs_are_its_children(
+    session: BlockingSession,
+) -> None:
+    """``arun(background=True)`` registers the run in its caller's context and returns while the run goes on
+    in a task of its own: the caller's next run is top-level, and a run the background run starts is its
+    child."""
+    from agno.db.in_memory import InMemoryDb
+
+    inner = _agent("inner", ["inner answer"])
+
+    @tool(name="ask_inner")
+    async def ask_inner() -> str:
+        output = await inner.arun("go", run_id="inner-of-background")
+        return str(output.content)
+
+    steps: list[Step] = [("ask_inner", {}), "done"]
+    background = Agent(
+        name="background",
+        model=ScriptedModel(steps=steps),
+        tools=[ask_inner],
+        db=InMemoryDb(),
+        telemetry=False,
+    )
+
+    async def scenario() -> None:
+        await background.arun("go", run_id="the-background-run", background=True)
+        assert _CURRENT.get() is None, "the caller's context has no current run while the run goes on"
+        await _agent("after", ["after answer"]).arun("go", run_id="after-background")
+        deadline = time.monotonic() + 10
+        while (task := session.subagent_task("the-background-run")) is None or not task.finished:
+            assert time.monotonic() < deadline, "the background run never ended"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(scenario())
+    after = session.subagent_task("after-background")
+    assert after is not None and after.parent_id is None
+    child = session.subagent_task("inner-of-background")
+    assert child is not None and child.parent_id == "the-background-run"
+    task = session.subagent_task("the-background-run")
+    assert task is not None and task.status is SubagentStatus.COMPLETED
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["completes", "fails"])
+def test_a_workflow_run_is_a_task_with_the_workflow_s_name_that_ends_as_the_workflow_did(
+    session: BlockingSession, fails: bool
+) -> None:
+    """A workflow registers its run before it makes the run's output: the task still has the workflow's
+    name, and ends failed when the workflow's run did."""
+    from agno.workflow import Step as WorkflowStep
+    from agno.workflow import Workflow
+    from agno.workflow.types import HumanReview
+
+    def failing(_input: Any) -> Any:
+        raise RuntimeError("the step broke")
+
+    step = (
+        WorkflowStep(name="only", executor=failing, max_retries=0, human_review=HumanReview(on_error="fail"))
+        if fails
+        else WorkflowStep(name="only", agent=_agent("writer", ["written"]))
+    )
+    workflow = Workflow(name="publishing", steps=[step], telemetry=False)
+    if fails:
+        with pytest.raises(RuntimeError, match="the step broke"):
+            workflow.run("go", run_id="the-workflow-run")
+    else:
+        assert workflow.run("go", run_id="the-workflow-run").status is RunStatus.completed
+    task = session.subagent_task("the-workflow-run")
+    assert task is not None and task.agent == "publishing"
+    assert task.status is (SubagentStatus.FAILED if fails else SubagentStatus.COMPLETED)

@@ -58,6 +58,8 @@ try:
     from agno.run.base import RunStatus
     from agno.run.cancellation_management.base import BaseRunCancellationManager
     from agno.run.team import TeamRunOutput
+    from agno.run.workflow import WorkflowRunOutput
+    from agno.workflow.workflow import Workflow
 except ImportError as error:  # pragma: no cover - exercised without the extra installed
     raise missing_framework("agno", "agno", error) from error
 
@@ -80,8 +82,9 @@ class _AgnoRun:
     agent: str | None
     #: Whether another run (a team, a tracked run of any framework) delegated this one.
     delegated: bool
-    #: What makes the run current in its context, to undo as it ends.
-    current: Token[_Run | None]
+    #: What makes the run current in the context that runs it, to undo as it ends (``None`` until a
+    #: registration from that context: a background run registers first from its caller's).
+    current: Token[_Run | None] | None
     #: What the run's ``RunCancelledException`` says, to tell Agno's text for a cancel from partial output.
     cancel_message: str | None = None
 
@@ -119,34 +122,36 @@ class SubagentCancellationManager(BaseRunCancellationManager):
     def register_run(self, run_id: str) -> None:
         """Starts ``run_id``'s task (or resumes it, for a run Agno paused), unless this manager already runs
         it."""
-        if run_id in self._runs:
+        caller = sys._getframe(1)
+        if self._runs_already(run_id, caller):
             return
         paused = self._continued(run_id)
         if paused is not None:
             self._blocking.resume_subagent_task(run_id)
-            self._registered(run_id, paused.handle, paused.agent)
+            self._registered(run_id, paused.handle, paused.agent, caller)
             return
         parent_id, linked = self._parent_of(run_id)
-        agent = _agent_of(_output_of(run_id, sys._getframe(1)))
+        agent = _agent_of(_output_of(run_id, caller)) or _workflow_of(caller)
         try:
             handle = self._blocking.start_subagent_task(
                 run_id, parent_id=parent_id, agent=agent, timeout=self._timeout, linked=linked
             )
         except DuplicateTaskError:
             return
-        self._registered(run_id, handle, agent)
+        self._registered(run_id, handle, agent, caller)
 
     async def aregister_run(self, run_id: str) -> None:
         """``register_run``, awaited."""
-        if run_id in self._runs:
+        caller = sys._getframe(1)
+        if self._runs_already(run_id, caller):
             return
         paused = self._continued(run_id)
         if paused is not None:
             await resolved(self._session.resume_subagent_task(run_id))
-            self._registered(run_id, paused.handle, paused.agent)
+            self._registered(run_id, paused.handle, paused.agent, caller)
             return
         parent_id, linked = self._parent_of(run_id)
-        agent = _agent_of(_output_of(run_id, sys._getframe(1)))
+        agent = _agent_of(_output_of(run_id, caller)) or _workflow_of(caller)
         try:
             handle: TrackedHandle = await resolved(
                 self._session.start_subagent_task(
@@ -155,7 +160,17 @@ class SubagentCancellationManager(BaseRunCancellationManager):
             )
         except DuplicateTaskError:
             return
-        self._registered(run_id, handle, agent)
+        self._registered(run_id, handle, agent, caller)
+
+    def _runs_already(self, run_id: str, caller: FrameType) -> bool:
+        """Whether ``run_id`` is registered here already; a background run registered from its caller's
+        context becomes current in the context that runs it, which registers it again."""
+        run = self._runs.get(run_id)
+        if run is None:
+            return False
+        if run.current is None and not _spawns_its_run(caller):
+            run.current = _CURRENT.set(run.run)
+        return True
 
     def _continued(self, run_id: str) -> _AgnoRun | None:
         with self._lock:
@@ -176,12 +191,13 @@ class SubagentCancellationManager(BaseRunCancellationManager):
             return outer.handle.task_id, None
         return None, [outer.handle.token]
 
-    def _registered(self, run_id: str, handle: TrackedHandle, agent: str | None) -> None:
+    def _registered(self, run_id: str, handle: TrackedHandle, agent: str | None, caller: FrameType) -> None:
         run = _Run(self._session, handle, _current_run())
         delegated = run.outer is not None or run_id in self._teams
         # Set in the context of Agno's run function, which called this: the runs it starts inside (a team's
-        # members, a tool's subagents) are this run's children.
-        current = _CURRENT.set(run)
+        # members, a tool's subagents) are this run's children. A function that starts a background run
+        # returns to its caller, whose later runs are no children of it: the run's own task sets the mark.
+        current = None if _spawns_its_run(caller) else _CURRENT.set(run)
         with self._lock:
             self._runs[run_id] = _AgnoRun(handle, run, agent, delegated, current)
 
@@ -271,8 +287,9 @@ class SubagentCancellationManager(BaseRunCancellationManager):
             return None
         run.run.ended = True
         # Agno cleans a run up in the context it registered it in; elsewhere the run is passed over as ended.
-        with contextlib.suppress(ValueError):
-            _CURRENT.reset(run.current)
+        if run.current is not None:
+            with contextlib.suppress(ValueError):
+                _CURRENT.reset(run.current)
         handle = run.handle
         status = getattr(output, "status", None)
         content = getattr(output, "content", None)
@@ -337,15 +354,38 @@ class SubagentCancellationManager(BaseRunCancellationManager):
 
 
 def _output_of(run_id: str, frame: FrameType | None) -> Any:
-    """The output object Agno runs ``run_id`` with (``RunOutput``, ``TeamRunOutput``), from the locals of the
-    frames that called the manager: Agno's manager interface names the run only by its id, and says neither
-    whose run it is nor how it ended, which that object does."""
+    """The output object Agno runs ``run_id`` with (``RunOutput``, ``TeamRunOutput``, ``WorkflowRunOutput``),
+    from the locals of the frames that called the manager: Agno's manager interface names the run only by its
+    id, and says neither whose run it is nor how it ended, which that object does."""
     for _ in range(_FRAMES_SEARCHED):
         if frame is None:
             return None
         for value in frame.f_locals.values():
-            if isinstance(value, (RunOutput, TeamRunOutput)) and value.run_id == run_id:
+            if isinstance(value, (RunOutput, TeamRunOutput, WorkflowRunOutput)) and value.run_id == run_id:
                 return value
+        frame = frame.f_back
+    return None
+
+
+def _spawns_its_run(frame: FrameType) -> bool:
+    """Whether the Agno function that registers a run (past ``agno.run.cancel``'s module functions, which
+    call the manager) is one that registers a background run and returns before it runs
+    (``_arun_background``, ``_astart_background``...): the run goes on in a task of its own."""
+    caller: FrameType | None = frame
+    while caller is not None and caller.f_globals.get("__name__") == "agno.run.cancel":
+        caller = caller.f_back
+    return caller is not None and "background" in caller.f_code.co_name
+
+
+def _workflow_of(frame: FrameType | None) -> str | None:
+    """The name of the workflow whose run registers from ``frame``'s callers: a workflow registers its run
+    before it makes the run's output, which names the run's agent or team."""
+    for _ in range(_FRAMES_SEARCHED):
+        if frame is None:
+            return None
+        runner = frame.f_locals.get("self")
+        if isinstance(runner, Workflow):
+            return runner.name
         frame = frame.f_back
     return None
 
