@@ -427,7 +427,7 @@ def test_a_background_run_leaves_its_caller_s_context_and_its_own_runs_are_its_c
         name="background",
         model=ScriptedModel(steps=steps),
         tools=[ask_inner],
-        db=InMemoryDb(),
+        db=InMemoryDb(),  # type: ignore[no-untyped-call]  # Agno leaves its __init__ untyped
         telemetry=False,
     )
 
