@@ -345,3 +345,103 @@ def test_a_read_that_fails_leaves_the_reporter_reporting(monkeypatch: pytest.Mon
     spans = _by_task(exporter.get_finished_spans())
     assert set(spans) == {"unlucky", "next"}
     assert all(span.status.status_code is StatusCode.OK for span in spans.values())
+
+
+def test_an_event_stream_that_fails_is_subscribed_to_again_and_no_end_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The event stream itself fails (the connection behind it dropped): the reporter logs it, subscribes
+    again, reads what it missed from the tasks, and every span ends with its task's true end."""
+    from subagent_tracker.integrations import otel
+
+    provider, exporter = _provider()
+    subscriptions = Counter[str]()
+    events = otel._events
+
+    async def failing_first(stream: Any) -> Any:
+        subscriptions["made"] += 1
+        if subscriptions["made"] == 1:
+            raise ConnectionError("the stream's connection dropped")
+        async for event in events(stream):
+            yield event
+
+    monkeypatch.setattr(otel, "_events", failing_first)
+
+    async def main() -> None:
+        session = Session()
+        async with TaskSpans(session, tracer_provider=provider) as spans:
+            session.start_subagent_task("missed").complete("done")
+            cancelled = session.start_subagent_task("cancelled")
+            session.cancel_subagent_task("cancelled", "stop")
+            cancelled.complete()
+            deadline = time.monotonic() + 5
+            while subscriptions["made"] < 2:
+                assert time.monotonic() < deadline, "the reporter never subscribed again"
+                await asyncio.sleep(0.01)
+            session.start_subagent_task("after").complete()
+            await _settle()
+            assert spans.open_spans == 0
+
+    asyncio.run(main())
+    spans = _by_task(exporter.get_finished_spans())
+    assert set(spans) == {"missed", "cancelled", "after"}
+    assert spans["missed"].status.status_code is StatusCode.OK
+    assert spans["cancelled"].attributes is not None
+    assert spans["cancelled"].attributes["subagent_tracker.task.status"] == "cancelled"
+    assert not any((span.attributes or {}).get("subagent_tracker.task.unfinished") for span in spans.values())
+
+
+def test_a_start_that_fails_leaves_no_span_open_and_no_subscription(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first read of the unfinished tasks fails part way: the spans it opened end, and the stream it
+    subscribed to is closed."""
+    from subagent_tracker.integrations import otel
+
+    provider, exporter = _provider()
+    closed = Counter[str]()
+    tasks = otel._tasks
+
+    async def failing_after_one(session: Any, *, pending: bool) -> Any:
+        async for task in tasks(session, pending=pending):
+            yield task
+            raise ConnectionError("the server went away part way")
+
+    monkeypatch.setattr(otel, "_tasks", failing_after_one)
+
+    async def main() -> None:
+        session = Session()
+        running = [session.start_subagent_task("running one"), session.start_subagent_task("running two")]
+        events = Session.events
+
+        def counted_events(self: Session) -> Any:
+            stream = events(self)
+            close = stream.close
+
+            def counted_close() -> None:
+                closed["stream"] += 1
+                close()
+
+            return _Closing(stream, counted_close)
+
+        spans = TaskSpans(session, tracer_provider=provider)
+        monkeypatch.setattr(Session, "events", counted_events)
+        with pytest.raises(ConnectionError, match="part way"):
+            await spans.start()
+        assert spans.open_spans == 0
+        assert closed["stream"] == 1
+        del running
+
+    asyncio.run(main())
+    finished = exporter.get_finished_spans()
+    assert len(finished) == 1
+    assert (finished[0].attributes or {}).get("subagent_tracker.task.unfinished") is True
+
+
+class _Closing:
+    """An event stream whose ``close`` is counted."""
+
+    def __init__(self, stream: Any, close: Any) -> None:
+        self._stream = stream
+        self.close = close
+
+    def __aiter__(self) -> Any:
+        return self._stream.__aiter__()

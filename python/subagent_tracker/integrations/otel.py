@@ -79,6 +79,12 @@ FAILED_WITHOUT_TYPE: Final = "SubagentTaskFailed"
 #: How many ended tasks a reporter remembers, to parent a late child and to tell a task it has already
 #: reported from one it missed while it lagged.
 REMEMBERED_ENDS: Final = 100_000
+#: How far (seconds) another process's clock may run behind this one's: a task whose recorded end is that
+#: much before reporting began is still reported when first read.
+CLOCK_MARGIN: Final = 5.0
+#: The first pause (seconds) before a failed event stream is subscribed to again; it doubles up to the most.
+RESUBSCRIBE_PAUSE: Final = 0.05
+MAX_RESUBSCRIBE_PAUSE: Final = 2.0
 
 
 def _nanoseconds(seconds: float) -> int:
@@ -150,13 +156,22 @@ class TaskSpans:
 
     async def start(self) -> None:
         """Subscribes to the session's events, then opens the spans of the tasks unfinished now, and reports
-        from then on in a task of the running loop."""
+        from then on in a task of the running loop. A start that fails (or is cancelled) leaves no span open
+        and no subscription behind."""
         if self._reader is not None or self._stopped:
             raise RuntimeError("a TaskSpans reports once: start it once, and make another to report again")
+        # Taken before subscribing, with a margin for the clocks of the other processes that end tasks on
+        # Redis: a task that ends once reporting began is reported, whoever's clock recorded its end.
+        self._since = time.time() - CLOCK_MARGIN
         # Subscribed first: a task that starts while the unfinished ones are read is seen either way.
         stream: Any = await resolved(self._session.events())
-        self._since = time.time()
-        await self._read_tasks_again(every_retained=False)
+        try:
+            await self._read_tasks_again(every_retained=False)
+        except BaseException:
+            stream.close()
+            self._stopped = True
+            self._end_unfinished()
+            raise
         self._reader = asyncio.get_running_loop().create_task(self._report(stream))
 
     async def aclose(self) -> None:
@@ -176,26 +191,57 @@ class TaskSpans:
                 self._report_task(task_id, task)
         finally:
             # Whatever stopped the reads (a cancel, a server gone), no span stays open.
-            for task_id, opened in list(self._open.items()):
-                opened.span.set_attribute("subagent_tracker.task.unfinished", True)
-                self._end(task_id, opened)
+            self._end_unfinished()
+
+    def _end_unfinished(self) -> None:
+        for task_id, opened in list(self._open.items()):
+            opened.span.set_attribute("subagent_tracker.task.unfinished", True)
+            self._end(task_id, opened)
 
     async def _report(self, stream: Any) -> None:
+        """Reports each event until stopped. A read that fails (Redis unreachable for a moment) is logged,
+        and what it would have reported is read again from the tasks; a stream that fails is subscribed to
+        again, after a pause that grows while it keeps failing."""
         behind = False
-        try:
-            async for event in _events(stream):
+        pause = RESUBSCRIBE_PAUSE
+        while True:
+            try:
+                if behind:
+                    behind = await self._read_again_or_log()
+                async for event in _events(stream):
+                    pause = RESUBSCRIBE_PAUSE
+                    try:
+                        if behind:
+                            await self._read_tasks_again(every_retained=True)
+                            behind = False
+                        await self._on_event(event)
+                    except Exception:
+                        _LOG.exception("could not report the spans of an event; reading the tasks again next")
+                        behind = True
+                return
+            except Exception:
+                _LOG.exception("could not read the session's events; subscribing to them again")
+            finally:
+                stream.close()
+            while True:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, MAX_RESUBSCRIBE_PAUSE)
                 try:
-                    if behind:
-                        # A read failed (Redis unreachable for a moment): what it would have reported, and any
-                        # event since, is read again from the tasks.
-                        await self._read_tasks_again(every_retained=True)
-                        behind = False
-                    await self._on_event(event)
+                    stream = await resolved(self._session.events())
+                    break
                 except Exception:
-                    _LOG.exception("could not report the spans of an event; reading the tasks again next")
-                    behind = True
-        finally:
-            stream.close()
+                    _LOG.exception("could not subscribe to the session's events again; trying again")
+            # Events were missed while no stream was open: the tasks are read again before the next event.
+            behind = True
+
+    async def _read_again_or_log(self) -> bool:
+        """Reads the tasks again; whether they are still to be read again (the read failed)."""
+        try:
+            await self._read_tasks_again(every_retained=True)
+        except Exception:
+            _LOG.exception("could not read the tasks again; reading them again at the next event")
+            return True
+        return False
 
     async def _on_event(self, event: SubagentEvent) -> None:
         if event.kind == "lagged":
