@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Adds extras (server, pydantic-ai, openai-agents, langgraph, strands, agno, otel) to the .venv that
+# Adds extras (server, pydantic-ai, openai-agents, langgraph, strands, agno, adk, otel) to the .venv that
 # ./scripts/demo.sh or ./scripts/check.sh made, without rebuilding the extension: pip reads each extra's
 # dependencies from the installed package's own metadata, and installs them at the versions the tests run
 # (scripts/constraints-frameworks.txt).   Usage: ./scripts/add_extra.sh pydantic-ai [strands ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -eq 0 ]; then
-  echo "usage: ./scripts/add_extra.sh EXTRA... (server, pydantic-ai, openai-agents, langgraph, strands, agno, otel)" >&2
+  echo "usage: ./scripts/add_extra.sh EXTRA... (server, pydantic-ai, openai-agents, langgraph, strands, agno, adk, otel)" >&2
   exit 2
 fi
 if ! extras=$(.venv/bin/python -c 'from importlib.metadata import metadata

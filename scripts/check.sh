@@ -38,7 +38,7 @@ python scripts/check_wheel.py target/wheels/*.whl
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/*.whl
 step "the agent frameworks of the integration tests: the wheel's extras, at the versions tested"
 python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
-  "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,otel]"
+  "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,adk,otel]"
 
 step "ruff, and oxlint for the dashboard's script"
 ruff check python tests benches examples scripts

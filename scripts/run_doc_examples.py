@@ -34,13 +34,14 @@ EXTRA_OF_MODULE = {
     "langgraph": "langgraph",
     "strands": "strands",
     "agno": "agno",
+    "google": "adk",
     "opentelemetry": "otel",
     "starlette": "server",
     "uvicorn": "server",
     "prometheus_client": "server",
 }
 #: The extras whose framework needs a later Python than this package's oldest (pyproject.toml's markers).
-OLDEST_PYTHON_OF_EXTRA = {"pydantic-ai": (3, 11)}
+OLDEST_PYTHON_OF_EXTRA = {"pydantic-ai": (3, 11), "adk": (3, 11)}
 #: The modules of this package that need an extra, and the module of the extra they import.
 EXTRA_OF_PACKAGE_MODULE = {
     "subagent_tracker.integrations.pydantic_ai": "pydantic_ai",
@@ -48,6 +49,7 @@ EXTRA_OF_PACKAGE_MODULE = {
     "subagent_tracker.integrations.langgraph": "langgraph",
     "subagent_tracker.integrations.strands": "strands",
     "subagent_tracker.integrations.agno": "agno",
+    "subagent_tracker.integrations.adk": "google",
     "subagent_tracker.integrations.otel": "opentelemetry",
     "subagent_tracker.dashboard": "starlette",
 }

@@ -1,6 +1,6 @@
 """A subagent of one framework run by a tool of another's orchestrator, cancelled by id mid stream, answers
 the tool call with its reason and partial output (``cancelled_run_text``), and the orchestrator's run goes
-on: every ordered pair of the five frameworks (docs/integrations.md). The regression test of a defect a
+on: every ordered pair of the six frameworks (docs/integrations.md). The regression test of a defect a
 hostile run found: a Strands subagent under a pydantic-ai tool returned Strands' generic "Cancelled by user",
 and five more pairs lost the report too. An OpenAI Agents orchestrator run with ``tracked_run_streamed``
 answers for its function tools itself; a LangGraph or Agno tool opts in with ``answers_for_subagents``, since
@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from adk_fakes import ScriptedLlm as AdkScriptedLlm
+from adk_fakes import SlowStreamingLlm
 from agents import AgentToolStreamEvent, RawResponsesStreamEvent, ToolCallOutputItem, function_tool
 from agents.tool_context import ToolContext
 from agno.agent import Agent as AgnoAgent
@@ -23,6 +25,11 @@ from agno.run.cancel import get_cancellation_manager, set_cancellation_manager
 from agno.tools import tool as agno_tool
 from agno_fakes import ScriptedModel as AgnoScriptedModel
 from agno_fakes import SlowStreamingModel
+from google.adk.agents import LlmAgent
+from google.adk.apps import App
+from google.adk.runners import Runner
+from google.adk.sessions import InMemorySessionService
+from google.genai import types as adk_types
 from langchain_core.messages import HumanMessage, ToolMessage
 from langchain_core.tools import tool as langchain_tool
 from langgraph_fakes import agent_graph, scripted_model, tool_calls
@@ -36,6 +43,7 @@ from strands_fakes import Reply, ScriptedModel, ToolCall
 
 from subagent_tracker import Session, SubagentStatus
 from subagent_tracker.integrations import answers_for_subagents, cancelled_run_text
+from subagent_tracker.integrations.adk import SubagentTrackerPlugin
 from subagent_tracker.integrations.agno import SubagentCancellationManager
 from subagent_tracker.integrations.langgraph import tracked_astream, tracked_subgraph_tool
 from subagent_tracker.integrations.openai_agents import tracked_as_tool, tracked_run_streamed
@@ -53,7 +61,7 @@ def _agno_manager_restored() -> Iterator[None]:
     set_cancellation_manager(installed)
 
 
-FRAMEWORKS = ["pydantic_ai", "openai_agents", "langgraph", "strands", "agno"]
+FRAMEWORKS = ["pydantic_ai", "openai_agents", "langgraph", "strands", "agno", "adk"]
 PAIRS = [(x, y) for x in FRAMEWORKS for y in FRAMEWORKS if x != y]
 WORDS = [f"w{index}" for index in range(300)]
 DELAY = 0.01  # 300 words x 10 ms = 3 s: only the cancel ends the subagent within the test
@@ -155,12 +163,43 @@ def agno_subagent(session: Session) -> Subagent:
     return Subagent(ask, lambda: model.streamed)
 
 
+async def _adk_run(agent: LlmAgent, plugin: SubagentTrackerPlugin) -> list[Any]:
+    """Runs ``agent`` as an app of its own on one message; the events of its saved session."""
+    app = App(name="cross_framework", root_agent=agent, plugins=[plugin])
+    service = InMemorySessionService()
+    created = await service.create_session(app_name=app.name, user_id="user")
+    message = adk_types.Content(role="user", parts=[adk_types.Part.from_text(text="go")])
+    async for _ in Runner(app=app, session_service=service).run_async(
+        user_id="user", session_id=created.id, new_message=message
+    ):
+        pass
+    saved = await service.get_session(app_name=app.name, user_id="user", session_id=created.id)
+    assert saved is not None
+    return list(saved.events)
+
+
+def adk_subagent(session: Session) -> Subagent:
+    model = SlowStreamingLlm(words=WORDS, delay=DELAY)
+    sub = LlmAgent(name=SUB, model=model)
+
+    async def ask() -> str:
+        # an aborted run ends normally, its last text the answer: the run reports its cancel itself
+        events = await _adk_run(sub, SubagentTrackerPlugin(session, task_id=SUB))
+        texts = [
+            part.text for event in events if event.content for part in event.content.parts or [] if part.text
+        ]
+        return texts[-1] if texts else ""
+
+    return Subagent(ask, lambda: model.streamed)
+
+
 SUBAGENTS: dict[str, Callable[[Session], Subagent]] = {
     "pydantic_ai": pydantic_ai_subagent,
     "openai_agents": openai_agents_subagent,
     "langgraph": langgraph_subagent,
     "strands": strands_subagent,
     "agno": agno_subagent,
+    "adk": adk_subagent,
 }
 
 # --- orchestrators (X): one tool, "ask", whose body is ``ask``; returns the text that answers its call -----
@@ -267,12 +306,35 @@ async def agno_orchestrator(session: Session, ask: Callable[[], Awaitable[str]])
     return next(str(message.content) for message in output.messages or [] if message.role == "tool")
 
 
+async def adk_orchestrator(session: Session, ask_subagent: Callable[[], Awaitable[str]]) -> str:
+    # No opt-in: the plugin makes each tool call answer for the subagents it runs.
+    async def ask() -> str:
+        """Asks the subagent."""
+        return await ask_subagent()
+
+    orchestrator = LlmAgent(
+        name="orchestrator", model=AdkScriptedLlm(steps=[("ask", {}), "orchestrator done"]), tools=[ask]
+    )
+    events = await _adk_run(orchestrator, SubagentTrackerPlugin(session, task_id="orchestrator"))
+    texts = [
+        part.text for event in events if event.content for part in event.content.parts or [] if part.text
+    ]
+    assert texts[-1] == "orchestrator done"
+    return next(
+        str(response.response["result"])
+        for event in events
+        for response in event.get_function_responses()
+        if response.response is not None
+    )
+
+
 ORCHESTRATORS: dict[str, Orchestrator] = {
     "pydantic_ai": pydantic_ai_orchestrator,
     "openai_agents": openai_agents_orchestrator,
     "langgraph": langgraph_orchestrator,
     "strands": strands_orchestrator,
     "agno": agno_orchestrator,
+    "adk": adk_orchestrator,
 }
 
 

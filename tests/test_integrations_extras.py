@@ -20,6 +20,7 @@ ADAPTERS = [
     ("langgraph", "langgraph", "langgraph"),
     ("strands", "strands", "strands"),
     ("agno", "agno", "agno"),
+    ("adk", "google.adk", "adk"),
     ("otel", "opentelemetry", "otel"),
 ]
 
@@ -109,6 +110,18 @@ def _strands(session: Session, timeout: Any) -> object:
     return SubagentHooks(session, timeout=timeout)
 
 
+def _agno(session: Session, timeout: Any) -> object:
+    from subagent_tracker.integrations.agno import SubagentCancellationManager
+
+    return SubagentCancellationManager(session, timeout=timeout)
+
+
+def _adk(session: Session, timeout: Any) -> object:
+    from subagent_tracker.integrations.adk import SubagentTrackerPlugin
+
+    return SubagentTrackerPlugin(session, timeout=timeout)
+
+
 ENTRY_POINTS: dict[str, Callable[[Session, Any], object]] = {
     "pydantic_ai.SubagentTracking": _pydantic_ai,
     "openai_agents.tracked_as_tool": _openai_tool,
@@ -116,6 +129,8 @@ ENTRY_POINTS: dict[str, Callable[[Session, Any], object]] = {
     "langgraph.tracked_subgraph_tool": _langgraph_tool,
     "langgraph.tracked_astream": _langgraph_stream,
     "strands.SubagentHooks": _strands,
+    "agno.SubagentCancellationManager": _agno,
+    "adk.SubagentTrackerPlugin": _adk,
 }
 
 
@@ -130,15 +145,21 @@ def test_a_bad_timeout_is_refused_at_construction_before_any_task_starts(
     assert session.subagent_tasks() == []
 
 
-def test_the_pydantic_ai_adapter_on_python_3_10_says_it_needs_3_11(monkeypatch: pytest.MonkeyPatch) -> None:
-    # pydantic-ai needs 3.11: on 3.10 the extra installs nothing, its import fails, and the adapter says why.
-    for name in [name for name in sys.modules if name == "pydantic_ai" or name.startswith("pydantic_ai.")]:
+@pytest.mark.parametrize(
+    ("adapter", "framework", "distribution"),
+    [("pydantic_ai", "pydantic_ai", "pydantic-ai"), ("adk", "google.adk", "google-adk")],
+)
+def test_an_adapter_whose_framework_needs_python_3_11_says_so_on_3_10(
+    monkeypatch: pytest.MonkeyPatch, adapter: str, framework: str, distribution: str
+) -> None:
+    # The framework needs 3.11: on 3.10 its extra installs nothing, its import fails, the adapter says why.
+    for name in [name for name in sys.modules if name == framework or name.startswith(f"{framework}.")]:
         monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "pydantic_ai", None)
-    monkeypatch.delitem(sys.modules, "subagent_tracker.integrations.pydantic_ai", raising=False)
+    monkeypatch.setitem(sys.modules, framework, None)
+    monkeypatch.delitem(sys.modules, f"subagent_tracker.integrations.{adapter}", raising=False)
     monkeypatch.setattr(sys, "version_info", (3, 10, 14, "final", 0))
 
     with pytest.raises(
-        ImportError, match=r"needs Python 3\.11 or later, as pydantic-ai does \(this is Python 3\.10\)"
+        ImportError, match=rf"needs Python 3\.11 or later, as {distribution} does \(this is Python 3\.10\)"
     ):
-        importlib.import_module("subagent_tracker.integrations.pydantic_ai")
+        importlib.import_module(f"subagent_tracker.integrations.{adapter}")

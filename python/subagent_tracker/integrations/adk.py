@@ -1,0 +1,370 @@
+"""Tracking Google ADK runs: :class:`SubagentTrackerPlugin`, an ADK plugin that makes every invocation of its
+app a task of a session: the top-level run, and the run of each agent that an ``AgentTool`` calls.
+
+::
+
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+    from subagent_tracker import Session
+    from subagent_tracker.integrations.adk import SubagentTrackerPlugin
+
+    session = Session()
+    app = App(name="research", root_agent=orchestrator, plugins=[SubagentTrackerPlugin(session)])
+    runner = Runner(app=app, session_service=session_service)
+
+What ADK itself does: ``Runner.run_async(..., abort_signal=event)`` stops one invocation when the caller
+sets ``event``: it cancels the invocation's running tool, answers every function call left without a
+response (``INVOCATION_ABORTED``), and ends the run normally. An ``AgentTool`` passes its caller's signal to
+the agent it runs, so that an abort of the caller aborts it too.
+
+What the adapter adds, on that signal: each run's own signal, set by the run's token, so that a cancel by id,
+a parent's cascade, a session cancel, a deadline or a cancel from another process over Redis stops exactly
+that run (and its subtree), while the agent that called it through an ``AgentTool`` goes on; that call is
+answered with :func:`~subagent_tracker.integrations.cancelled_run_text` (the reason and the partial output),
+and the calls a cancel leaves without a response are answered with the reason rather than ADK's generic
+text. A caller's own ``abort_signal`` still aborts the run it was given to, and that run's subagents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from subagent_tracker.integrations import (
+    FRAMEWORK_CANCEL_REASON,
+    RUN_STOPPED_REASON,
+    STREAM_CLOSED_REASON,
+    TrackedHandle,
+    TrackedSession,
+    tracked,
+)
+from subagent_tracker.integrations._support import (
+    DelegatingCall,
+    cancel_in_background,
+    cancelled_tool_call_text,
+    check_run_options,
+    delegating_call,
+    missing_framework,
+    on_cancel_in_loop,
+    resolved,
+)
+
+try:
+    from google.adk.agents.invocation_context import InvocationContext
+    from google.adk.events.event import Event
+    from google.adk.plugins.base_plugin import BasePlugin
+    from google.adk.tools.base_tool import BaseTool
+    from google.adk.tools.tool_context import ToolContext
+except ImportError as error:  # pragma: no cover - depends on the environment
+    if sys.version_info < (3, 11):
+        raise ImportError(
+            "subagent_tracker.integrations.adk needs Python 3.11 or later, as google-adk does "
+            f"(this is Python {sys.version_info[0]}.{sys.version_info[1]})"
+        ) from error
+    raise missing_framework("adk", "adk", error) from error
+
+__all__ = ["PLUGIN_NAME", "SubagentTrackerPlugin"]
+
+#: The plugin's name among an app's plugins (ADK requires each to have a unique one).
+PLUGIN_NAME: Final = "subagent_tracker"
+#: ADK's ``error_code`` of the events that answer the calls an aborted invocation left without a response.
+_INVOCATION_ABORTED: Final = "INVOCATION_ABORTED"
+
+
+class _RunText:
+    """The text a run's agent has answered so far, response by response: its output, or a cancelled run's
+    partial output. Streamed chunks (partial events) count until their whole response arrives."""
+
+    __slots__ = ("_chunks", "_responses")
+
+    def __init__(self) -> None:
+        self._responses: list[str] = []
+        self._chunks: list[str] = []
+
+    def add(self, text: str, *, partial: bool) -> None:
+        if partial:
+            self._chunks.append(text)
+            return
+        self._chunks.clear()
+        self._responses.append(text.strip())
+
+    @property
+    def last(self) -> str | None:
+        """The last whole response's text: what the run answers its caller with."""
+        return self._responses[-1] if self._responses else None
+
+    @property
+    def partial(self) -> str | None:
+        """Every response so far, and the chunks of the one being streamed: one line each."""
+        texts = [*self._responses, "".join(self._chunks).strip()]
+        return "\n".join(text for text in texts if text) or None
+
+
+@dataclass(eq=False)
+class _AdkRun:
+    """One invocation of the app (or of an agent an ``AgentTool`` runs): its task, and what the plugin needs
+    to stop it and to report it."""
+
+    handle: TrackedHandle
+    exits: contextlib.AsyncExitStack
+    loop: asyncio.AbstractEventLoop
+    text: _RunText = field(default_factory=_RunText)
+    #: The running tool calls, by function call id: the tracked subagents inside each report to it.
+    calls: dict[str, tuple[DelegatingCall, contextlib.ExitStack]] = field(default_factory=dict)
+    #: The function calls whose tool started, to tell a cancelled running call from one never started.
+    started: set[str] = field(default_factory=set)
+    #: The subagent runs that ended cancelled, by the function call that ran them.
+    cancelled_calls: dict[str, DelegatingCall] = field(default_factory=dict)
+    #: The task that sets the run's own signal when the signal it was given (its caller's, or the calling
+    #: agent's) is set.
+    follower: asyncio.Task[None] | None = None
+    ended: bool = False
+
+
+class SubagentTrackerPlugin(BasePlugin):
+    """An ADK plugin (``App(..., plugins=[SubagentTrackerPlugin(session)])``) that makes every invocation a
+    task of ``session``: the app's own runs, and the run of each agent an ``AgentTool`` calls (``AgentTool``
+    passes its caller's plugins on to it).
+
+    - The task's ``agent`` is the invoked agent's name; its parent is the innermost tracked run of the current
+      context, of any framework (an agent run by an ``AgentTool`` has the calling agent's run as its parent);
+      ``task_id`` is a string or a zero-argument callable (called once per run), generated when ``None``;
+      ``timeout`` gives each run a deadline.
+    - A cancel of the task (by id, cascade, session cancel, deadline, or over Redis) aborts that invocation
+      through ADK's own abort signal: its running tool is cancelled, the calls left without a response are
+      answered with the reason, and the run ends; its task ends ``CANCELLED`` with the text the agent had
+      answered as the result. An abort through the caller's own ``abort_signal`` ends it ``CANCELLED`` too.
+    - The ``AgentTool`` call that ran a cancelled agent is answered with
+      :func:`~subagent_tracker.integrations.cancelled_run_text`, and the calling agent goes on.
+    - A run that ends normally ends ``COMPLETED`` with its last answer as the result; one that raises ends
+      ``FAILED``.
+
+    Raises ``TypeError`` at once for a ``session`` that is not a session of this package or a ``task_id`` of
+    another type; ``timeout`` is checked as the session checks it (``TypeError``, ``ValueError``).
+    """
+
+    def __init__(
+        self,
+        session: TrackedSession,
+        *,
+        task_id: str | Callable[[], str] | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        check_run_options(session, task_id, timeout)
+        super().__init__(name=PLUGIN_NAME)
+        self._session = session
+        self._task_id = task_id
+        self._timeout = timeout
+        #: The runs in flight, by invocation id.
+        self._runs: dict[str, _AdkRun] = {}
+        #: The ends of abandoned runs, running (held here: the loop keeps only weak references to its tasks).
+        self._ending: set[asyncio.Task[None]] = set()
+
+    # A run: the invocation starts its task, and ends it from how ADK ended the invocation.
+
+    async def before_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        """Starts the invocation's task, and gives the invocation a signal of its own that the task's cancel
+        sets."""
+        context = invocation_context
+        exits = contextlib.AsyncExitStack()
+        run: _AdkRun | None = None
+        handle = await exits.enter_async_context(
+            tracked(
+                self._session,
+                agent=_agent_name(context),
+                task_id=self._task_id,
+                timeout=self._timeout,
+                partial_output=lambda: None if run is None else run.text.partial,
+            )
+        )
+        run = _AdkRun(handle, exits, asyncio.get_running_loop())
+        try:
+            # The signal the invocation was given is its caller's, or (for an agent an AgentTool runs) the
+            # calling agent's: aborting through it would abort them too. The invocation gets its own, which
+            # follows the one it was given. ADK allows the swap until the invocation's first step, which comes
+            # after this callback.
+            given = context._abort_signal
+            own = asyncio.Event()
+            context._attach_abort_signal(own)
+            if given.is_set():
+                own.set()
+            else:
+                run.follower = run.loop.create_task(_follow(given, own))
+            invocation = weakref.ref(context)
+            await exits.enter_async_context(on_cancel_in_loop(handle.token, lambda: _abort(invocation)))
+        except BaseException as error:
+            if run.follower is not None:
+                run.follower.cancel()
+            await exits.__aexit__(type(error), error, error.__traceback__)
+            raise
+        self._runs[context.invocation_id] = run
+        # ADK calls neither after_run nor on_run_error for an invocation that asyncio cancelled without an
+        # abort (its caller's task cancelled, a Ctrl-C): its task ends once ADK lets go of the invocation.
+        weakref.finalize(context, self._abandoned, context.invocation_id)
+
+    async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
+        """Ends the invocation's task: ``CANCELLED`` for an aborted invocation or one whose caller stopped
+        reading it, ``COMPLETED`` with its last answer otherwise."""
+        run = self._runs.pop(invocation_context.invocation_id, None)
+        if run is None:
+            return
+        in_flight = sys.exc_info()[1]
+        if invocation_context.is_aborted:
+            await self._end_cancelled(run, FRAMEWORK_CANCEL_REASON)
+        elif isinstance(in_flight, (GeneratorExit, asyncio.CancelledError)):
+            # The caller stopped reading the run (``break``, ``aclose()``): the run was abandoned, not done.
+            await self._end_cancelled(run, STREAM_CLOSED_REASON)
+        else:
+            await self._end(run, None)
+
+    async def on_run_error_callback(self, *, invocation_context: InvocationContext, error: Exception) -> None:
+        """Ends the invocation's task ``FAILED`` with ``error``."""
+        run = self._runs.pop(invocation_context.invocation_id, None)
+        if run is not None:
+            await self._end(run, error)
+
+    async def on_event_callback(self, *, invocation_context: InvocationContext, event: Event) -> Event | None:
+        """Keeps the text the invocation's agent answers; answers the calls an abort left without a response
+        with the cancel's reason (and a call that ran a cancelled subagent with its cancelled text)."""
+        run = self._runs.get(invocation_context.invocation_id)
+        if run is None or event.content is None or not event.content.parts:
+            return None
+        if event.error_code == _INVOCATION_ABORTED:
+            reason = run.handle.token.reason or FRAMEWORK_CANCEL_REASON
+            for part in event.content.parts:
+                response = part.function_response
+                if response is not None and response.id is not None:
+                    response.response = {
+                        "error": self._cancelled_call_text(run, response.id, response.name, reason)
+                    }
+            return event
+        if event.author == _agent_name(invocation_context):
+            text = "".join(part.text for part in event.content.parts if part.text and not part.thought)
+            if text:
+                run.text.add(text, partial=bool(event.partial))
+        return None
+
+    @staticmethod
+    def _cancelled_call_text(run: _AdkRun, call_id: str, tool: str | None, reason: str) -> str:
+        delegating = run.cancelled_calls.get(call_id)
+        if delegating is not None and delegating.cancelled_run is not None:
+            return delegating.cancelled_run.text()
+        return cancelled_tool_call_text(tool=tool, reason=reason, started=call_id in run.started)
+
+    # A tool call: the tracked subagents it runs (an AgentTool's agent, any framework's) report to it.
+
+    async def before_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext
+    ) -> None:
+        run = self._runs.get(tool_context.invocation_id)
+        call_id = tool_context.function_call_id
+        if run is None or call_id is None:
+            return
+        run.started.add(call_id)
+        # ADK runs the callbacks and the tool in one context, the call's own: what the tool starts inside
+        # finds the call there.
+        stack = contextlib.ExitStack()
+        run.calls[call_id] = (stack.enter_context(delegating_call()), stack)
+
+    async def after_tool_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, result: Any
+    ) -> dict[str, Any] | None:
+        """The call's result, or the cancelled text of a tracked subagent that ended cancelled inside it."""
+        delegating = self._leave_call(tool_context)
+        if delegating is None or delegating.cancelled_run is None:
+            return None
+        return {"result": delegating.cancelled_run.text()}
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: BaseException
+    ) -> dict[str, Any] | None:
+        """A call whose tool raised because the subagent it ran was cancelled is answered with its cancelled
+        text; a call cancelled itself (its run aborted) is answered when ADK seals the run."""
+        delegating = self._leave_call(tool_context)
+        if (
+            delegating is None
+            or delegating.cancelled_run is None
+            or isinstance(error, asyncio.CancelledError)
+        ):
+            return None
+        return {"result": delegating.cancelled_run.text()}
+
+    def _leave_call(self, tool_context: ToolContext) -> DelegatingCall | None:
+        run = self._runs.get(tool_context.invocation_id)
+        call_id = tool_context.function_call_id
+        if run is None or call_id is None:
+            return None
+        entry = run.calls.pop(call_id, None)
+        if entry is None:
+            return None
+        delegating, stack = entry
+        # Left in another context when ADK cancels the call from outside it: nothing to restore there.
+        with contextlib.suppress(ValueError):
+            stack.close()
+        if delegating.cancelled_run is not None:
+            run.cancelled_calls[call_id] = delegating
+        return delegating
+
+    # Ending.
+
+    async def _end_cancelled(self, run: _AdkRun, reason: str) -> None:
+        """Ends a run that ADK stopped: cancelled by the run's own token, or (its token unfired) by ADK or the
+        caller, with ``reason`` so that its subtree stops too."""
+        if not run.handle.token.is_cancelled:
+            await resolved(self._session.cancel_subagent_task(run.handle.task_id, reason=reason))
+        await self._end(run, asyncio.CancelledError(run.handle.token.reason or reason))
+
+    async def _end(self, run: _AdkRun, error: BaseException | None) -> None:
+        if run.ended:
+            return
+        run.ended = True
+        if run.follower is not None:
+            run.follower.cancel()
+        for _, stack in run.calls.values():
+            with contextlib.suppress(ValueError):
+                stack.close()
+        if error is None:
+            await resolved(run.handle.complete(run.text.last))
+            await run.exits.aclose()
+        else:
+            # Leaving `tracked` cancelled keeps the partial output as the task's result (a late end), and
+            # reports the run to the tool call that ran it.
+            await run.exits.__aexit__(type(error), error, error.__traceback__)
+
+    def _abandoned(self, invocation_id: str) -> None:
+        """The invocation is gone, its task not ended by ADK's callbacks: it is ended as stopped, on its
+        loop, or (the loop closed) cancelled and left to end as a dropped handle ends."""
+        run = self._runs.pop(invocation_id, None)
+        if run is None or run.ended:
+            return
+        try:
+            run.loop.call_soon_threadsafe(self._end_abandoned, run)
+        except RuntimeError:
+            run.ended = True
+            cancel_in_background(self._session, run.handle.task_id, RUN_STOPPED_REASON)
+
+    def _end_abandoned(self, run: _AdkRun) -> None:
+        ending = run.loop.create_task(self._end(run, asyncio.CancelledError(RUN_STOPPED_REASON)))
+        self._ending.add(ending)
+        ending.add_done_callback(self._ending.discard)
+
+
+def _agent_name(context: InvocationContext) -> str | None:
+    return None if context.agent is None else context.agent.name
+
+
+async def _follow(given: asyncio.Event, own: asyncio.Event) -> None:
+    await given.wait()
+    own.set()
+
+
+def _abort(invocation: weakref.ref[InvocationContext]) -> None:
+    """Aborts the invocation, through ADK's own abort, if it is still there."""
+    context = invocation()
+    if context is not None:
+        context.abort()
