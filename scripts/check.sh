@@ -40,6 +40,19 @@ step "the agent frameworks of the integration tests: the wheel's extras, at the 
 python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
   "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,adk,otel]"
 
+# CrewAI's pins conflict with the main environment's (openai<3, OpenTelemetry >= 1.45.1): its tests run in
+# .venv-crewai, made from the same wheel beside the compiling steps below, and run beside the smoke runs.
+step "the environment of the CrewAI tests (.venv-crewai), made in the background from the same wheel"
+(
+  set -e
+  [ -x .venv-crewai/bin/python ] || python -m venv .venv-crewai
+  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
+    target/wheels/*.whl
+  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-crewai.txt \
+    "$(ls target/wheels/*.whl)[crewai,pydantic-ai,langgraph,strands,agno]" pytest pytest-timeout pytest-xdist redis
+) >target/crewai-env.log 2>&1 &
+crewai_env_pid=$!
+
 step "ruff, and oxlint for the dashboard's script"
 ruff check python tests benches examples scripts
 ruff format --check python tests benches examples scripts
@@ -50,7 +63,7 @@ step "mypy (package, tests, examples, benchmarks) and stubtest, in the backgroun
 (
   mypy python/subagent_tracker
   mypy --strict tests examples benches scripts
-  python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt
+  python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt --mypy-config-file pyproject.toml
 ) >target/mypy.log 2>&1 &
 mypy_pid=$!
 
@@ -85,10 +98,23 @@ step "smoke runs, in two lanes (sizes for a smoke test; the figures are not judg
   python benches/redis_bounded_calls.py --smoke >/dev/null
 ) >target/smoke-lane.log 2>&1 &
 lane=$!
+# The CrewAI tests, in their own environment, run beside the smoke runs too (they also mostly wait).
+(
+  set -e
+  wait_for_crewai_env() { while kill -0 "$crewai_env_pid" 2>/dev/null; do sleep 1; done; }
+  wait_for_crewai_env
+  .venv-crewai/bin/python -c "import crewai, subagent_tracker.integrations.crewai" \
+    || { cat target/crewai-env.log; echo "could not make .venv-crewai"; exit 1; }
+  SUBAGENT_TRACKER_FRAMEWORKS=crewai,pydantic_ai,langgraph,strands,agno .venv-crewai/bin/python -m pytest \
+    --timeout 120 -p no:cacheprovider tests/test_integrations_crewai.py tests/test_integrations_cross_framework.py
+) >target/pytest-crewai-summary.log 2>&1 &
+crewai_lane=$!
 # If the Python lane fails, set -e ends the script here: stop the other lane and show what it printed.
-trap 'pkill -P "$lane" 2>/dev/null; kill "$lane" 2>/dev/null; cat target/smoke-lane.log' EXIT
+trap 'pkill -P "$lane" 2>/dev/null; kill "$lane" "$crewai_lane" 2>/dev/null; cat target/smoke-lane.log' EXIT
 echo "-- the Python blocks of the README and docs/integrations.md, as written; the demo, the examples and the"
 echo "   Python benchmarks"
+# The CrewAI block of docs/integrations.md runs in .venv-crewai, once it is made.
+while kill -0 "$crewai_env_pid" 2>/dev/null; do sleep 1; done
 python scripts/run_doc_examples.py --strict
 python -m subagent_tracker demo --plain --subagents 60 --speed 4 >/dev/null
 python examples/quickstart.py >/dev/null
@@ -101,12 +127,24 @@ python benches/integrations_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 1000 --rounds 1 >/dev/null
 lane_status=0
 wait "$lane" || lane_status=$?
+crewai_status=0
+wait "$crewai_lane" || crewai_status=$?
 trap - EXIT
 cat target/smoke-lane.log
 [ "$lane_status" -eq 0 ] || { echo "the smoke lane of the Rust examples and Redis benchmarks failed"; exit 1; }
+echo "-- pytest in .venv-crewai: CrewAI, and the cross-framework pairs of the frameworks installed with it"
+cat target/pytest-crewai-summary.log
+[ "$crewai_status" -eq 0 ] || { echo "the CrewAI tests failed"; exit 1; }
+# The CrewAI module skips itself where CrewAI is missing: here a skip would hide that it never ran.
+if grep -Eq "[0-9]+ skipped" target/pytest-crewai-summary.log; then
+  echo "a test was skipped in .venv-crewai"
+  exit 1
+fi
 step "done"
 
 # The counts again, last, since the smoke runs above print after pytest's own summary.
-summary=$(grep -Eo '[0-9]+ passed' target/pytest-summary.log | tail -1 | grep -Eo '[0-9]+')
-failed=$(grep -Eo '[0-9]+ failed' target/pytest-summary.log | tail -1 | grep -Eo '[0-9]+' || true)
-printf '\npytest: %s passed, %s failed\n' "${summary:-0}" "${failed:-0}"
+for log in target/pytest-summary.log target/pytest-crewai-summary.log; do
+  summary=$(grep -Eo '[0-9]+ passed' "$log" | tail -1 | grep -Eo '[0-9]+')
+  failed=$(grep -Eo '[0-9]+ failed' "$log" | tail -1 | grep -Eo '[0-9]+' || true)
+  printf '\npytest (%s): %s passed, %s failed\n' "$log" "${summary:-0}" "${failed:-0}"
+done

@@ -35,6 +35,7 @@ EXTRA_OF_MODULE = {
     "strands": "strands",
     "agno": "agno",
     "google": "adk",
+    "crewai": "crewai",
     "opentelemetry": "otel",
     "starlette": "server",
     "uvicorn": "server",
@@ -42,6 +43,9 @@ EXTRA_OF_MODULE = {
 }
 #: The extras whose framework needs a later Python than this package's oldest (pyproject.toml's markers).
 OLDEST_PYTHON_OF_EXTRA = {"pydantic-ai": (3, 11), "adk": (3, 11)}
+#: The extras that cannot be installed beside the others, and the environment that scripts/check.sh makes for
+#: each: a block that needs one runs with that environment's interpreter.
+ENVIRONMENT_OF_EXTRA = {"crewai": ROOT / ".venv-crewai" / "bin" / "python"}
 #: The modules of this package that need an extra, and the module of the extra they import.
 EXTRA_OF_PACKAGE_MODULE = {
     "subagent_tracker.integrations.pydantic_ai": "pydantic_ai",
@@ -50,6 +54,7 @@ EXTRA_OF_PACKAGE_MODULE = {
     "subagent_tracker.integrations.strands": "strands",
     "subagent_tracker.integrations.agno": "agno",
     "subagent_tracker.integrations.adk": "google",
+    "subagent_tracker.integrations.crewai": "crewai",
     "subagent_tracker.integrations.otel": "opentelemetry",
     "subagent_tracker.dashboard": "starlette",
 }
@@ -89,6 +94,10 @@ def missing_extra(code: str) -> tuple[str, str] | None:
 def run_block(name: str, line: int, code: str, strict: bool) -> bool:
     """Runs one block; false if it failed, timed out, or (with ``strict``) was skipped."""
     lacking = missing_extra(code)
+    interpreter = sys.executable
+    if lacking is not None and ENVIRONMENT_OF_EXTRA.get(lacking[0], Path("/nonexistent")).exists():
+        interpreter = str(ENVIRONMENT_OF_EXTRA[lacking[0]])
+        lacking = None
     if lacking is not None:
         extra, module = lacking
         oldest = OLDEST_PYTHON_OF_EXTRA.get(extra)
@@ -105,7 +114,7 @@ def run_block(name: str, line: int, code: str, strict: bool) -> bool:
         return not strict
     try:
         result = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_SECONDS
+            [interpreter, "-c", code], capture_output=True, text=True, timeout=TIMEOUT_SECONDS
         )
     except subprocess.TimeoutExpired:
         print(f"{name} line {line}: the block ran longer than {TIMEOUT_SECONDS} s", file=sys.stderr)

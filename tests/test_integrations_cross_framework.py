@@ -10,59 +10,41 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from adk_fakes import ScriptedLlm as AdkScriptedLlm
-from adk_fakes import SlowStreamingLlm
-from agents import AgentToolStreamEvent, RawResponsesStreamEvent, ToolCallOutputItem, function_tool
-from agents.tool_context import ToolContext
-from agno.agent import Agent as AgnoAgent
-from agno.run.cancel import get_cancellation_manager, set_cancellation_manager
-from agno.tools import tool as agno_tool
-from agno_fakes import ScriptedModel as AgnoScriptedModel
-from agno_fakes import SlowStreamingModel
-from google.adk.agents import LlmAgent
-from google.adk.apps import App
-from google.adk.runners import Runner
-from google.adk.sessions import InMemorySessionService
-from google.genai import types as adk_types
-from langchain_core.messages import HumanMessage, ToolMessage
-from langchain_core.tools import tool as langchain_tool
-from langgraph_fakes import agent_graph, scripted_model, tool_calls
-from openai.types.responses import ResponseTextDeltaEvent
-from openai_agents_fakes import calls_step, scripted_agent, slow_text_step, text_step
-from pydantic_ai import Agent as PydanticAgent
-from pydantic_ai_fakes import all_tool_results, calls_then_text, slow_text
-from strands import Agent as StrandsAgent
-from strands import tool as strands_tool
-from strands_fakes import Reply, ScriptedModel, ToolCall
 
 from subagent_tracker import Session, SubagentStatus
 from subagent_tracker.integrations import answers_for_subagents, cancelled_run_text
-from subagent_tracker.integrations.adk import SubagentTrackerPlugin
-from subagent_tracker.integrations.agno import SubagentCancellationManager
-from subagent_tracker.integrations.langgraph import tracked_astream, tracked_subgraph_tool
-from subagent_tracker.integrations.openai_agents import tracked_as_tool, tracked_run_streamed
-from subagent_tracker.integrations.pydantic_ai import SubagentTracking
-from subagent_tracker.integrations.strands import SubagentHooks
 
+# Each framework is imported by the functions that build its agents: the frameworks tested are those of the
+# environment the test runs in (CrewAI's pins keep it out of the main one).
 pytestmark = pytest.mark.timeout(60)
+
+
+#: The frameworks of the main environment; ``.venv-crewai`` names its own in ``SUBAGENT_TRACKER_FRAMEWORKS``.
+MAIN_ENVIRONMENT = "pydantic_ai,openai_agents,langgraph,strands,agno,adk"
+FRAMEWORKS = os.environ.get("SUBAGENT_TRACKER_FRAMEWORKS", MAIN_ENVIRONMENT).split(",")
+PAIRS = [(x, y) for x in FRAMEWORKS for y in FRAMEWORKS if x != y]
 
 
 @pytest.fixture(autouse=True)
 def _agno_manager_restored() -> Iterator[None]:
     """Agno's manager is the process's: each test that installs one gives Agno its own back after."""
+    if "agno" not in FRAMEWORKS:
+        yield
+        return
+    from agno.run.cancel import get_cancellation_manager, set_cancellation_manager
+
     installed = get_cancellation_manager()
     yield
     set_cancellation_manager(installed)
 
 
-FRAMEWORKS = ["pydantic_ai", "openai_agents", "langgraph", "strands", "agno", "adk"]
-PAIRS = [(x, y) for x in FRAMEWORKS for y in FRAMEWORKS if x != y]
 WORDS = [f"w{index}" for index in range(300)]
 DELAY = 0.01  # 300 words x 10 ms = 3 s: only the cancel ends the subagent within the test
 CHUNKS_BEFORE_THE_CANCEL = 5
@@ -80,6 +62,11 @@ class Subagent:
 
 
 def pydantic_ai_subagent(session: Session) -> Subagent:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai_fakes import slow_text
+
+    from subagent_tracker.integrations.pydantic_ai import SubagentTracking
+
     streamed = [0]
     sub = PydanticAgent(
         slow_text(len(WORDS), delay=DELAY, prefix="w", streamed=lambda n: streamed.__setitem__(0, n)),
@@ -99,6 +86,13 @@ def pydantic_ai_subagent(session: Session) -> Subagent:
 
 
 def openai_agents_subagent(session: Session) -> Subagent:
+    from agents import AgentToolStreamEvent, RawResponsesStreamEvent
+    from agents.tool_context import ToolContext
+    from openai.types.responses import ResponseTextDeltaEvent
+    from openai_agents_fakes import scripted_agent, slow_text_step
+
+    from subagent_tracker.integrations.openai_agents import tracked_as_tool
+
     deltas = [0]
 
     def count(payload: AgentToolStreamEvent) -> None:
@@ -124,6 +118,10 @@ def openai_agents_subagent(session: Session) -> Subagent:
 
 
 def langgraph_subagent(session: Session) -> Subagent:
+    from langgraph_fakes import agent_graph, scripted_model
+
+    from subagent_tracker.integrations.langgraph import tracked_subgraph_tool
+
     model = scripted_model([" ".join(WORDS)], token_delay=DELAY)
     sub_tool = tracked_subgraph_tool(
         agent_graph(model, name=SUB), session, name=SUB, description="Researches.", task_id=SUB
@@ -136,6 +134,11 @@ def langgraph_subagent(session: Session) -> Subagent:
 
 
 def strands_subagent(session: Session) -> Subagent:
+    from strands import Agent as StrandsAgent
+    from strands_fakes import Reply, ScriptedModel
+
+    from subagent_tracker.integrations.strands import SubagentHooks
+
     model = ScriptedModel([Reply(" ".join(WORDS), chunk_delay=DELAY)])
     sub = StrandsAgent(
         model=model, name=SUB, hooks=[SubagentHooks(session, task_id=SUB)], callback_handler=None
@@ -149,6 +152,12 @@ def strands_subagent(session: Session) -> Subagent:
 
 
 def agno_subagent(session: Session) -> Subagent:
+    from agno.agent import Agent as AgnoAgent
+    from agno.run.cancel import set_cancellation_manager
+    from agno_fakes import SlowStreamingModel
+
+    from subagent_tracker.integrations.agno import SubagentCancellationManager
+
     set_cancellation_manager(SubagentCancellationManager(session))
     model = SlowStreamingModel(words=WORDS, delay=DELAY)
     sub = AgnoAgent(name=SUB, model=model, telemetry=False)
@@ -163,8 +172,14 @@ def agno_subagent(session: Session) -> Subagent:
     return Subagent(ask, lambda: model.streamed)
 
 
-async def _adk_run(agent: LlmAgent, plugin: SubagentTrackerPlugin) -> list[Any]:
-    """Runs ``agent`` as an app of its own on one message; the events of its saved session."""
+async def _adk_run(agent: Any, plugin: Any) -> list[Any]:
+    """Runs ADK's ``agent`` as an app of its own, with ``plugin``, on one message; the events of its saved
+    session."""
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types as adk_types
+
     app = App(name="cross_framework", root_agent=agent, plugins=[plugin])
     service = InMemorySessionService()
     created = await service.create_session(app_name=app.name, user_id="user")
@@ -179,6 +194,11 @@ async def _adk_run(agent: LlmAgent, plugin: SubagentTrackerPlugin) -> list[Any]:
 
 
 def adk_subagent(session: Session) -> Subagent:
+    from adk_fakes import SlowStreamingLlm
+    from google.adk.agents import LlmAgent
+
+    from subagent_tracker.integrations.adk import SubagentTrackerPlugin
+
     model = SlowStreamingLlm(words=WORDS, delay=DELAY)
     sub = LlmAgent(name=SUB, model=model)
 
@@ -193,6 +213,34 @@ def adk_subagent(session: Session) -> Subagent:
     return Subagent(ask, lambda: model.streamed)
 
 
+def crewai_subagent(session: Session) -> Subagent:
+    from crewai.tools import tool as crewai_tool
+    from crewai_fakes import crew_of
+
+    from subagent_tracker.integrations.crewai import tracked_kickoff_async
+
+    # CrewAI stops between steps, not mid stream: a first task answers the first words (the partial output a
+    # cancel keeps), and a second ticks through the rest, one tool call a word.
+    ticks = [0]
+
+    @crewai_tool("tick")  # type: ignore[untyped-decorator,unused-ignore]  # typed where CrewAI is installed
+    def tick(word: str) -> str:
+        """Writes one word."""
+        time.sleep(DELAY)
+        ticks[0] += 1
+        return word
+
+    first = " ".join(WORDS[:CHUNKS_BEFORE_THE_CANCEL])
+    rest: list[Any] = [("tick", {"word": word}) for word in WORDS[CHUNKS_BEFORE_THE_CANCEL:]]
+    crew = crew_of(SUB, ("opener", [first], []), ("writer", [*rest, " ".join(WORDS)], [tick]))
+
+    async def ask() -> str:
+        # raises TaskCancelledError when cancelled
+        return str((await tracked_kickoff_async(session, crew, task_id=SUB)).raw)
+
+    return Subagent(ask, lambda: CHUNKS_BEFORE_THE_CANCEL + ticks[0] if ticks[0] else 0)
+
+
 SUBAGENTS: dict[str, Callable[[Session], Subagent]] = {
     "pydantic_ai": pydantic_ai_subagent,
     "openai_agents": openai_agents_subagent,
@@ -200,6 +248,7 @@ SUBAGENTS: dict[str, Callable[[Session], Subagent]] = {
     "strands": strands_subagent,
     "agno": agno_subagent,
     "adk": adk_subagent,
+    "crewai": crewai_subagent,
 }
 
 # --- orchestrators (X): one tool, "ask", whose body is ``ask``; returns the text that answers its call -----
@@ -208,6 +257,11 @@ Orchestrator = Callable[[Session, Callable[[], Awaitable[str]]], Awaitable[str]]
 
 
 async def pydantic_ai_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai_fakes import all_tool_results, calls_then_text
+
+    from subagent_tracker.integrations.pydantic_ai import SubagentTracking
+
     orchestrator = PydanticAgent(
         calls_then_text([("ask", {})]),
         name="orchestrator",
@@ -225,6 +279,11 @@ async def pydantic_ai_orchestrator(session: Session, ask: Callable[[], Awaitable
 
 
 async def openai_agents_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    from agents import ToolCallOutputItem, function_tool
+    from openai_agents_fakes import calls_step, scripted_agent, text_step
+
+    from subagent_tracker.integrations.openai_agents import tracked_run_streamed
+
     async def ask_body() -> str:
         """Asks the subagent."""
         return await ask()
@@ -243,6 +302,12 @@ async def openai_agents_orchestrator(session: Session, ask: Callable[[], Awaitab
 
 
 async def langgraph_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    from langchain_core.messages import HumanMessage, ToolMessage
+    from langchain_core.tools import tool as langchain_tool
+    from langgraph_fakes import agent_graph, scripted_model, tool_calls
+
+    from subagent_tracker.integrations.langgraph import tracked_astream
+
     async def ask_body() -> str:
         """Asks the subagent."""
         return await ask()
@@ -265,6 +330,12 @@ async def langgraph_orchestrator(session: Session, ask: Callable[[], Awaitable[s
 
 
 async def strands_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    from strands import Agent as StrandsAgent
+    from strands import tool as strands_tool
+    from strands_fakes import Reply, ScriptedModel, ToolCall
+
+    from subagent_tracker.integrations.strands import SubagentHooks
+
     @strands_tool(name="ask")
     async def ask_tool() -> str:
         """Asks the subagent."""
@@ -289,6 +360,13 @@ async def strands_orchestrator(session: Session, ask: Callable[[], Awaitable[str
 
 
 async def agno_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    from agno.agent import Agent as AgnoAgent
+    from agno.run.cancel import set_cancellation_manager
+    from agno.tools import tool as agno_tool
+    from agno_fakes import ScriptedModel as AgnoScriptedModel
+
+    from subagent_tracker.integrations.agno import SubagentCancellationManager
+
     # No adapter reaches an Agno agent's tools: the tool opts in, as a LangGraph tool does.
     async def ask_body() -> str:
         """Asks the subagent."""
@@ -307,6 +385,11 @@ async def agno_orchestrator(session: Session, ask: Callable[[], Awaitable[str]])
 
 
 async def adk_orchestrator(session: Session, ask_subagent: Callable[[], Awaitable[str]]) -> str:
+    from adk_fakes import ScriptedLlm as AdkScriptedLlm
+    from google.adk.agents import LlmAgent
+
+    from subagent_tracker.integrations.adk import SubagentTrackerPlugin
+
     # No opt-in: the plugin makes each tool call answer for the subagents it runs.
     async def ask() -> str:
         """Asks the subagent."""
@@ -328,6 +411,28 @@ async def adk_orchestrator(session: Session, ask_subagent: Callable[[], Awaitabl
     )
 
 
+async def crewai_orchestrator(session: Session, ask: Callable[[], Awaitable[str]]) -> str:
+    from crewai.tools import tool as crewai_tool
+    from crewai_fakes import crew_of
+
+    from subagent_tracker.integrations.crewai import tracked_kickoff_async
+
+    # No adapter reaches a CrewAI tool, which runs in the crew's thread: the tool opts in, and runs the
+    # subagent on an event loop of its own there.
+    answers: list[str] = []
+
+    @crewai_tool("ask")  # type: ignore[untyped-decorator,unused-ignore]  # typed where CrewAI is installed
+    def ask_tool() -> str:
+        """Asks the subagent."""
+        answers.append(str(asyncio.run(answers_for_subagents(ask)())))
+        return answers[-1]
+
+    crew = crew_of("orchestrator", ("orchestrator", [("ask", {}), "orchestrator done"], [ask_tool]))
+    output = await tracked_kickoff_async(session, crew, task_id="orchestrator")
+    assert output.raw == "orchestrator done"
+    return answers[0]
+
+
 ORCHESTRATORS: dict[str, Orchestrator] = {
     "pydantic_ai": pydantic_ai_orchestrator,
     "openai_agents": openai_agents_orchestrator,
@@ -335,6 +440,7 @@ ORCHESTRATORS: dict[str, Orchestrator] = {
     "strands": strands_orchestrator,
     "agno": agno_orchestrator,
     "adk": adk_orchestrator,
+    "crewai": crewai_orchestrator,
 }
 
 

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
+from subagent_tracker._errors import TaskCancelledError
 from subagent_tracker.integrations import TrackedHandle, TrackedSession, tracked
 from subagent_tracker.integrations._support import (
     CancelledRun,
@@ -243,18 +244,19 @@ class SubagentTracking(AbstractCapability[Any]):
                     await _torn_down()
                 started = True
                 result = await handler(args)
-            except (asyncio.CancelledError, RunCancelled) as error:
+            except (asyncio.CancelledError, RunCancelled, TaskCancelledError) as error:
                 handle = state.handle
                 if handle is not None and handle.token.is_cancelled:
                     # The run is being cancelled and tears its tools down: a result returned then is kept in
                     # the history pydantic-ai records for the cancelled run, so this call is answered.
                     answer = _cancelled_call_text(call, tool_call.cancelled_run, handle.token.reason, started)
-                    if isinstance(error, RunCancelled):  # the subagent's cancel, ahead of this run's teardown
+                    if not isinstance(error, asyncio.CancelledError):  # a subagent's, ahead of this teardown
                         await _held_until_torn_down(state, ctx)
                     return answer
-                if isinstance(error, RunCancelled) and tool_call.cancelled_run is not None:
-                    # A tracked subagent was cancelled, not this run: pydantic-ai would answer the call with a
-                    # generic failure; this says why, and what the subagent had produced, and the run goes on.
+                if not isinstance(error, asyncio.CancelledError) and tool_call.cancelled_run is not None:
+                    # A tracked subagent was cancelled, not this run (a pydantic-ai agent raises RunCancelled,
+                    # a crew TaskCancelledError): pydantic-ai would answer the call with a generic failure;
+                    # this says why, and what the subagent had produced, and the run goes on.
                     return _cancelled_call_text(call, tool_call.cancelled_run, None, started)
                 raise
         await _held_until_torn_down(state, ctx)
