@@ -7,16 +7,20 @@ tracked through its adapter, measured in the same run.
 Each agent is built once and runs again and again, each run a new conversation (building an agent is not part
 of a run, and leaving it out makes the tracker's share larger, not smaller). The model of each is the
 framework's own fake, offline: pydantic-ai's ``TestModel``, the OpenAI Agents SDK's ``ScriptedModel``, and,
-for LangGraph, Strands and Agno, the scripted models of the tests. The tracked runs use an in-memory
-``Session``, and a Redis session on a local ``redis-server`` when one is installed. The agents take turns run
-by run, and each figure is the median run: a shared 2-core machine drifts, and the ratio is what to read. (The
-median leaves out the rare runs that a garbage collection lands in, whichever side made the garbage.)
+for LangGraph, Strands, Agno, Google ADK and CrewAI, the scripted models of the tests. CrewAI is installed
+in ``.venv-crewai`` only (its pins conflict with the main environment's): measure it with that environment's
+Python (``.venv-crewai/bin/python benches/integrations_bench.py --only CrewAI``). The tracked runs use an
+in-memory ``Session``, and a Redis session on a local ``redis-server`` when one is installed. The agents take
+turns run by run, and each figure is the median run: a shared 2-core machine drifts, and the ratio is what to
+read. (The median leaves out the rare runs that a garbage collection lands in, whichever side made the
+garbage.)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import logging
 import shutil
 import statistics
@@ -132,12 +136,58 @@ def agno_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     return run_once
 
 
-FRAMEWORKS: dict[str, Build] = {
-    "pydantic-ai": pydantic_ai_agent,
-    "OpenAI Agents": openai_agents_agent,
-    "LangGraph": langgraph_agent,
-    "Strands": strands_agent,
-    "Agno": agno_agent,
+def adk_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from adk_fakes import ScriptedLlm
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App
+    from google.adk.runners import Runner
+    from google.adk.sessions import InMemorySessionService
+    from google.genai import types
+
+    from subagent_tracker.integrations.adk import SubagentTrackerPlugin
+
+    logging.getLogger("google_adk").setLevel(logging.ERROR)  # a warning per run of a fake model's usage
+    plugins = [] if session is None else [SubagentTrackerPlugin(session)]
+    agent = LlmAgent(name="researcher", model=ScriptedLlm(steps=[REPLY]))
+    app = App(name="bench", root_agent=agent, plugins=plugins)
+    service = InMemorySessionService()
+    runner = Runner(app=app, session_service=service)
+    message = types.Content(role="user", parts=[types.Part.from_text(text="research this")])
+
+    async def run_once() -> None:
+        chat = await service.create_session(app_name="bench", user_id="user")
+        async for _event in runner.run_async(user_id="user", session_id=chat.id, new_message=message):
+            pass
+
+    return run_once
+
+
+def crewai_agent(session: TrackedSession | None, runs: int) -> RunOnce:
+    from crewai_fakes import crew_of
+
+    from subagent_tracker.integrations.crewai import tracked_kickoff_async
+
+    crew = crew_of("researcher", ("researcher", [REPLY], []))
+
+    async def run_once() -> None:
+        if session is None:
+            await crew.kickoff_async()
+        else:
+            await tracked_kickoff_async(session, crew)
+
+    return run_once
+
+
+#: Each framework's agent, and the module that says whether the framework is installed here (CrewAI is in
+#: .venv-crewai only, google-adk in the main environment only: run the script with each one's Python).
+FRAMEWORKS: dict[str, tuple[Build, str]] = {
+    "pydantic-ai": (pydantic_ai_agent, "pydantic_ai"),
+    "OpenAI Agents": (openai_agents_agent, "agents"),
+    "LangGraph": (langgraph_agent, "langgraph"),
+    "Strands": (strands_agent, "strands"),
+    "Agno": (agno_agent, "agno"),
+    "Google ADK": (adk_agent, "google.adk"),
+    "CrewAI": (crewai_agent, "crewai"),
 }
 
 
@@ -242,6 +292,13 @@ def print_table(rows: list[Row]) -> None:
         )
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package missing (``google``)
+        return False
+
+
 async def asyncio_session(url: str, session_id: str) -> AsyncRedisSession:
     registry = await AsyncRedisRegistry.connect(url)
     return await registry.session(session_id)
@@ -252,7 +309,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
-    smoke = parser.parse_args().smoke
+    parser.add_argument("--only", action="append", choices=list(FRAMEWORKS), help="measure these frameworks")
+    arguments = parser.parse_args()
+    smoke = arguments.smoke
     runs = 3 if smoke else 2_000
     server = None
     url: str | None = None
@@ -268,9 +327,14 @@ def main() -> None:
     print(f"python {sys.version.split()[0]}; the median of {runs} runs of each agent, taking turns\n")
     rows = []
     try:
-        for framework, build in FRAMEWORKS.items():
-            if framework == "pydantic-ai" and sys.version_info < (3, 11):
-                print("pydantic-ai: skipped, it needs Python 3.11 or later")
+        for framework, (build, module) in FRAMEWORKS.items():
+            if arguments.only and framework not in arguments.only:
+                continue
+            if framework in ("pydantic-ai", "Google ADK") and sys.version_info < (3, 11):
+                print(f"{framework}: skipped, it needs Python 3.11 or later")
+                continue
+            if not _installed(module):
+                print(f"{framework}: skipped, not installed in this environment")
                 continue
             figures = asyncio.run(measure(build, sessions, runs, url))
             check_every_run_completed(framework, checked)

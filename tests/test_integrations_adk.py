@@ -263,7 +263,8 @@ def test_a_parent_s_cancel_reaches_its_running_subagent(tracked_session: Blockin
     top, sub = _task_of(tracked_session, "orchestrator"), _task_of(tracked_session, "researcher")
     assert (top.status, top.cancel_reason) == (SubagentStatus.CANCELLED, "enough")
     assert (sub.status, sub.cancel_cause) == (SubagentStatus.CANCELLED, "parent")
-    assert None not in _responses(saved).values()
+    expected = cancelled_run_text(agent="researcher", task_id=sub.task_id, reason="enough", partial=None)
+    assert list(_responses(saved).values()) == [{"error": expected}], "the AgentTool call says why"
     assert not slow.finished
 
 
@@ -283,7 +284,8 @@ def test_a_session_cancel_and_a_deadline_stop_the_run(tracked_session: BlockingS
         await running
 
     asyncio.run(scenario())
-    assert _task_of(tracked_session, "other").status is SubagentStatus.CANCELLED
+    other_task = _task_of(tracked_session, "other")
+    assert (other_task.status, other_task.cancel_reason) == (SubagentStatus.CANCELLED, "the session is over")
 
 
 def test_the_caller_s_own_abort_signal_cancels_the_run_and_its_subagents(
@@ -310,7 +312,7 @@ def test_the_caller_s_own_abort_signal_cancels_the_run_and_its_subagents(
     saved = asyncio.run(scenario())
     top, sub = _task_of(tracked_session, "orchestrator"), _task_of(tracked_session, "researcher")
     assert (top.status, top.cancel_reason) == (SubagentStatus.CANCELLED, FRAMEWORK_CANCEL_REASON)
-    assert sub.status is SubagentStatus.CANCELLED
+    assert (sub.status, sub.cancel_reason) == (SubagentStatus.CANCELLED, FRAMEWORK_CANCEL_REASON)
     assert None not in _responses(saved).values()
 
 
@@ -321,20 +323,202 @@ def test_a_caller_that_stops_reading_cancels_the_run(tracked_session: BlockingSe
     assert (task.status, task.cancel_reason) == (SubagentStatus.CANCELLED, STREAM_CLOSED_REASON)
 
 
-def test_a_run_whose_caller_asyncio_cancels_still_ends(tracked_session: BlockingSession) -> None:
+def test_a_run_whose_caller_asyncio_cancels_ends_with_the_caller_s_task(
+    tracked_session: BlockingSession,
+) -> None:
     """ADK calls none of its plugins' callbacks for an invocation asyncio cancelled without an abort: the
-    task ends once ADK lets go of the invocation."""
+    run ends as the task that drove it does, with no garbage collection needed."""
     worker = _agent("worker", [("slow_search", {"query": "x"}), "never"], [_SlowTool().tool])
 
     async def scenario() -> None:
-        with pytest.raises(TimeoutError):
-            await asyncio.wait_for(_run(_app(tracked_session, worker)), 0.3)
-        gc.collect()
-        await _until(lambda: _task_of(tracked_session, "worker").finished, "the abandoned run's end")
+        gc.disable()
+        try:
+            driving = asyncio.create_task(_run(_app(tracked_session, worker)))
+            await _until(lambda: _started(tracked_session, "worker"), "the run's start")
+            driving.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await driving
+            await _until(lambda: _task_of(tracked_session, "worker").finished, "the abandoned run's end")
+        finally:
+            gc.enable()
 
     asyncio.run(scenario())
     task = _task_of(tracked_session, "worker")
     assert (task.status, task.cancel_reason) == (SubagentStatus.CANCELLED, RUN_STOPPED_REASON)
+
+
+def test_a_caller_that_breaks_off_and_runs_again_in_the_same_task_starts_a_top_level_run(
+    tracked_session: BlockingSession,
+) -> None:
+    """The run is never the current run of its caller's context: a second run after a ``break`` without
+    ``aclose()``, or after an ``asyncio.timeout``, in the same task, is top-level, and goes on when the first
+    one's end cascades."""
+
+    async def scenario() -> None:
+        service = InMemorySessionService()
+        first = _app(
+            tracked_session, _agent("first", [("slow_search", {"query": "x"}), "never"], [_SlowTool().tool])
+        )
+        runner = Runner(app=first, session_service=service)
+        chat = await service.create_session(app_name=first.name, user_id=USER)
+        message = types.Content(role="user", parts=[types.Part.from_text(text="go")])
+        async for _ in runner.run_async(user_id=USER, session_id=chat.id, new_message=message):
+            break
+        assert current_task() is None
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):  # type: ignore[attr-defined,unused-ignore]  # 3.11+, as ADK
+                await _run(
+                    _app(
+                        tracked_session,
+                        _agent("timed", [("slow_search", {"query": "y"})], [_SlowTool().tool]),
+                    )
+                )
+        assert current_task() is None
+        gc.collect()
+        await _run(_app(tracked_session, _agent("second", ["done"])))
+
+    asyncio.run(scenario())
+    second = _task_of(tracked_session, "second")
+    assert (second.status, second.parent_id) == (SubagentStatus.COMPLETED, None)
+
+
+def test_a_subagent_whose_call_a_failing_sibling_call_cancels_ends(tracked_session: BlockingSession) -> None:
+    """ADK cancels the other calls of a response when one raises: the AgentTool call's agent run ends (ADK
+    calls none of its callbacks), with no garbage collection needed."""
+    from google.adk.models.llm_response import LlmResponse
+
+    researcher = _agent("researcher", [("slow_search", {"query": "x"}), "never"], [_SlowTool().tool])
+
+    async def broken() -> str:
+        """Fails, a moment after it starts."""
+        await asyncio.sleep(0.3)
+        raise RuntimeError("the tool broke")
+
+    class TwoCalls(ScriptedLlm):
+        async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+            calls = [
+                types.FunctionCall(name="researcher", args={"request": "r"}, id="call-a"),
+                types.FunctionCall(name="broken", args={}, id="call-b"),
+            ]
+            parts = [types.Part(function_call=call) for call in calls]
+            yield LlmResponse(content=types.Content(role="model", parts=parts))
+
+    orchestrator = LlmAgent(
+        name="orchestrator", model=TwoCalls(steps=["x"]), tools=[AgentTool(researcher), broken]
+    )
+
+    async def scenario() -> None:
+        gc.disable()
+        try:
+            with pytest.raises(RuntimeError, match="the tool broke"):
+                await _run(_app(tracked_session, orchestrator))
+            await _until(lambda: _task_of(tracked_session, "researcher").finished, "the subagent's end")
+        finally:
+            gc.enable()
+
+    asyncio.run(scenario())
+    assert _task_of(tracked_session, "orchestrator").status is SubagentStatus.FAILED
+    sub = _task_of(tracked_session, "researcher")
+    assert (sub.status, sub.cancel_reason) == (SubagentStatus.CANCELLED, RUN_STOPPED_REASON)
+
+
+def test_a_retried_invocation_is_tracked_apart_from_the_one_it_retries(
+    tracked_session: BlockingSession,
+) -> None:
+    """A retry reuses the failed invocation's id: the old invocation's collection never ends the new run."""
+    attempts = [0]
+
+    async def flaky() -> str:
+        attempts[0] += 1
+        if attempts[0] == 1:
+            raise RuntimeError("the model is overloaded")
+        await asyncio.sleep(0.3)
+        return "the second try worked"
+
+    app = _app(tracked_session, _agent("worker", [flaky, flaky]))
+
+    async def scenario() -> None:
+        service = InMemorySessionService()
+        runner = Runner(app=app, session_service=service)
+        chat = await service.create_session(app_name=app.name, user_id=USER)
+        message = types.Content(role="user", parts=[types.Part.from_text(text="go")])
+        with pytest.raises(RuntimeError, match="overloaded"):
+            async for _ in runner.run_async(user_id=USER, session_id=chat.id, new_message=message):
+                pass
+        saved = await service.get_session(app_name=app.name, user_id=USER, session_id=chat.id)
+        assert saved is not None
+        failed_invocation = saved.events[0].invocation_id
+
+        async def retry() -> None:
+            async for _ in runner.run_async(
+                user_id=USER, session_id=chat.id, invocation_id=failed_invocation
+            ):
+                pass
+
+        retrying = asyncio.create_task(retry())
+        await asyncio.sleep(0.1)
+        gc.collect()  # the first invocation is collected while the retry runs
+        await retrying
+
+    asyncio.run(scenario())
+    statuses = sorted((task.status.value, task.result) for task in tracked_session.subagent_tasks())
+    assert statuses == [("completed", "the second try worked"), ("failed", None)]
+
+
+def test_a_run_that_ends_while_its_caller_handles_a_cancel_completes(
+    tracked_session: BlockingSession,
+) -> None:
+    async def scenario() -> None:
+        try:
+            raise asyncio.CancelledError
+        except asyncio.CancelledError:
+            # A summary on shutdown: the cancel being handled is the caller's, not the run's.
+            await _run(_app(tracked_session, _agent("summariser", ["the summary"])))
+
+    asyncio.run(scenario())
+    task = _task_of(tracked_session, "summariser")
+    assert (task.status, task.result) == (SubagentStatus.COMPLETED, "the summary")
+
+
+def test_a_workflow_root_ends_with_the_last_answer_of_its_agents(tracked_session: BlockingSession) -> None:
+    from google.adk.agents import SequentialAgent
+
+    pipeline = SequentialAgent(
+        name="pipeline", sub_agents=[_agent("drafter", ["a draft"]), _agent("editor", ["the final edit"])]
+    )
+    asyncio.run(_run(_app(tracked_session, pipeline)))  # type: ignore[arg-type]
+    task = _task_of(tracked_session, "pipeline")
+    assert (task.status, task.result) == (SubagentStatus.COMPLETED, "the final edit")
+
+
+def test_the_plugins_after_this_one_see_the_calls_a_cancel_answered(tracked_session: BlockingSession) -> None:
+    from google.adk.plugins.base_plugin import BasePlugin
+
+    seen: list[Any] = []
+
+    class Watcher(BasePlugin):
+        async def on_event_callback(self, *, invocation_context: Any, event: Event) -> None:
+            seen.extend(response.response for response in event.get_function_responses())
+
+    slow = _SlowTool()
+    worker = _agent("worker", [("slow_search", {"query": "x"}), "never"], [slow.tool])
+    app = App(
+        name="watched_app",
+        root_agent=worker,
+        plugins=[SubagentTrackerPlugin(tracked_session), Watcher(name="watcher")],
+    )
+
+    async def scenario() -> None:
+        async def stop() -> None:
+            await slow.begun.wait()
+            tracked_session.cancel_subagent_task(_task_of(tracked_session, "worker").task_id, "stop")
+
+        stopping = asyncio.create_task(stop())
+        await _run(app)
+        await stopping
+
+    asyncio.run(scenario())
+    assert seen == [{"error": "The tool 'slow_search' was cancelled while running: stop."}]
 
 
 def test_a_run_inside_a_tracked_run_is_its_child(tracked_session: BlockingSession) -> None:
