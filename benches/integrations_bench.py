@@ -140,6 +140,7 @@ def adk_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from adk_fakes import ScriptedLlm
     from google.adk.agents import LlmAgent
     from google.adk.apps import App
+    from google.adk.plugins.base_plugin import BasePlugin
     from google.adk.runners import Runner
     from google.adk.sessions import InMemorySessionService
     from google.genai import types
@@ -147,7 +148,7 @@ def adk_agent(session: TrackedSession | None, runs: int) -> RunOnce:
     from subagent_tracker.integrations.adk import SubagentTrackerPlugin
 
     logging.getLogger("google_adk").setLevel(logging.ERROR)  # a warning per run of a fake model's usage
-    plugins = [] if session is None else [SubagentTrackerPlugin(session)]
+    plugins: list[BasePlugin] = [] if session is None else [SubagentTrackerPlugin(session)]
     agent = LlmAgent(name="researcher", model=ScriptedLlm(steps=[REPLY]))
     app = App(name="bench", root_agent=agent, plugins=plugins)
     service = InMemorySessionService()
