@@ -46,9 +46,12 @@ step "the environment of the CrewAI tests (.venv-crewai), made in the background
 (
   set -e
   [ -x .venv-crewai/bin/python ] || python -m venv .venv-crewai
-  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps \
-    target/wheels/*.whl
-  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-crewai.txt \
+  # --no-compile: byte-compiling CrewAI's 1.2 GB would take the cores from the compiling steps beside it; the
+  # few modules the tests import are compiled as they are imported.
+  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check --no-compile --force-reinstall \
+    --no-deps target/wheels/*.whl
+  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check --no-compile \
+    -c scripts/constraints-crewai.txt \
     "$(ls target/wheels/*.whl)[crewai,pydantic-ai,langgraph,strands,agno]" pytest pytest-timeout pytest-xdist redis
 ) >target/crewai-env.log 2>&1 &
 crewai_env_pid=$!

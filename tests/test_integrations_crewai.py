@@ -38,7 +38,11 @@ from subagent_tracker.integrations.crewai import (  # noqa: E402
     tracked_kickoff_stream,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [
+    pytest.mark.timeout(120),
+    # CrewAI's own deprecations, raised by its own calls.
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai.*"),
+]
 
 
 def _calls(crew: Any) -> list[int]:

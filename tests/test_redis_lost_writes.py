@@ -1,7 +1,7 @@
 """Redis losing writes: a restart from an older snapshot, as a restore from a backup or a failover to a
 lagging replica leaves the server. One regression test per defect a hostile run found (each failed before
 its fix), against a real ``redis-server`` started again from its own ``SAVE``. CONTRACT §§2, 3, 18, 20, 21;
-the Rust suite (``crates/subagent-tracker-redis/tests/lost_writes.rs``) covers the same faults."""
+the Rust suite (``crates/subagent-tracker-redis/tests/stores/lost_writes.rs``) covers the same faults."""
 
 from __future__ import annotations
 

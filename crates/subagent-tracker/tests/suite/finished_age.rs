@@ -1,8 +1,7 @@
 //! CONTRACT §7 (age): finished tasks forgotten once old enough, on request (`forget_finished`) or by the
 //! session's `max_finished_age`; pending tasks never.
 
-mod common;
-
+use crate::common;
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};

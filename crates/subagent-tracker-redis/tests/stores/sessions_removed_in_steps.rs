@@ -3,11 +3,9 @@
 //! process finds it; a new incarnation of its id begins once the old one's keys are gone, whoever takes the
 //! removal's last steps.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{calls_of, cli, log_every_call, RedisServer};
+use crate::common::{calls_of, cli, log_every_call, RedisServer};
 use subagent_tracker::{TaskStart, TrackerConfig, TrackerError};
 use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisSession, RedisTrackerError};
 

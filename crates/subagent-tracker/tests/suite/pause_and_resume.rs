@@ -1,8 +1,7 @@
 //! CONTRACT §5, pause and resume: a runner pauses its task for a person, the session resumes it with a value,
 //! and a pause is pending like running, so cancels, cascades, deadlines and ends still reach it.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;

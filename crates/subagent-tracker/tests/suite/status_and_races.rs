@@ -1,7 +1,6 @@
 //! CONTRACT §2 and §3: status transitions, and the first transition winning under races.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;

@@ -2,12 +2,10 @@
 //! fix, against a real `redis-server` (CONTRACT §§19-21). The Python suite (`tests/test_redis_store_under_attack.py`)
 //! covers the same defects with real processes killed and stopped.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, RedisServer};
+use crate::common::{eventually, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig, TrackerError};
 use subagent_tracker_redis::{
     RedisOptions, RedisRegistry, RedisSession, RedisTrackerError, SESSION_LOST_REASON,

@@ -1,9 +1,7 @@
 //! Contract §22 on Redis: a batch is one round trip that opens every one of its tasks or none, and a cancel of
 //! a parent reaches every child the batch opens under it.
 
-mod common;
-
-use common::{eventually, RedisServer};
+use crate::common::{eventually, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig, TrackerError};
 use subagent_tracker_redis::RedisTrackerError;
 

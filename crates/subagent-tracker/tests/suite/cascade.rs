@@ -1,7 +1,6 @@
 //! CONTRACT §3: cascade, session cancel and close, and cascades racing child starts.
 
-mod common;
-
+use crate::common;
 use std::sync::Barrier;
 use std::thread;
 

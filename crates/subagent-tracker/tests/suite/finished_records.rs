@@ -2,8 +2,7 @@
 //! as its live entry did (its snapshot, claims, waits, a late escalation), and restarts of its id racing its
 //! end keep the retention count exact.
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
 use subagent_tracker::{

@@ -1,8 +1,7 @@
 //! CONTRACT §5 (structured failures): a failure keeps its message, type and code, on the live task and on its
 //! finished record, by handle and by id, and the first transition still wins.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Barrier};
 use std::thread;
 

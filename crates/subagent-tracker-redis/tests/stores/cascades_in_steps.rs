@@ -2,11 +2,10 @@
 //! first, so that no child started meanwhile is left running; the cancel returns once every step is done, and a
 //! walk whose canceller stops taking its steps is finished by a worker's timer loop.
 
-mod common;
-
+use crate::common;
 use std::time::{Duration, Instant};
 
-use common::{function_calls, RedisServer};
+use crate::common::{function_calls, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisSession, RedisTaskHandle};
 

@@ -1,7 +1,6 @@
 //! CONTRACT §5, §6 and §7: starts, queries and the bound on retained tasks.
 
-mod common;
-
+use crate::common;
 use std::time::Duration;
 
 use subagent_tracker::{

@@ -1,7 +1,6 @@
 //! CONTRACT §18: reserved tasks are queued until claimed, and a cancel before the claim is never lost.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;

@@ -2,8 +2,7 @@
 //! each with its pending descendants and cause `requested`, and returns the ids of the matching tasks it moved,
 //! in start order. Of racing cancels, each task is reported by exactly one.
 
-mod common;
-
+use crate::common;
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
 use std::thread;

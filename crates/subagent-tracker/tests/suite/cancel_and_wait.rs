@@ -1,8 +1,7 @@
 //! CONTRACT §3, cancel and wait: the wait ends once the runner has ended and every cancel handler of the task
 //! and of its descendants has finished its work, a handler that hands its work on included.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;

@@ -1,9 +1,7 @@
 //! Contract §22 on Redis, ends and coalescing: a batch of ends is one round trip with a result per end, and the
 //! starts and ends that wait together in one process go to the server as one call, each keeping its own outcome.
 
-mod common;
-
-use common::{calls_of, cli, function_calls, log_every_call, RedisServer};
+use crate::common::{calls_of, cli, function_calls, log_every_call, RedisServer};
 use futures_util::future::join_all;
 use subagent_tracker::{
     EndTarget, SubagentStatus, TaskEnd, TaskFailure, TaskStart, TrackerConfig, TrackerError,

@@ -2,8 +2,7 @@
 //! reservation of the id begins `Cancelled`, with its reason and cause `requested`; records expire, are used
 //! once, and never miss a start that races them.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;

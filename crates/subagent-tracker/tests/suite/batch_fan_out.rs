@@ -1,8 +1,7 @@
 //! CONTRACT §22: a batch starts or reserves every one of its tasks, or none; a cancel of a parent reaches every
 //! child the batch opens under it, whenever the cancel lands; a batch of ends gives each end its own result.
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;

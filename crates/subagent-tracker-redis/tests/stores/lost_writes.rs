@@ -3,11 +3,9 @@
 //! test of one defect that a hostile run found (contract §§2, 3, 18, 20, 21); the Python suite
 //! (`tests/test_redis_lost_writes.py`) covers the same faults across processes.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{cli, eventually, RedisServer};
+use crate::common::{cli, eventually, RedisServer};
 use subagent_tracker::{CancelCause, SubagentEventKind, SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::{
     RedisOptions, RedisRegistry, RedisSession, RedisTrackerError, LEASE_LOST_REASON,

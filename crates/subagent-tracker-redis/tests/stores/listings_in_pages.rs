@@ -1,11 +1,9 @@
 //! Contract §6 on Redis: listings page through the server, a bounded page per call, and the whole listings are
 //! built from the pages.
 
-mod common;
-
 use std::collections::HashSet;
 
-use common::{cli, RedisServer};
+use crate::common::{cli, RedisServer};
 use subagent_tracker::{SubagentStatus, TaskStart, TrackerConfig};
 use subagent_tracker_redis::MAX_PAGE;
 

@@ -1,7 +1,6 @@
 //! Deadlines, cancel callbacks, linked tokens, detached children and cancel causes (docs/agent-loops.md).
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;

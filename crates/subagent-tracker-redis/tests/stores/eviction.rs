@@ -4,11 +4,9 @@
 //! The regression test of defect 8 of the hostile run on the store; `tests/test_redis_eviction.py` is its Python
 //! twin.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{cli, RedisServer};
+use crate::common::{cli, RedisServer};
 use subagent_tracker::{TaskStart, TrackerConfig};
 use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError, SESSION_LOST_REASON};
 

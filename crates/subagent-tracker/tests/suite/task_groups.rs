@@ -2,8 +2,7 @@
 //! (cause `ChildFailed`, the child as origin) and so its other children; the parent's own end, completing or
 //! failing, cancels its pending children. Without `structured` a failure is the child's own.
 
-mod common;
-
+use crate::common;
 use std::sync::{Arc, Barrier};
 use std::thread;
 

@@ -1,10 +1,8 @@
 //! Defects a review found in the Redis store, each reproduced, each fixed.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{eventually, RedisServer};
+use crate::common::{eventually, RedisServer};
 use subagent_tracker::{
     SubagentStatus, TaskStart, TrackerConfig, DROPPED_HANDLE_ERROR, MAX_PROGRESS_MESSAGE_BYTES,
 };

@@ -1,11 +1,9 @@
 //! Contract §§2, 3, 18 and 20 across workers: several registries (each a worker, as each process would be) on
 //! one real Redis server.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{eventually, RedisServer};
+use crate::common::{eventually, RedisServer};
 use subagent_tracker::{
     CancelCause, ClaimProblem, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
 };

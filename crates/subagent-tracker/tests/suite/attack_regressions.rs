@@ -1,7 +1,6 @@
 //! Regression tests for the defects found under attack that show in the core (numbered as in the report).
 
-mod common;
-
+use crate::common;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
