@@ -2,8 +2,8 @@
 as a cache often is), against a real ``redis-server``: refused when connecting unless allowed; once
 allowed, a session whose keys were evicted raises ``SessionLostError``, never ``SessionClosedError``, its
 runners stop with ``SESSION_LOST_REASON``, and the sweep removes what eviction left. The regression test of
-defect 8 of the hostile run on the store; ``crates/subagent-tracker-redis/tests/stores/eviction.rs`` is its Rust
-twin."""
+defect 8 of the hostile run on the store; ``crates/subagent-tracker-redis/tests/stores/eviction.rs`` is its
+Rust twin."""
 
 from __future__ import annotations
 
