@@ -168,6 +168,7 @@ def crewai_agent(session: TrackedSession | None, runs: int) -> RunOnce:
 
     from subagent_tracker.integrations.crewai import tracked_kickoff_async
 
+    logging.getLogger("crewai").setLevel(logging.ERROR)  # a warning per run of a fake model's token count
     crew = crew_of("researcher", ("researcher", [REPLY], []))
 
     async def run_once() -> None:
