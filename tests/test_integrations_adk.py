@@ -481,13 +481,15 @@ def test_a_run_that_ends_while_its_caller_handles_a_cancel_completes(
 
 
 def test_a_workflow_root_ends_with_the_last_answer_of_its_agents(tracked_session: BlockingSession) -> None:
-    from google.adk.agents import SequentialAgent
+    """A workflow's invocation names no agent: its task has the app's name, and the last answer of the
+    workflow's agents as its result."""
+    from google.adk.workflow import START, Workflow
 
-    pipeline = SequentialAgent(
-        name="pipeline", sub_agents=[_agent("drafter", ["a draft"]), _agent("editor", ["the final edit"])]
-    )
-    asyncio.run(_run(_app(tracked_session, pipeline)))  # type: ignore[arg-type]
-    task = _task_of(tracked_session, "pipeline")
+    drafter, editor = _agent("drafter", ["a draft"]), _agent("editor", ["the final edit"])
+    pipeline = Workflow(name="pipeline", edges=[(START, drafter), (drafter, editor)])
+    app = App(name="publishing", root_agent=pipeline, plugins=[SubagentTrackerPlugin(tracked_session)])
+    asyncio.run(_run(app))
+    task = _task_of(tracked_session, "publishing")
     assert (task.status, task.result) == (SubagentStatus.COMPLETED, "the final edit")
 
 

@@ -173,8 +173,9 @@ class SubagentTrackerPlugin(BasePlugin):
     task of ``session``: the app's own runs, and the run of each agent an ``AgentTool`` calls (``AgentTool``
     passes its caller's plugins on to it).
 
-    - The task's ``agent`` is the invoked agent's name; its parent is the innermost tracked run of the current
-      context, of any framework (an agent run by an ``AgentTool`` has the calling agent's run as its parent);
+    - The task's ``agent`` is the invoked agent's name (the app's, for a workflow); its parent is the
+      innermost tracked run of the current context, of any framework (an agent run by an ``AgentTool`` has
+      the calling agent's run as its parent);
       ``task_id`` is a string or a zero-argument callable (called once per run), generated when ``None``;
       ``timeout`` gives each run a deadline. What the invocation's tools start is its child; its caller's own
       context is left as it was.
@@ -473,8 +474,10 @@ def _close(exits: contextlib.ExitStack) -> None:
         exits.close()
 
 
-def _agent_name(context: InvocationContext) -> str | None:
-    return None if context.agent is None else context.agent.name
+def _agent_name(context: InvocationContext) -> str:
+    """The invoked agent's name; the app's, for an invocation of a workflow, which ADK's context names no
+    agent for."""
+    return context.session.app_name if context.agent is None else context.agent.name
 
 
 async def _follow(given: asyncio.Event, own: asyncio.Event) -> None:
