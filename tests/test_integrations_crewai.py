@@ -339,3 +339,138 @@ def test_bad_arguments_are_refused_before_any_task_starts(tracked_session: Block
     with pytest.raises(ValueError, match="timeout"):
         asyncio.run(tracked_kickoff_async(tracked_session, crew_of("c", ("r", ["x"], [])), timeout=-1))
     assert tracked_session.subagent_tasks() == []
+
+
+def test_the_caller_s_own_scoped_hooks_still_run_and_their_aborts_stay_failures(
+    tracked_session: BlockingSession,
+) -> None:
+    """The adapter's checkpoints come after the hooks the caller scoped itself: a guard that blocks a tool
+    still blocks it, and a hook's own abort of a model call is a failure, not a cancel."""
+    from crewai.hooks.dispatch import HookAborted, InterceptionPoint, register_scoped, scoped_hooks
+
+    ran: list[str] = []
+
+    @tool("delete_file")  # type: ignore[untyped-decorator,unused-ignore]  # typed where CrewAI is installed
+    def delete_file(path: str) -> str:
+        """Deletes a file."""
+        ran.append(path)
+        return "deleted"
+
+    def guard(context: Any) -> None:
+        if getattr(context, "tool_name", None) == "delete_file":
+            raise HookAborted("deleting is not allowed", source="guard")
+
+    def refuse_model(_context: Any) -> None:
+        raise HookAborted("no model calls today", source="policy")
+
+    guarded = crew_of(
+        "guarded", ("janitor", [("delete_file", {"path": "/etc"}), "left it alone"], [delete_file])
+    )
+    refused = crew_of("refused", ("writer", ["never"], []))
+
+    async def scenario() -> None:
+        with scoped_hooks():
+            register_scoped(InterceptionPoint.PRE_TOOL_CALL, guard)
+            await tracked_kickoff_async(tracked_session, guarded, task_id="guarded")
+        with scoped_hooks():
+            register_scoped(InterceptionPoint.PRE_MODEL_CALL, refuse_model)
+            with pytest.raises(HookAborted, match="no model calls today"):
+                await tracked_kickoff_async(tracked_session, refused, task_id="refused")
+
+    asyncio.run(scenario())
+    assert ran == [], "the caller's guard blocked the tool"
+    guarded_task, refused_task = (
+        tracked_session.subagent_task("guarded"),
+        tracked_session.subagent_task("refused"),
+    )
+    assert guarded_task is not None and guarded_task.status is SubagentStatus.COMPLETED
+    assert refused_task is not None and refused_task.status is SubagentStatus.FAILED
+
+
+def test_a_stream_dropped_unclosed_is_cancelled_keeping_what_the_crew_finished_and_leaves_nothing_behind(
+    tracked_session: BlockingSession,
+) -> None:
+    crew = crew_of(
+        "streaming crew",
+        ("outliner", ["the outline"], []),
+        ("writer", ["a long answer " * 20, "never"], []),
+        ("editor", ["edited"], []),
+        stream=True,
+    )
+    for agent in crew.agents:
+        agent.llm.chunk_delay = 0.005
+    afterwards = crew_of("afterwards", ("researcher", ["done after"], []))
+
+    async def scenario() -> None:
+        outline_streamed = False
+        async for chunk in tracked_kickoff_stream(tracked_session, crew, task_id="dropped"):
+            if "outline" in str(getattr(chunk, "content", "")):
+                outline_streamed = True
+            if outline_streamed and crew.tasks[0].output is not None and crew.agents[1].llm.calls:
+                break  # no aclose(): asyncio's finalizer closes the stream
+        deadline = time.monotonic() + 10
+        while not (task := tracked_session.subagent_task("dropped")) or not task.finished:
+            assert time.monotonic() < deadline, "the dropped stream's task never ended"
+            await asyncio.sleep(0.01)
+        # Nothing of the stream is left in this context: an untracked kickoff here runs to its end.
+        assert (await afterwards.kickoff_async()).raw == "done after"
+
+    asyncio.run(scenario())
+    task = tracked_session.subagent_task("dropped")
+    assert task is not None and (task.status, task.cancel_reason, task.error) == (
+        SubagentStatus.CANCELLED,
+        STREAM_CLOSED_REASON,
+        None,
+    )
+    assert task.result == "the outline"
+
+
+def test_a_reused_crew_s_partial_output_is_this_kickoff_s_alone(tracked_session: BlockingSession) -> None:
+    first_steps: list[Step] = ["the outline", "the outline again"]
+    writer_steps: list[Step] = ["the draft", _cancelling(tracked_session, "second", "stop", ("search", {}))]
+    crew = crew_of("reused", ("outliner", first_steps, []), ("writer", writer_steps, [_noop_tool()]))
+    asyncio.run(tracked_kickoff_async(tracked_session, crew, task_id="first"))
+    with pytest.raises(TaskCancelledError):
+        asyncio.run(tracked_kickoff_async(tracked_session, crew, task_id="second"))
+    task = tracked_session.subagent_task("second")
+    assert task is not None and (task.status, task.result) == (SubagentStatus.CANCELLED, "the outline again")
+
+
+def test_a_crew_that_finishes_after_a_cancel_no_checkpoint_saw_raises_it(
+    tracked_session: BlockingSession,
+) -> None:
+    crew = crew_of(
+        "late", ("researcher", [_cancelling(tracked_session, "late", "too late", "the answer")], [])
+    )
+    with pytest.raises(TaskCancelledError, match="too late"):
+        asyncio.run(tracked_kickoff_async(tracked_session, crew, task_id="late"))
+    task = tracked_session.subagent_task("late")
+    assert task is not None and (task.status, task.result) == (SubagentStatus.CANCELLED, "the answer")
+
+
+def test_a_subagent_cancelled_inside_the_crew_never_answers_for_the_crew(
+    tracked_session: BlockingSession,
+) -> None:
+    """A crew run by another framework's tool call: a subagent that the crew's own tool runs and that ends
+    cancelled reports to the crew's tool (if it opted in), not past the crew to the outer call."""
+    from subagent_tracker.integrations import answers_for_subagents
+
+    inner = crew_of(
+        "inner",
+        ("helper", [_cancelling(tracked_session, "inner", "stop the inner", ("search", {}))], [_noop_tool()]),
+    )
+
+    @tool("ask_inner")  # type: ignore[untyped-decorator,unused-ignore]  # typed where CrewAI is installed
+    def ask_inner() -> str:
+        """Asks the inner crew, and carries on without it."""
+        try:
+            return str(tracked_kickoff(tracked_session, inner, task_id="inner").raw)
+        except TaskCancelledError:
+            return "the inner crew was stopped"
+
+    outer = crew_of("outer", ("lead", [("ask_inner", {}), "the outer answer"], [ask_inner]))
+
+    async def outer_call() -> str:
+        return str((await tracked_kickoff_async(tracked_session, outer, task_id="outer")).raw)
+
+    assert asyncio.run(answers_for_subagents(outer_call)()) == "the outer answer"

@@ -31,6 +31,7 @@ from subagent_tracker.integrations import STREAM_CLOSED_REASON, TrackedSession, 
 from subagent_tracker.integrations._support import (
     cancel_in_background,
     check_run_options,
+    delegating_call,
     missing_framework,
     resolved,
 )
@@ -38,7 +39,13 @@ from subagent_tracker.integrations._support import (
 try:
     from crewai import Crew
     from crewai.crews.crew_output import CrewOutput
-    from crewai.hooks.dispatch import HookAborted, InterceptionPoint, register_scoped, scoped_hooks
+    from crewai.hooks.dispatch import (
+        HookAborted,
+        InterceptionPoint,
+        get_scoped_hooks,
+        register_scoped,
+        scoped_hooks,
+    )
     from crewai.types.streaming import CrewStreamingOutput, StreamChunk
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise missing_framework("crewai", "crewai", error) from error
@@ -46,7 +53,8 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 __all__ = ["CHECKPOINTS", "tracked_kickoff", "tracked_kickoff_async", "tracked_kickoff_stream"]
 
 #: Where CrewAI asks the adapter's hooks whether the crew was cancelled: before each model call, each tool
-#: call (a delegation to a coworker too) and each task.
+#: call (a delegation to a coworker too: CrewAI answers the call as blocked, and the crew stops at its next
+#: model call) and each task.
 CHECKPOINTS: Final = (
     InterceptionPoint.PRE_MODEL_CALL,
     InterceptionPoint.PRE_TOOL_CALL,
@@ -69,13 +77,15 @@ async def tracked_kickoff_async(
     - The task's ``agent`` is the crew's name; its parent is the innermost tracked run of the current context,
       of any framework; ``task_id`` is a string or a zero-argument callable, generated when ``None``;
       ``timeout`` gives the kickoff a deadline.
-    - A cancel (by id, cascade, session cancel, deadline, or over Redis) stops the crew at its next checkpoint
-      (:data:`CHECKPOINTS`); the kickoff then raises ``TaskCancelledError`` with the reason, and the task ends
-      ``CANCELLED``, its result the raw output of the crew's finished tasks (one line each), if any. A tool
-      call of another adapter that ran the crew is answered with
-      :func:`~subagent_tracker.integrations.cancelled_run_text`.
-    - A crew that finishes ends its task ``COMPLETED`` with the crew's raw output; one that raises ends it
-      ``FAILED``.
+    - A cancel (by id, cascade, session cancel, deadline, or over Redis) stops the crew at its next
+      checkpoint (:data:`CHECKPOINTS`); the kickoff then raises ``TaskCancelledError`` with the reason (so
+      does a crew that finished after a cancel that no checkpoint saw), and the task ends ``CANCELLED``, its
+      result the raw output of the tasks this kickoff finished (one line each), if any. A tool call of
+      another adapter that ran the crew is answered with
+      :func:`~subagent_tracker.integrations.cancelled_run_text`. A call that asyncio cancels (a ``wait_for``
+      around it) returns at once: its task is cancelled, and the crew's thread runs on to its next checkpoint.
+    - A crew that finishes ends its task ``COMPLETED`` with the crew's raw output; one that raises (another
+      hook's own ``HookAborted`` included) ends it ``FAILED``.
 
     Raises ``TypeError`` for a ``session`` that is not a session of this package, a ``crew`` that is not a
     CrewAI ``Crew`` (or one made with ``stream=True``: use :func:`tracked_kickoff_stream`), or a ``task_id``
@@ -83,12 +93,13 @@ async def tracked_kickoff_async(
     starts then.
     """
     _check(session, crew, task_id, timeout, streaming=False)
+    earlier = _outputs(crew)
     async with tracked(
         session,
         agent=crew.name,
         task_id=task_id,
         timeout=timeout,
-        partial_output=lambda: _finished_output(crew),
+        partial_output=lambda: _finished_output(crew, earlier),
     ) as handle:
         with _checkpoints(handle.token):
             try:
@@ -96,6 +107,7 @@ async def tracked_kickoff_async(
             except HookAborted as aborted:
                 _raise_if_cancelled(handle.task_id, handle.token, aborted)
                 raise
+        _raise_if_cancelled(handle.task_id, handle.token, None)
         assert isinstance(output, CrewOutput)
         await resolved(handle.complete(output.raw))
         return output
@@ -132,34 +144,57 @@ async def tracked_kickoff_stream(
     its ``CrewStreamingOutput``, as :func:`tracked_kickoff_async` runs a crew.
 
     A consumer that goes away before the stream ends (``break``, ``aclose()``, a dropped iterator, a client
-    disconnected) cancels the task with ``STREAM_CLOSED_REASON``: the crew stops at its next checkpoint
-    rather than running on unread in its thread. A cancel ends the stream with ``TaskCancelledError``."""
+    disconnected) cancels the task with ``STREAM_CLOSED_REASON``, keeping the output of the tasks the crew
+    finished: the crew stops at its next checkpoint rather than running on unread in its thread. A cancel ends
+    the stream with ``TaskCancelledError``. The kickoff runs in an asyncio task of its own, so nothing of it
+    (the current run, the hooks) is left in the consumer's context, wherever the consumer reads it from."""
     _check(session, crew, task_id, timeout, streaming=True)
-    async with tracked(
-        session,
-        agent=crew.name,
-        task_id=task_id,
-        timeout=timeout,
-        partial_output=lambda: _finished_output(crew),
-    ) as handle:
-        with _checkpoints(handle.token):
-            streaming = await crew.kickoff_async(inputs)
-            assert isinstance(streaming, CrewStreamingOutput)
-            finished = False
-            try:
-                async for chunk in streaming:
-                    yield chunk
-                finished = True
-            except HookAborted as aborted:
-                _raise_if_cancelled(handle.task_id, handle.token, aborted)
-                raise
-            finally:
-                if not finished and not handle.token.is_cancelled:
-                    # The consumer went away: the crew's thread stops at its next checkpoint.
-                    cancel_in_background(session, handle.task_id, STREAM_CLOSED_REASON)
-                await streaming.aclose()
-            output = streaming.result
-        await resolved(handle.complete(output.raw))
+    earlier = _outputs(crew)
+    chunks: asyncio.Queue[Any] = asyncio.Queue()
+    started: list[str] = []
+
+    async def kick_off() -> None:
+        try:
+            async with tracked(
+                session,
+                agent=crew.name,
+                task_id=task_id,
+                timeout=timeout,
+                partial_output=lambda: _finished_output(crew, earlier),
+            ) as handle:
+                started.append(handle.task_id)
+                with _checkpoints(handle.token):
+                    streaming = await crew.kickoff_async(inputs)
+                    assert isinstance(streaming, CrewStreamingOutput)
+                    try:
+                        async for chunk in streaming:
+                            chunks.put_nowait(chunk)
+                    except HookAborted as aborted:
+                        _raise_if_cancelled(handle.task_id, handle.token, aborted)
+                        raise
+                    finally:
+                        await streaming.aclose()
+                _raise_if_cancelled(handle.task_id, handle.token, None)
+                await resolved(handle.complete(streaming.result.raw))
+        finally:
+            chunks.put_nowait(_END)
+
+    kickoff = asyncio.get_running_loop().create_task(kick_off())
+    try:
+        while (chunk := await chunks.get()) is not _END:
+            yield chunk
+        await kickoff
+    finally:
+        if not kickoff.done():
+            # The consumer went away: the crew's thread stops at its next checkpoint. Nothing here waits, so
+            # that a stream dropped unclosed and closed by asyncio's finalizer ends it as well.
+            if started:
+                cancel_in_background(session, started[0], STREAM_CLOSED_REASON)
+            kickoff.cancel()
+
+
+#: What the kickoff's task puts last in its queue of chunks.
+_END: Final = object()
 
 
 def _check(
@@ -175,27 +210,40 @@ def _check(
 
 @contextlib.contextmanager
 def _checkpoints(token: CancellationToken) -> Iterator[None]:
-    """CrewAI's hooks, for the kickoffs started in the block (CrewAI carries the context into the threads
-    that run them): each checkpoint aborts once ``token`` is cancelled."""
+    """CrewAI's hooks, for the kickoff started in the block (CrewAI carries the context into the threads that
+    run it): each checkpoint aborts once ``token`` is cancelled. The caller's own scoped hooks stay, before
+    them. The crew is no tool call of the caller's: a subagent that its own tools run, and that ends
+    cancelled, reports to the crew's tool call (if it opted in), never past the crew."""
 
     def checkpoint(_context: Any) -> None:
         if token.is_cancelled:
             raise HookAborted(token.reason or "cancelled", source=HOOK_SOURCE)
 
-    with scoped_hooks():
+    inherited = {point: get_scoped_hooks(point) for point in InterceptionPoint}
+    with scoped_hooks(inherited), delegating_call():
         for point in CHECKPOINTS:
             register_scoped(point, checkpoint)
         yield
 
 
-def _raise_if_cancelled(task_id: str, token: CancellationToken, aborted: BaseException) -> None:
-    """Raises the cancel, for a kickoff that the adapter's checkpoint aborted (another hook's own abort goes
-    on as it is)."""
-    if token.is_cancelled:
+def _raise_if_cancelled(task_id: str, token: CancellationToken, aborted: BaseException | None) -> None:
+    """Raises the cancel for a kickoff that the adapter's checkpoint aborted (another hook's own abort goes on
+    as it is), or (``aborted`` ``None``) that finished after a cancel no checkpoint saw."""
+    ours = aborted is None or getattr(aborted, "source", None) == HOOK_SOURCE
+    if ours and token.is_cancelled:
         raise TaskCancelledError(task_id, token.reason or str(aborted)) from aborted
 
 
-def _finished_output(crew: Crew) -> str | None:
-    """The raw output of the crew's tasks that finished: a cancelled crew's partial output."""
-    outputs = [str(task.output.raw) for task in crew.tasks if task.output is not None and task.output.raw]
+def _outputs(crew: Crew) -> dict[int, Any]:
+    """The output each of the crew's tasks holds now: CrewAI keeps a task's output from kickoff to kickoff."""
+    return {id(task): task.output for task in crew.tasks}
+
+
+def _finished_output(crew: Crew, earlier: dict[int, Any]) -> str | None:
+    """The raw output of the crew's tasks that this kickoff finished: a cancelled crew's partial output."""
+    outputs = [
+        str(task.output.raw)
+        for task in crew.tasks
+        if task.output is not None and task.output is not earlier.get(id(task)) and task.output.raw
+    ]
     return "\n".join(outputs) or None
