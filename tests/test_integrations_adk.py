@@ -264,7 +264,10 @@ def test_a_parent_s_cancel_reaches_its_running_subagent(tracked_session: Blockin
     assert (top.status, top.cancel_reason) == (SubagentStatus.CANCELLED, "enough")
     assert (sub.status, sub.cancel_cause) == (SubagentStatus.CANCELLED, "parent")
     expected = cancelled_run_text(agent="researcher", task_id=sub.task_id, reason="enough", partial=None)
-    assert list(_responses(saved).values()) == [{"error": expected}], "the AgentTool call says why"
+    # ADK seals the call as the orchestrator's abort tears it down ("error"), or, when the researcher's own
+    # abort (it follows its caller's) ends it first, the call returns it ("result"): either way it says why.
+    [answer] = _responses(saved).values()
+    assert answer in ({"error": expected}, {"result": expected}), "the AgentTool call says why"
     assert not slow.finished
 
 
