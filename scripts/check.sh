@@ -36,6 +36,10 @@ maturin build --release --zig --compatibility manylinux2014 --out target/wheels
 # Its tags, auditwheel's verdict, its stripped extension, and an import on each CPython 3.10-3.13 here.
 python scripts/check_wheel.py target/wheels/*.whl
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/*.whl
+step "the agent frameworks of the integration tests: the wheel's extras, at the versions tested"
+python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
+  "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,adk,otel]"
+
 # CrewAI's pins conflict with the main environment's (openai<3, OpenTelemetry >= 1.45.1): its tests run in
 # .venv-crewai, made from the same wheel beside the compiling steps below, and run beside the smoke runs.
 step "the environment of the CrewAI tests (.venv-crewai), made in the background from the same wheel"
@@ -56,14 +60,10 @@ step "ruff, and oxlint for the dashboard's script"
 ruff check python tests benches examples scripts
 ruff format --check python tests benches examples scripts
 oxlint --deny-warnings python/subagent_tracker/dashboard/static/
-# The frameworks install, and mypy (on one core for over a minute) checks, beside the Rust tests, which spend
-# much of their time compiling: nothing before pytest needs the frameworks but mypy, which runs after them;
-# the verdict is collected after the Rust tests.
-step "in the background: the agent frameworks (the wheel's extras, at the versions tested), then mypy and stubtest"
+# mypy runs on one core for over a minute: it checks beside the Rust tests, which spend much of their time
+# compiling, and its verdict is collected after them.
+step "mypy (package, tests, examples, benchmarks) and stubtest, in the background"
 (
-  set -e
-  python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
-    "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,adk,otel]"
   mypy python/subagent_tracker
   mypy --strict tests examples benches scripts
   python -m mypy.stubtest subagent_tracker --allowlist .ci/stubtest-allowlist.txt --mypy-config-file pyproject.toml
@@ -77,11 +77,11 @@ step "loom model checks of the core's concurrent transitions (a target directory
 RUSTFLAGS="--cfg subagent_tracker_loom" CARGO_TARGET_DIR=target/loom \
   cargo test --quiet --release -p subagent-tracker --test loom
 
-step "the frameworks' install, mypy's and stubtest's verdict"
+step "mypy's verdict"
 mypy_status=0
 wait "$mypy_pid" || mypy_status=$?
 cat target/mypy.log
-[ "$mypy_status" -eq 0 ] || { echo "the frameworks' install, mypy or stubtest failed"; exit "$mypy_status"; }
+[ "$mypy_status" -eq 0 ] || { echo "mypy or stubtest failed"; exit "$mypy_status"; }
 
 step "pytest (against the installed wheel), in three processes"
 # Three workers on the two cores of the machines this runs on: most tests wait on servers, subprocesses and
