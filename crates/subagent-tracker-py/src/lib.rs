@@ -25,8 +25,8 @@ mod package_imports;
 mod python_types;
 mod ready;
 mod redis_calls;
+mod redis_classes;
 mod redis_events;
-mod redis_handle;
 mod redis_registry;
 mod registry;
 mod resume_wait;
@@ -50,7 +50,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<redis_registry::RedisRegistry>()?;
     module.add_class::<redis_registry::RedisSession>()?;
     module.add_class::<redis_events::RedisEventReader>()?;
-    module.add_class::<redis_handle::RedisTaskHandle>()?;
+    module.add_class::<redis_registry::RedisTaskHandle>()?;
     module.add_class::<async_redis::AsyncRedisRegistry>()?;
     module.add_class::<async_redis::AsyncRedisSession>()?;
     module.add_class::<async_redis::AsyncRedisTaskHandle>()?;
