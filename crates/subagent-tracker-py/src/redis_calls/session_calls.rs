@@ -1,0 +1,542 @@
+//! A session's calls: every method of `RedisSession` and `AsyncRedisSession` as one future for the runtime and
+//! one conversion of its outcome.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use pyo3::IntoPyObjectExt;
+use subagent_tracker::{
+    cancel_wait_timeout_message, check_batch_ends, EndTarget, RecordedEvent, SubagentTaskSnapshot,
+    TaskEnd, TaskFailure, TaskFilter, TaskStart,
+};
+use subagent_tracker_redis::{
+    RedisSession as CoreSession, RedisTaskHandle as CoreHandle, RedisTrackerError,
+};
+
+use super::handle_calls::BatchHandle;
+use super::{get_task, object, snapshot, snapshots, Delivery, HandleCalls};
+use crate::arguments::{Id, TaskIdArgument};
+use crate::errors::redis_error;
+use crate::filter_arguments::FilterArguments;
+use crate::loop_inbox::{asyncio_future, WhenAbandoned};
+use crate::package_imports::event_stream_class;
+use crate::redis_events::RedisEventReader;
+use crate::runtime::MadeIn;
+use crate::token::CancellationToken;
+
+/// A session's calls.
+pub(crate) struct SessionCalls {
+    pub(crate) session: CoreSession,
+    pub(crate) made_in: MadeIn,
+    pub(crate) delivery: Delivery,
+}
+
+impl SessionCalls {
+    /// The session as the Python class of its delivery.
+    pub(super) fn into_object(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        (self.delivery.session_class)(py, self)
+    }
+
+    /// Runs `call` on the session and hands over its value as a Python object: the shape of most calls.
+    fn value<'py, C, F, T>(&self, py: Python<'py>, call: C) -> PyResult<Bound<'py, PyAny>>
+    where
+        C: FnOnce(CoreSession) -> F,
+        F: Future<Output = Result<T, RedisTrackerError>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        let future = call(self.session.clone());
+        self.delivery
+            .deliver(py, self.made_in, future, |py, value| {
+                object(py, value.map_err(|error| redis_error(py, error))?)
+            })
+    }
+
+    pub(crate) fn session_id(&self) -> &str {
+        self.session.session_id()
+    }
+
+    pub(crate) fn same_session(&self, other: &SessionCalls) -> bool {
+        self.session.same_session(&other.session)
+    }
+
+    /// A runner's handle for `handle`, as the Python class of this delivery.
+    fn handle_object(&self, py: Python<'_>, handle: CoreHandle) -> PyResult<Py<PyAny>> {
+        let calls = HandleCalls::new(
+            py,
+            handle,
+            self.session.clone(),
+            self.made_in,
+            self.delivery,
+        )?;
+        (self.delivery.handle_class)(py, calls)
+    }
+
+    fn twin(&self) -> SessionCalls {
+        self.with_delivery(self.delivery)
+    }
+
+    /// The same session, its outcomes handed over by `delivery`.
+    pub(crate) fn with_delivery(&self, delivery: Delivery) -> SessionCalls {
+        SessionCalls {
+            session: self.session.clone(),
+            made_in: self.made_in,
+            delivery,
+        }
+    }
+
+    pub(crate) fn start<'py>(
+        &self,
+        py: Python<'py>,
+        start: TaskStart<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (session, calls) = (self.session.clone(), self.twin());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.start(start).await },
+            move |py, handle| {
+                calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
+            },
+        )
+    }
+
+    pub(crate) fn start_batch<'py>(
+        &self,
+        py: Python<'py>,
+        starts: Vec<TaskStart<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (session, calls) = (self.session.clone(), self.twin());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.start_batch(starts).await },
+            move |py, handles| {
+                let handles = handles.map_err(|error| redis_error(py, error))?;
+                let objects = handles
+                    .into_iter()
+                    .map(|handle| calls.handle_object(py, handle))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(PyList::new(py, objects)?.into_any().unbind())
+            },
+        )
+    }
+
+    pub(crate) fn reserve_batch<'py>(
+        &self,
+        py: Python<'py>,
+        reservations: Vec<(TaskStart<String>, Option<Duration>)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.reserve_batch(reservations).await },
+            |py, task_ids| {
+                let task_ids = task_ids.map_err(|error| redis_error(py, error))?;
+                object(py, task_ids.iter().map(|id| &**id).collect::<Vec<&str>>())
+            },
+        )
+    }
+
+    pub(crate) fn reserve<'py>(
+        &self,
+        py: Python<'py>,
+        start: TaskStart<String>,
+        claim_timeout: Option<Duration>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.reserve(start, claim_timeout).await },
+            |py, task_id| object(py, &*task_id.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn claim<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let (session, calls) = (self.session.clone(), self.twin());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.claim(&task_id.0).await },
+            move |py, handle| {
+                calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
+            },
+        )
+    }
+
+    pub(crate) fn cancel_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<String>,
+        before_start: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            if before_start {
+                session
+                    .cancel_before_start(&task_id.0, reason.as_deref())
+                    .await
+            } else {
+                session.cancel(&task_id.0, reason.as_deref()).await
+            }
+        })
+    }
+
+    pub(crate) fn restore<'py>(
+        &self,
+        py: Python<'py>,
+        snapshots: Vec<SubagentTaskSnapshot<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            session.restore(snapshots).await
+        })
+    }
+
+    pub(crate) fn record_event<'py>(
+        &self,
+        py: Python<'py>,
+        event: Option<RecordedEvent<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            match event {
+                Some(event) => session.record_event(event).await,
+                // A kind the session ignores: nothing to ask Redis.
+                None => Ok(false),
+            }
+        })
+    }
+
+    pub(crate) fn resume_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        value: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            session.resume(&task_id.0, value.as_deref()).await
+        })
+    }
+
+    pub(crate) fn end_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        ended: Result<Option<String>, TaskFailure>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            match &ended {
+                Ok(result) => session.end(&task_id.0, Ok(result.as_deref())).await,
+                Err(failure) => session.fail(&task_id.0, failure).await,
+            }
+        })
+    }
+
+    /// Ends the tasks of a batch in one round trip (`RedisSession::end_batch`); gives per end whether it moved
+    /// its task.
+    pub(crate) fn end_batch<'py>(
+        &self,
+        py: Python<'py>,
+        ends: Vec<(EndTarget<BatchHandle>, TaskEnd<String>)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        // The core's rule for a batch, checked before any handle is locked: a handle named twice would wait for
+        // itself. (Each handle's session is checked by the core, once locked.)
+        check_batch_ends(
+            &Arc::from(self.session_id()),
+            &ends,
+            |_| true,
+            |handle| handle.task_id.clone(),
+        )
+        .map_err(|error| crate::errors::tracker_error(py, error))?;
+        let session = self.session.clone();
+        let (targets, ends): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
+        let targets: Vec<EndTarget<Arc<tokio::sync::Mutex<CoreHandle>>>> = targets
+            .into_iter()
+            .map(|target| match target {
+                EndTarget::Handle(handle) => EndTarget::Handle(handle.handle),
+                EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id),
+            })
+            .collect();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                // Each handle is locked in the order of its address, the same for every batch, so that batches
+                // sharing handles never wait for each other in a circle.
+                let mut order: Vec<usize> = (0..targets.len()).collect();
+                order.sort_by_key(|&index| match &targets[index] {
+                    EndTarget::Handle(handle) => Arc::as_ptr(handle) as usize,
+                    EndTarget::TaskId(_) => 0,
+                });
+                let mut guards: Vec<Option<tokio::sync::MutexGuard<'_, CoreHandle>>> =
+                    (0..targets.len()).map(|_| None).collect();
+                for index in order {
+                    if let EndTarget::Handle(handle) = &targets[index] {
+                        guards[index] = Some(handle.lock().await);
+                    }
+                }
+                let batch = targets
+                    .iter()
+                    .zip(guards.iter_mut())
+                    .zip(ends)
+                    .map(|((target, guard), end)| {
+                        let target = match (target, guard) {
+                            (EndTarget::TaskId(task_id), _) => EndTarget::TaskId(task_id.clone()),
+                            (EndTarget::Handle(_), guard) => EndTarget::Handle(
+                                &mut **guard.as_mut().expect("every handle of the batch is locked"),
+                            ),
+                        };
+                        (target, end)
+                    })
+                    .collect();
+                session.end_batch(batch).await
+            },
+            |py, moved| object(py, moved.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn cancel_matching<'py>(
+        &self,
+        py: Python<'py>,
+        arguments: &FilterArguments<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let metadata = arguments.json_metadata()?;
+        let (agent, status, reason) = (
+            arguments.agent.clone(),
+            arguments.status,
+            arguments.reason.clone(),
+        );
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move {
+                let mut filter = TaskFilter::new();
+                if let Some(agent) = &agent {
+                    filter = filter.agent(agent);
+                }
+                if let Some(status) = status {
+                    filter = filter.status(status);
+                }
+                if let Some(metadata) = &metadata {
+                    filter = filter.metadata(metadata.as_str());
+                }
+                session.cancel_matching(&filter, reason.as_deref()).await
+            },
+            |py, moved| {
+                let moved = moved.map_err(|error| redis_error(py, error))?;
+                object(
+                    py,
+                    moved.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                )
+            },
+        )
+    }
+
+    pub(crate) fn cancel_all<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            session.cancel_all(reason.as_deref()).await
+        })
+    }
+
+    pub(crate) fn close<'py>(
+        &self,
+        py: Python<'py>,
+        reason: Option<String>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            session.close(reason.as_deref()).await
+        })
+    }
+
+    pub(crate) fn is_closed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move { session.is_closed().await })
+    }
+
+    pub(crate) fn max_finished_tasks(&self) -> usize {
+        self.session.max_finished_tasks()
+    }
+
+    pub(crate) fn task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        get_task(
+            py,
+            &self.session,
+            self.made_in,
+            self.delivery,
+            task_id.0,
+            None,
+        )
+    }
+
+    pub(crate) fn token<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.token(&task_id.0).await },
+            |py, token| {
+                let token = token.map_err(|error| redis_error(py, error))?;
+                object(py, CancellationToken::new(token))
+            },
+        )
+    }
+
+    pub(crate) fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.tasks().await },
+            |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    pub(crate) fn tasks_page<'py>(
+        &self,
+        py: Python<'py>,
+        pending: bool,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.tasks_page(pending, cursor.as_deref(), limit).await },
+            |py, page| {
+                let (tasks, next) = page.map_err(|error| redis_error(py, error))?;
+                (snapshots(py, tasks)?, next).into_py_any(py)
+            },
+        )
+    }
+
+    pub(crate) fn forget_finished<'py>(
+        &self,
+        py: Python<'py>,
+        older_than: Duration,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.value(py, move |session| async move {
+            session.forget_finished(older_than).await
+        })
+    }
+
+    pub(crate) fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.pending().await },
+            |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    /// An asyncio future of the task's final snapshot, whichever the delivery: waiting is async in every
+    /// session. Cancelling the awaiting coroutine stops the wait.
+    pub(crate) fn wait_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        let wait = async move {
+            let finished = session.wait_finished(&task_id.0);
+            match timeout {
+                Some(timeout) => tokio::time::timeout(timeout, finished)
+                    .await
+                    .map_err(|_| (task_id.0.clone(), timeout)),
+                None => Ok(finished.await),
+            }
+        };
+        asyncio_future(
+            py,
+            self.made_in,
+            WhenAbandoned::Stop,
+            wait,
+            |py, outcome| match outcome {
+                Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
+                Ok(Err(error)) => Err(redis_error(py, error)),
+                Err((task_id, timeout)) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
+                "task {task_id:?} did not finish within {} seconds; its runner is still running",
+                timeout.as_secs_f64()
+            ))),
+            },
+        )
+    }
+
+    /// The session's events from this call on, as an `EventStream`.
+    /// An asyncio future of the final snapshot after a cancel whose work is done: the runner has ended and the
+    /// cancel handlers of the subtree are reported done, wherever they ran. A timeout names what still runs.
+    pub(crate) fn cancel_and_wait_task<'py>(
+        &self,
+        py: Python<'py>,
+        task_id: Id<TaskIdArgument>,
+        reason: Option<String>,
+        timeout: Option<Duration>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let session = self.session.clone();
+        let wait = async move {
+            let cancelled = session.cancel_and_wait(&task_id.0, reason.as_deref());
+            let Some(timeout) = timeout else {
+                return Ok(cancelled.await);
+            };
+            if let Ok(outcome) = tokio::time::timeout(timeout, cancelled).await {
+                return Ok(outcome);
+            }
+            let (runner_running, at_work) = match session.cancel_work(&task_id.0).await {
+                Ok(Some((finished, at_work))) => (!finished, at_work),
+                Ok(None) => (false, Vec::new()),
+                Err(error) => return Ok(Err(error)),
+            };
+            match cancel_wait_timeout_message(&task_id.0, timeout, runner_running, &at_work) {
+                Some(message) => Err(message),
+                // The work ended as the time ran out.
+                None => Ok(session.wait_finished(&task_id.0).await),
+            }
+        };
+        asyncio_future(
+            py,
+            self.made_in,
+            WhenAbandoned::Stop,
+            wait,
+            |py, outcome| match outcome {
+                Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
+                Ok(Err(error)) => Err(redis_error(py, error)),
+                Err(message) => Err(pyo3::exceptions::PyTimeoutError::new_err(message)),
+            },
+        )
+    }
+
+    pub(crate) fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let (session, made_in) = (self.session.clone(), self.made_in);
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.subscribe().await },
+            move |py, subscription| {
+                let subscription = subscription.map_err(|error| redis_error(py, error))?;
+                let reader = RedisEventReader::start(subscription, made_in)?;
+                Ok(event_stream_class(py)?.call1((reader,))?.unbind())
+            },
+        )
+    }
+}
