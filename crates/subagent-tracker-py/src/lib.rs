@@ -28,6 +28,7 @@ mod redis_calls;
 mod redis_classes;
 mod redis_events;
 mod redis_registry;
+mod redis_session_methods;
 mod registry;
 mod resume_wait;
 mod runner_exit;

@@ -14,6 +14,7 @@
 
 pub(crate) mod callback;
 pub(crate) mod cancel_record;
+pub(crate) mod contained;
 pub(crate) mod delivery;
 pub(crate) mod delivery_pool;
 pub(crate) mod handlers;
@@ -29,7 +30,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio_util::sync::CancellationToken;
 
-use crate::token::delivery::{run_contained, Delivery, Dependent, OnCancel, SourceLink};
+use crate::token::contained::run_contained;
+use crate::token::delivery::{Delivery, Dependent, OnCancel, SourceLink};
 use crate::token::signal::{CancelSignal, Registration};
 use crate::{CancelCallback, SubagentStatus};
 

@@ -6,14 +6,14 @@
 //! drops what was collected and runs no user code.
 
 use std::any::Any;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::task::Waker;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::token::cancel_record::CancelRecord;
-use crate::token::delivery_pool;
+use crate::token::contained::run_contained;
+use crate::token::delivery_pool::{self, Work};
 use crate::token::handlers::{HandlerDone, Handlers};
 
 /// Something to run once when a token fires: any `FnOnce() + Send`, or a type of the caller's own (which
@@ -235,13 +235,10 @@ impl Delivery {
                 ..Owed::default()
             })
         });
-        delivery_pool::submit(wake_ups, callbacks);
+        let work = |delivery: Delivery| -> Work { Box::new(move || delivery.deliver()) };
+        delivery_pool::submit(
+            wake_ups.map(work),
+            callbacks.into_iter().map(work).collect(),
+        );
     }
-}
-
-/// Runs a callback or waker so that a panic in it stops neither the canceller nor the ones after it.
-pub(crate) fn run_contained(callback: impl FnOnce()) {
-    // The panic hook has already reported the panic; swallowing it here keeps one faulty callback from
-    // leaving the other registrations unrun.
-    let _ = catch_unwind(AssertUnwindSafe(callback));
 }

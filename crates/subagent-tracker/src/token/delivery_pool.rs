@@ -21,24 +21,26 @@ use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
-use crate::token::delivery::Delivery;
-
 /// The most threads the pool runs at once. One of them only ever wakes waiters.
 pub(crate) const MAX_THREADS: usize = 32;
 
 /// How long a thread waits for work before it ends.
 pub(crate) const IDLE_EXIT: Duration = Duration::from_secs(2);
 
-/// What the pool's threads take: the wake-ups of a delivery, or its callbacks.
+/// What the pool runs: a settled delivery's wake-ups, or one of its callbacks, each contained where it runs
+/// user code. The pool knows no more of it, so that it serves whoever owes such work.
+pub(crate) type Work = Box<dyn FnOnce() + Send>;
+
+/// What the pool's threads take: wake-ups, or a callback.
 struct Job {
-    delivery: Delivery,
+    work: Work,
     wakes: bool,
 }
 
 #[derive(Default)]
 struct Queue {
-    wake_ups: VecDeque<Delivery>,
-    callbacks: VecDeque<Delivery>,
+    wake_ups: VecDeque<Work>,
+    callbacks: VecDeque<Work>,
     threads: usize,
     idle: usize,
     /// Threads running callbacks now: at most `MAX_THREADS - 1`, so that one is always left for wake-ups.
@@ -47,19 +49,13 @@ struct Queue {
 
 impl Queue {
     fn next_job(&mut self) -> Option<Job> {
-        if let Some(delivery) = self.wake_ups.pop_front() {
-            return Some(Job {
-                delivery,
-                wakes: true,
-            });
+        if let Some(work) = self.wake_ups.pop_front() {
+            return Some(Job { work, wakes: true });
         }
         if self.running_callbacks + 1 < MAX_THREADS {
-            if let Some(delivery) = self.callbacks.pop_front() {
+            if let Some(work) = self.callbacks.pop_front() {
                 self.running_callbacks += 1;
-                return Some(Job {
-                    delivery,
-                    wakes: false,
-                });
+                return Some(Job { work, wakes: false });
             }
         }
         None
@@ -94,7 +90,7 @@ fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
 /// Hands `wake_ups` (a settled delivery of wake-ups, if any are owed) and `callbacks` (settled deliveries, one
 /// callback each) to the pool's threads. Should no thread start, the caller delivers them itself: late is better
 /// than lost.
-pub(crate) fn submit(wake_ups: Option<Delivery>, callbacks: Vec<Delivery>) {
+pub(crate) fn submit(wake_ups: Option<Work>, callbacks: Vec<Work>) {
     let pool = pool();
     let mut queue = lock(&pool.queue);
     queue.wake_ups.extend(wake_ups);
@@ -119,10 +115,10 @@ pub(crate) fn submit(wake_ups: Option<Delivery>, callbacks: Vec<Delivery>) {
             if !job.wakes {
                 queue.running_callbacks -= 1;
             }
-            owed.push(job.delivery);
+            owed.push(job.work);
         }
         drop(queue);
-        owed.into_iter().for_each(Delivery::deliver);
+        owed.into_iter().for_each(|work| work());
     }
 }
 
@@ -144,7 +140,7 @@ fn serve() {
                 }
             }
             drop(queue);
-            job.delivery.deliver();
+            (job.work)();
             queue = lock(&pool.queue);
             if !job.wakes {
                 queue.running_callbacks -= 1;

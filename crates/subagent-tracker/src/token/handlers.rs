@@ -15,7 +15,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
 use crate::sync::{AtomicU64, Mutex};
-use crate::token::delivery::{run_contained, Delivery};
+use crate::token::contained::run_contained;
+use crate::token::delivery_pool::{self, Work};
 
 #[derive(Default)]
 pub(crate) struct Handlers {
@@ -114,9 +115,7 @@ impl HandlerDone {
     /// handlers.
     pub fn finish(mut self) {
         if let Some(handlers) = self.handlers.take() {
-            for (_, waker) in handlers.end() {
-                run_contained(|| waker.wake());
-            }
+            wake(handlers.end());
         }
     }
 }
@@ -126,11 +125,17 @@ impl Drop for HandlerDone {
         if let Some(handlers) = self.handlers.take() {
             let waiters = handlers.end();
             if !waiters.is_empty() {
-                let mut delivery = Delivery::default();
-                delivery.wake_waiters(waiters);
-                delivery.deliver_in_own_thread();
+                let wake_ups: Work = Box::new(move || wake(waiters));
+                delivery_pool::submit(Some(wake_ups), Vec::new());
             }
         }
+    }
+}
+
+/// Wakes the waiters for a token's last handler, each contained.
+fn wake(waiters: Vec<(u64, Waker)>) {
+    for (_, waker) in waiters {
+        run_contained(|| waker.wake());
     }
 }
 

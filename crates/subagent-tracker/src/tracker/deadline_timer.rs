@@ -23,7 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Instant;
 
-use crate::token::delivery::{run_contained, Delivery};
+use crate::token::contained::run_contained;
+use crate::token::delivery::Delivery;
 
 /// What happens when a deadline passes.
 pub(crate) trait Expire: Send + Sync {
