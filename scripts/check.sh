@@ -6,7 +6,9 @@ set -euo pipefail
 # Each phase says how long the run has taken so far, so that the suite's budget can be kept; the compiling
 # phases show cargo's own line per crate, so that no phase is silent for long.
 step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
-step "set up .venv with the pinned tools (the first time: about 30 s)"
+# A build from nothing, as CI's is, gains nothing from incremental compilation and pays for its bookkeeping.
+[ -z "${CI:-}" ] || export CARGO_INCREMENTAL=0
+step "set up .venv with the pinned tools (the first time: about 10 s)"
 . "$(dirname "$0")/_setup.sh"
 
 step "the Debian packages the tests start (redis-server, chromium, openssl) or lint with (lua-check), installed when missing"
@@ -35,9 +37,9 @@ rm -rf target/wheels
 maturin build --release --zig --compatibility manylinux2014 --out target/wheels
 # Its tags, auditwheel's verdict, its stripped extension, and an import on each CPython 3.10-3.13 here.
 python scripts/check_wheel.py target/wheels/*.whl
-python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/wheels/*.whl
+uv pip install --quiet --reinstall --no-deps target/wheels/*.whl
 step "the agent frameworks of the integration tests: the wheel's extras, at the versions tested"
-python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
+uv pip install --quiet -c scripts/constraints-frameworks.txt \
   "$(ls target/wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,adk,otel]"
 
 # CrewAI's pins conflict with the main environment's (openai<3, OpenTelemetry >= 1.45.1): its tests run in
@@ -46,12 +48,10 @@ step "the environment of the CrewAI tests (.venv-crewai), made in the background
 (
   set -e
   [ -x .venv-crewai/bin/python ] || python -m venv .venv-crewai
-  # --no-compile: byte-compiling CrewAI's 1.2 GB would take the cores from the compiling steps beside it; the
-  # few modules the tests import are compiled as they are imported.
-  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check --no-compile --force-reinstall \
-    --no-deps target/wheels/*.whl
-  .venv-crewai/bin/python -m pip install --quiet --disable-pip-version-check --no-compile \
-    -c scripts/constraints-crewai.txt \
+  # uv byte-compiles nothing: compiling CrewAI's 1.2 GB would take the cores from the compiling steps beside
+  # it; the few modules the tests import are compiled as they are imported.
+  uv pip install --quiet --python .venv-crewai/bin/python --reinstall --no-deps target/wheels/*.whl
+  uv pip install --quiet --python .venv-crewai/bin/python -c scripts/constraints-crewai.txt \
     "$(ls target/wheels/*.whl)[crewai,pydantic-ai,langgraph,strands,agno]" pytest pytest-timeout pytest-xdist redis
 ) >target/crewai-env.log 2>&1 &
 crewai_env_pid=$!
