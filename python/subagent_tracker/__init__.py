@@ -81,6 +81,7 @@ from subagent_tracker._protocols import (
     TaskHandleProtocol,
 )
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
+from subagent_tracker._start_options import ReserveOptions, StartOptions
 from subagent_tracker._status import SubagentStatus
 
 # Deadlines may pass while the interpreter shuts down; the core's threads must then leave Python alone.
@@ -128,11 +129,13 @@ __all__ = [
     "RegistryProtocolError",
     "RegistryUnavailableError",
     "ReplicationTimeoutError",
+    "ReserveOptions",
     "Session",
     "SessionClosedError",
     "SessionLostError",
     "SessionProtocol",
     "SpawnedSubagent",
+    "StartOptions",
     "SubagentEvent",
     "SubagentStatus",
     "SubagentTask",

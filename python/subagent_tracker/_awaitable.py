@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, Session
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from subagent_tracker._native import CancellationToken, SubagentTask, SubagentTaskHandle
     from subagent_tracker._session import EventStream, SpawnedSubagent
+    from subagent_tracker._start_options import ReserveOptions, StartOptions
     from subagent_tracker._status import SubagentStatus
 
 __all__ = ["AwaitableSession", "AwaitableTaskHandle"]
@@ -109,59 +112,17 @@ class AwaitableSession:
     async def start_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> AwaitableTaskHandle:
-        handle = self.session.start_subagent_task(
-            task_id,
-            parent_id=parent_id,
-            agent=agent,
-            description=description,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            detached=detached,
-            structured=structured,
-            linked=linked,
-        )
+        handle = self.session.start_subagent_task(task_id, **options)
         return AwaitableTaskHandle(handle)
 
     async def reserve_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-        claim_timeout: float | None = None,
+        **options: Unpack[ReserveOptions],
     ) -> str:
-        return self.session.reserve_subagent_task(
-            task_id,
-            parent_id=parent_id,
-            agent=agent,
-            description=description,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            detached=detached,
-            structured=structured,
-            linked=linked,
-            claim_timeout=claim_timeout,
-        )
+        return self.session.reserve_subagent_task(task_id, **options)
 
     async def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[AwaitableTaskHandle]:
         return [AwaitableTaskHandle(handle) for handle in self.session.start_subagent_tasks(tasks)]
@@ -259,33 +220,12 @@ class AwaitableSession:
         task_id: str | None = None,
         *,
         grace: float = DEFAULT_GRACE_SECONDS,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> SpawnedSubagent:
         def run(handle: SubagentTaskHandle) -> Awaitable[Any]:
             return function(AwaitableTaskHandle(handle))
 
-        return self.session.spawn_subagent_task(
-            run,
-            task_id,
-            grace=grace,
-            parent_id=parent_id,
-            agent=agent,
-            description=description,
-            metadata=metadata,
-            timeout=timeout,
-            deadline=deadline,
-            detached=detached,
-            structured=structured,
-            linked=linked,
-        )
+        return self.session.spawn_subagent_task(run, task_id, grace=grace, **options)
 
     async def events(self) -> EventStream:
         return self.session.events()

@@ -4,11 +4,12 @@ import asyncio
 from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from typing import Any, Final, Generic, Literal, TypeVar, final
 
-from typing_extensions import disjoint_base
+from typing_extensions import Unpack, disjoint_base
 
 from subagent_tracker import _session
 from subagent_tracker._checkpoints import GuardedStream
 from subagent_tracker._progress import ProgressEntry
+from subagent_tracker._start_options import ReserveOptions, StartOptions
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "WORKER_LOST_ERROR",
     "_EVENT_STREAM_BUSY",
     "_PENDING_STATUSES",
+    "_START_OPTIONS",
     "AsyncRedisRegistry",
     "AsyncRedisSession",
     "AsyncRedisTaskHandle",
@@ -99,6 +101,7 @@ ORPHANED_RUN_ERROR: Final[str]
 SESSION_LOST_REASON: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 _PENDING_STATUSES: Final[tuple[str, ...]]
+_START_OPTIONS: Final[tuple[str, ...]]
 
 @final
 class Ready(Generic[_T]):
@@ -298,31 +301,12 @@ class Session:
     def start_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> SubagentTaskHandle: ...
     def reserve_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-        claim_timeout: float | None = None,
+        **options: Unpack[ReserveOptions],
     ) -> str: ...
     def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[SubagentTaskHandle]: ...
     def reserve_subagent_tasks(
@@ -455,31 +439,12 @@ class RedisSession:
     def start_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Any = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> RedisTaskHandle: ...
     def reserve_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Any = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-        claim_timeout: float | None = None,
+        **options: Unpack[ReserveOptions],
     ) -> str: ...
     def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> list[RedisTaskHandle]: ...
     def reserve_subagent_tasks(
@@ -533,15 +498,7 @@ class RedisSession:
         task_id: str | None = None,
         *,
         grace: float = ...,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Any = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> _session.SpawnedSubagent: ...
     def events(self) -> _session.EventStream: ...
     def __enter__(self) -> RedisSession: ...
@@ -640,31 +597,12 @@ class AsyncRedisSession:
     def start_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Any = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> asyncio.Future[AsyncRedisTaskHandle]: ...
     def reserve_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Any = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-        claim_timeout: float | None = None,
+        **options: Unpack[ReserveOptions],
     ) -> asyncio.Future[str]: ...
     def start_subagent_tasks(
         self, tasks: Iterable[Mapping[str, Any]]
@@ -720,15 +658,7 @@ class AsyncRedisSession:
         task_id: str | None = None,
         *,
         grace: float = ...,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Any = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> Awaitable[_session.SpawnedSubagent]: ...
     def events(self) -> asyncio.Future[_session.EventStream]: ...
     def _blocking(self) -> RedisSession: ...

@@ -13,8 +13,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from subagent_tracker._native import CancellationToken, SubagentTask
     from subagent_tracker._session import EventStream, SpawnedSubagent
+    from subagent_tracker._start_options import ReserveOptions, StartOptions
     from subagent_tracker._status import SubagentStatus
 
 __all__ = ["AsyncSessionProtocol", "AsyncTaskHandleProtocol", "SessionProtocol", "TaskHandleProtocol"]
@@ -89,31 +92,12 @@ class SessionProtocol(Protocol):
     def start_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> TaskHandleProtocol: ...
     def reserve_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-        claim_timeout: float | None = None,
+        **options: Unpack[ReserveOptions],
     ) -> str: ...
     def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> Sequence[TaskHandleProtocol]: ...
     def reserve_subagent_tasks(
@@ -165,15 +149,7 @@ class SessionProtocol(Protocol):
         task_id: str | None = None,
         *,
         grace: float = ...,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> SpawnedSubagent: ...
     def events(self) -> EventStream: ...
     def __enter__(self) -> Any: ...
@@ -193,31 +169,12 @@ class AsyncSessionProtocol(Protocol):
     def start_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> Awaitable[AsyncTaskHandleProtocol]: ...
     def reserve_subagent_task(
         self,
         task_id: str | None = None,
-        *,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
-        claim_timeout: float | None = None,
+        **options: Unpack[ReserveOptions],
     ) -> Awaitable[str]: ...
     def start_subagent_tasks(
         self, tasks: Iterable[Mapping[str, Any]]
@@ -271,15 +228,7 @@ class AsyncSessionProtocol(Protocol):
         task_id: str | None = None,
         *,
         grace: float = ...,
-        parent_id: str | None = None,
-        agent: str | None = None,
-        description: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        timeout: float | None = None,
-        deadline: float | None = None,
-        detached: bool = False,
-        structured: bool = False,
-        linked: Iterable[CancellationToken] | None = None,
+        **options: Unpack[StartOptions],
     ) -> Awaitable[SpawnedSubagent]: ...
     def events(self) -> Awaitable[EventStream]: ...
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
@@ -20,10 +20,11 @@ from subagent_tracker._native import Session as _NativeSession
 from subagent_tracker._snapshots import snapshot_record
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from subagent_tracker._native import (
         AsyncRedisSession,
         AsyncRedisTaskHandle,
-        CancellationToken,
         EventSubscription,
         RedisEventReader,
         RedisSession,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
         SubagentTask,
         SubagentTaskHandle,
     )
+    from subagent_tracker._start_options import StartOptions
 
 _T = TypeVar("_T")
 
@@ -69,15 +71,7 @@ def _spawn_subagent_task(
     task_id: str | None = None,
     *,
     grace: float = DEFAULT_GRACE_SECONDS,
-    parent_id: str | None = None,
-    agent: str | None = None,
-    description: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    timeout: float | None = None,
-    deadline: float | None = None,
-    detached: bool = False,
-    structured: bool = False,
-    linked: Iterable[CancellationToken] | None = None,
+    **options: Unpack[StartOptions],
 ) -> SpawnedSubagent:
     """Starts a task and runs ``await function(handle)`` as an asyncio task of the running loop.
 
@@ -89,18 +83,7 @@ def _spawn_subagent_task(
     _check_seconds(grace, "grace")
     # Asked before the start, so that a call outside a running loop leaves no task behind.
     loop = asyncio.get_running_loop()
-    handle = session.start_subagent_task(
-        task_id,
-        parent_id=parent_id,
-        agent=agent,
-        description=description,
-        metadata=metadata,
-        timeout=timeout,
-        deadline=deadline,
-        detached=detached,
-        structured=structured,
-        linked=linked,
-    )
+    handle = session.start_subagent_task(task_id, **options)
     return SpawnedSubagent(handle, function, grace, loop)
 
 
@@ -110,31 +93,12 @@ async def _spawn_subagent_task_async(
     task_id: str | None = None,
     *,
     grace: float = DEFAULT_GRACE_SECONDS,
-    parent_id: str | None = None,
-    agent: str | None = None,
-    description: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    timeout: float | None = None,
-    deadline: float | None = None,
-    detached: bool = False,
-    structured: bool = False,
-    linked: Iterable[CancellationToken] | None = None,
+    **options: Unpack[StartOptions],
 ) -> SpawnedSubagent:
     """``_spawn_subagent_task`` for a session whose start is awaited."""
     _check_seconds(grace, "grace")
     loop = asyncio.get_running_loop()
-    handle = await session.start_subagent_task(
-        task_id,
-        parent_id=parent_id,
-        agent=agent,
-        description=description,
-        metadata=metadata,
-        timeout=timeout,
-        deadline=deadline,
-        detached=detached,
-        structured=structured,
-        linked=linked,
-    )
+    handle = await session.start_subagent_task(task_id, **options)
     return SpawnedSubagent(handle, function, grace, loop)
 
 

@@ -7,21 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping, PyString};
 use subagent_tracker::TaskStart;
 
-use crate::start_arguments::{StartArguments, StoredMetadata};
-
-/// The keys a task of a started batch may have.
-const START_KEYS: [&str; 10] = [
-    "task_id",
-    "parent_id",
-    "agent",
-    "description",
-    "metadata",
-    "timeout",
-    "deadline",
-    "detached",
-    "structured",
-    "linked",
-];
+use crate::start_arguments::{StartArguments, StoredMetadata, CLAIM_TIMEOUT, START_OPTIONS};
 
 /// Every task of the batch `tasks`, described for the core, each with its own claim timeout if it has one
 /// (`reserving` allows them). An error names the task at fault by its index.
@@ -125,43 +111,10 @@ pub(crate) fn batch_mapping<'a, 'py>(
 
 fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartArguments<'py>> {
     let value = batch_mapping(item, |key| {
-        START_KEYS.contains(&key) || (reserving && key == "claim_timeout")
+        key == "task_id" || START_OPTIONS.contains(&key) || (reserving && key == CLAIM_TIMEOUT)
     })?;
-    Ok(StartArguments {
-        task_id: value("task_id")?.map(|value| value.extract()).transpose()?,
-        parent_id: value("parent_id")?
-            .map(|value| value.extract())
-            .transpose()?,
-        agent: value("agent")?
-            .map(|agent| checked_string(agent, "agent"))
-            .transpose()?,
-        description: value("description")?
-            .map(|description| checked_string(description, "description"))
-            .transpose()?,
-        metadata: value("metadata")?,
-        timeout: value("timeout")?.map(|value| value.extract()).transpose()?,
-        deadline: value("deadline")?
-            .map(|value| value.extract())
-            .transpose()?,
-        detached: value("detached")?
-            .map(|value| value.extract::<bool>())
-            .transpose()?
-            .unwrap_or(false),
-        structured: value("structured")?
-            .map(|value| value.extract::<bool>())
-            .transpose()?
-            .unwrap_or(false),
-        linked: value("linked")?.map(|value| value.extract()).transpose()?,
-        claim_timeout: value("claim_timeout")?
-            .map(|value| value.extract())
-            .transpose()?,
-    })
-}
-
-/// `value`, once `start_subagent_task` would take it for the string argument `name`.
-fn checked_string<'py>(value: Bound<'py, PyAny>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    crate::arguments::optional_string(Some(&value), name)?;
-    Ok(value)
+    let task_id = value("task_id")?.map(|value| value.extract()).transpose()?;
+    StartArguments::read(item.py(), task_id, value, false)
 }
 
 /// A `TypeError` or `ValueError` about an item of a batch (a `task`, an `end`), its message saying which (by its

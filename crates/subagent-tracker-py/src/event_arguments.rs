@@ -76,22 +76,14 @@ pub(crate) fn recorded_event<V: StoredValue>(
         .extract()?;
     Ok(Some(match kind {
         "started" => {
-            let (start, _) = StartArguments {
-                task_id: Some(task_id),
-                parent_id: value("parent_id")?
-                    .map(|value| value.extract())
-                    .transpose()?,
-                agent: value("agent")?,
-                description: value("description")?,
-                metadata: value("metadata")?,
-                timeout: None,
-                deadline: None,
-                detached: false,
-                structured: false,
-                linked: None,
-                claim_timeout: None,
-            }
-            .into_start()?;
+            let mut start = StartArguments::new(Some(task_id));
+            start.parent_id = value("parent_id")?
+                .map(|value| value.extract())
+                .transpose()?;
+            start.agent = value("agent")?;
+            start.description = value("description")?;
+            start.metadata = value("metadata")?;
+            let (start, _) = start.into_start()?;
             RecordedEvent::Started(start)
         }
         "progress" => {

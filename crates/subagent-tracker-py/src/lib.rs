@@ -77,6 +77,11 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
     module.add_function(wrap_pyfunction!(errors::_cancel_wait_timeout, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // The start options as the native sessions read them, for the test that holds `StartOptions` to them.
+    module.add(
+        "_START_OPTIONS",
+        pyo3::types::PyTuple::new(module.py(), start_arguments::START_OPTIONS)?,
+    )?;
     // The core's rule of which statuses are pending, for the Python enum and the dashboard's views.
     let pending: Vec<&str> = subagent_tracker::SubagentStatus::ALL
         .into_iter()

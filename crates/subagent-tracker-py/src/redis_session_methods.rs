@@ -27,79 +27,40 @@ macro_rules! redis_session_methods {
                 self.calls.session_id()
             }
 
-            /// Starts a task that this process runs, and returns the runner's handle.
-            #[pyo3(signature = (
-                task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
-                deadline=None, detached=false, structured=false, linked=None
-            ))]
-            #[allow(clippy::too_many_arguments)]
+            /// Starts a task that this process runs, and returns the runner's handle; `options` are
+            /// `StartOptions`.
+            #[pyo3(signature = (task_id=None, **options))]
             fn start_subagent_task<'py>(
                 &self,
                 py: Python<'py>,
                 task_id: Option<$crate::arguments::Id<$crate::arguments::TaskIdArgument>>,
-                parent_id: Option<$crate::arguments::Id<$crate::arguments::ParentIdArgument>>,
-                agent: Option<&Bound<'_, PyAny>>,
-                description: Option<&Bound<'_, PyAny>>,
-                metadata: Option<&Bound<'_, PyAny>>,
-                timeout: Option<$crate::arguments::Seconds<$crate::arguments::TimeoutArgument>>,
-                deadline: Option<$crate::arguments::EpochDeadline>,
-                detached: bool,
-                structured: bool,
-                linked: Option<$crate::token::Tokens>,
+                options: Option<&Bound<'_, pyo3::types::PyDict>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                let (start, _) = $crate::start_arguments::StartArguments {
+                let (start, _) = $crate::start_arguments::StartArguments::from_keywords(
                     task_id,
-                    parent_id,
-                    agent: agent.cloned(),
-                    description: description.cloned(),
-                    metadata: metadata.cloned(),
-                    timeout,
-                    deadline,
-                    detached,
-                    structured,
-                    linked,
-                    claim_timeout: None,
-                }
+                    options,
+                    false,
+                    concat!(stringify!($session), ".start_subagent_task"),
+                )?
                 .into_start()?;
                 self.calls.start(py, start)
             }
 
-            /// Reserves a task for a runner in any process to claim, and returns its id.
-            #[pyo3(signature = (
-                task_id=None, *, parent_id=None, agent=None, description=None, metadata=None, timeout=None,
-                deadline=None, detached=false, structured=false, linked=None, claim_timeout=None
-            ))]
-            #[allow(clippy::too_many_arguments)]
+            /// Reserves a task for a runner in any process to claim, and returns its id; `options` are
+            /// `StartOptions` and `claim_timeout`.
+            #[pyo3(signature = (task_id=None, **options))]
             fn reserve_subagent_task<'py>(
                 &self,
                 py: Python<'py>,
                 task_id: Option<$crate::arguments::Id<$crate::arguments::TaskIdArgument>>,
-                parent_id: Option<$crate::arguments::Id<$crate::arguments::ParentIdArgument>>,
-                agent: Option<&Bound<'_, PyAny>>,
-                description: Option<&Bound<'_, PyAny>>,
-                metadata: Option<&Bound<'_, PyAny>>,
-                timeout: Option<$crate::arguments::Seconds<$crate::arguments::TimeoutArgument>>,
-                deadline: Option<$crate::arguments::EpochDeadline>,
-                detached: bool,
-                structured: bool,
-                linked: Option<$crate::token::Tokens>,
-                claim_timeout: Option<
-                    $crate::arguments::Seconds<$crate::arguments::ClaimTimeoutArgument>,
-                >,
+                options: Option<&Bound<'_, pyo3::types::PyDict>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                let (start, claim_timeout) = $crate::start_arguments::StartArguments {
+                let (start, claim_timeout) = $crate::start_arguments::StartArguments::from_keywords(
                     task_id,
-                    parent_id,
-                    agent: agent.cloned(),
-                    description: description.cloned(),
-                    metadata: metadata.cloned(),
-                    timeout,
-                    deadline,
-                    detached,
-                    structured,
-                    linked,
-                    claim_timeout,
-                }
+                    options,
+                    true,
+                    concat!(stringify!($session), ".reserve_subagent_task"),
+                )?
                 .into_start()?;
                 self.calls.reserve(py, start, claim_timeout)
             }

@@ -2,14 +2,13 @@
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyDict, PyList};
 use pyo3::PyTraverseError;
 use subagent_tracker::{EndTarget, InMemorySubagentTaskTracker, TaskFilter};
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EarlyCancelTtlArgument, EpochDeadline, Id, MaxFinishedAgeArgument,
-    OlderThanArgument, ParentIdArgument, Seconds, SessionIdArgument, TaskIdArgument,
-    TimeoutArgument,
+    self, ClaimTimeoutArgument, EarlyCancelTtlArgument, Id, MaxFinishedAgeArgument,
+    OlderThanArgument, Seconds, SessionIdArgument, TaskIdArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
@@ -25,7 +24,7 @@ use crate::snapshot::SubagentTask;
 use crate::snapshot_arguments::restored_snapshots;
 use crate::start_arguments::StartArguments;
 use crate::task_watch::TaskWatch;
-use crate::token::{CancellationToken, Tokens};
+use crate::token::CancellationToken;
 
 /// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds the async methods.
 ///
@@ -108,41 +107,17 @@ impl Session {
         self.tracker.is_closed()
     }
 
-    /// Starts a task and returns the runner's handle.
-    // One parameter per Python keyword argument: the signature is the Python API.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (
-        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None,
-        timeout=None, deadline=None, detached=false, structured=false, linked=None
-    ))]
+    /// Starts a task and returns the runner's handle; `options` are `StartOptions`.
+    #[pyo3(signature = (task_id=None, **options))]
     fn start_subagent_task(
         slf: &Bound<'_, Self>,
         task_id: Option<Id<TaskIdArgument>>,
-        parent_id: Option<Id<ParentIdArgument>>,
-        agent: Option<&Bound<'_, PyAny>>,
-        description: Option<&Bound<'_, PyAny>>,
-        metadata: Option<&Bound<'_, PyAny>>,
-        timeout: Option<Seconds<TimeoutArgument>>,
-        deadline: Option<EpochDeadline>,
-        detached: bool,
-        structured: bool,
-        linked: Option<Tokens>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<SubagentTaskHandle> {
         let py = slf.py();
-        let (start, _) = StartArguments {
-            task_id,
-            parent_id,
-            agent: agent.cloned(),
-            description: description.cloned(),
-            metadata: metadata.cloned(),
-            timeout,
-            deadline,
-            detached,
-            structured,
-            linked,
-            claim_timeout: None,
-        }
-        .into_start()?;
+        let (start, _) =
+            StartArguments::from_keywords(task_id, options, false, "Session.start_subagent_task")?
+                .into_start()?;
         let tracker = &slf.get().tracker;
         let handle = with_wake_batch(py, || tracker.start(start))?
             .map_err(|error| tracker_error(py, error))?;
@@ -214,40 +189,17 @@ impl Session {
     }
 
     /// Reserves a task for a runner to claim later and returns its id; the task is queued until then.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (
-        task_id=None, *, parent_id=None, agent=None, description=None, metadata=None,
-        timeout=None, deadline=None, detached=false, structured=false, linked=None, claim_timeout=None
-    ))]
+    /// `options` are `StartOptions` and `claim_timeout`.
+    #[pyo3(signature = (task_id=None, **options))]
     fn reserve_subagent_task(
         &self,
         py: Python<'_>,
         task_id: Option<Id<TaskIdArgument>>,
-        parent_id: Option<Id<ParentIdArgument>>,
-        agent: Option<&Bound<'_, PyAny>>,
-        description: Option<&Bound<'_, PyAny>>,
-        metadata: Option<&Bound<'_, PyAny>>,
-        timeout: Option<Seconds<TimeoutArgument>>,
-        deadline: Option<EpochDeadline>,
-        detached: bool,
-        structured: bool,
-        linked: Option<Tokens>,
-        claim_timeout: Option<Seconds<ClaimTimeoutArgument>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<String> {
-        let (start, claim_timeout) = StartArguments {
-            task_id,
-            parent_id,
-            agent: agent.cloned(),
-            description: description.cloned(),
-            metadata: metadata.cloned(),
-            timeout,
-            deadline,
-            detached,
-            structured,
-            linked,
-            claim_timeout,
-        }
-        .into_start()?;
+        let (start, claim_timeout) =
+            StartArguments::from_keywords(task_id, options, true, "Session.reserve_subagent_task")?
+                .into_start()?;
         let reserved = with_wake_batch(py, || self.tracker.reserve(start, claim_timeout))?
             .map_err(|error| tracker_error(py, error))?;
         Ok(reserved.to_string())

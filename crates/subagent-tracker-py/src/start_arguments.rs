@@ -1,10 +1,16 @@
 //! The description of a task to start or reserve, taken the same way by every kind of session (in memory or in
 //! Redis, blocking or asyncio): the keyword arguments of `start_subagent_task` and `reserve_subagent_task`, or
 //! one mapping of a batch (`batch_arguments`).
+//!
+//! The start options are declared once, here ([`START_OPTIONS`], read by [`StartArguments::read`]): every
+//! native start and reservation takes them as `**options`, and Python declares them once too, as the
+//! `StartOptions` typed dict that the stubs and the protocols unpack (a test holds the two lists equal).
 
 use std::time::Duration;
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use subagent_tracker::TaskStart;
 
 use crate::arguments::{
@@ -13,6 +19,23 @@ use crate::arguments::{
 };
 use crate::python_types::PyValue;
 use crate::token::Tokens;
+
+/// The start options, in the order their values are read (and so the order in which bad ones are reported): the
+/// keyword arguments of `start_subagent_task` after `task_id`, and the keys of a batch's tasks besides it.
+pub(crate) const START_OPTIONS: [&str; 9] = [
+    "parent_id",
+    "agent",
+    "description",
+    "metadata",
+    "timeout",
+    "deadline",
+    "detached",
+    "structured",
+    "linked",
+];
+
+/// A reservation's option beyond a start's.
+pub(crate) const CLAIM_TIMEOUT: &str = "claim_timeout";
 
 /// A task's description as the caller gave it: ids, times and tokens already extracted, the strings and the
 /// metadata checked by [`into_start`](Self::into_start).
@@ -51,7 +74,101 @@ impl StoredMetadata for String {
     }
 }
 
-impl StartArguments<'_> {
+impl<'py> StartArguments<'py> {
+    /// The task `task_id` with every option at its default.
+    pub(crate) fn new(task_id: Option<Id<TaskIdArgument>>) -> StartArguments<'py> {
+        StartArguments {
+            task_id,
+            parent_id: None,
+            agent: None,
+            description: None,
+            metadata: None,
+            timeout: None,
+            deadline: None,
+            detached: false,
+            structured: false,
+            linked: None,
+            claim_timeout: None,
+        }
+    }
+
+    /// The task `task_id` with the keyword arguments `options` of the call `call` (`Class.method`), which
+    /// `reserving` lets name a claim timeout. Errors read as Python's own keyword parsing words them: an
+    /// unknown keyword first, then a value of the wrong type as `argument 'name': ...`.
+    pub(crate) fn from_keywords(
+        task_id: Option<Id<TaskIdArgument>>,
+        options: Option<&Bound<'py, PyDict>>,
+        reserving: bool,
+        call: &str,
+    ) -> PyResult<StartArguments<'py>> {
+        let Some(options) = options else {
+            return Ok(StartArguments::new(task_id));
+        };
+        for key in options.keys() {
+            let key = key.extract::<&str>()?;
+            let known = START_OPTIONS.contains(&key) || (reserving && key == CLAIM_TIMEOUT);
+            if !known {
+                return Err(PyTypeError::new_err(format!(
+                    "{call}() got an unexpected keyword argument '{key}'"
+                )));
+            }
+        }
+        StartArguments::read(options.py(), task_id, |key| options.get_item(key), true)
+    }
+
+    /// The task `task_id` with the options that `value` gives (`None` for one not given): each read in the
+    /// order of [`START_OPTIONS`], then the claim timeout. A given `None` means the default, but for the flags,
+    /// which must be `bool`; with `as_arguments`, a `TypeError` names its argument as Python's own does.
+    pub(crate) fn read(
+        py: Python<'py>,
+        task_id: Option<Id<TaskIdArgument>>,
+        value: impl Fn(&str) -> PyResult<Option<Bound<'py, PyAny>>>,
+        as_arguments: bool,
+    ) -> PyResult<StartArguments<'py>> {
+        let given = |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
+            Ok(value(key)?.filter(|value| !value.is_none()))
+        };
+        let named = |key: &'static str, error: PyErr| -> PyErr {
+            if as_arguments && error.get_type(py).is(py.get_type::<PyTypeError>()) {
+                let named = PyTypeError::new_err(format!("argument '{key}': {}", error.value(py)));
+                named.set_cause(py, error.cause(py));
+                named
+            } else {
+                error
+            }
+        };
+        macro_rules! extracted {
+            ($key:literal) => {
+                given($key)?
+                    .map(|value| value.extract())
+                    .transpose()
+                    .map_err(|error| named($key, error))?
+            };
+        }
+        macro_rules! flag {
+            ($key:literal) => {
+                value($key)?
+                    .map(|value| value.extract::<bool>())
+                    .transpose()
+                    .map_err(|error| named($key, error))?
+                    .unwrap_or(false)
+            };
+        }
+        Ok(StartArguments {
+            task_id,
+            parent_id: extracted!("parent_id"),
+            agent: given("agent")?,
+            description: given("description")?,
+            metadata: given("metadata")?,
+            timeout: extracted!("timeout"),
+            deadline: extracted!("deadline"),
+            detached: flag!("detached"),
+            structured: flag!("structured"),
+            linked: extracted!("linked"),
+            claim_timeout: extracted!("claim_timeout"),
+        })
+    }
+
     /// The core's description of the task, with its metadata in the store's form, and the reservation's own
     /// claim timeout.
     pub(crate) fn into_start<V: StoredMetadata>(
