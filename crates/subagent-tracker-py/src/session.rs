@@ -393,7 +393,7 @@ impl Session {
         self.tracker.forget_finished(older_than.0)
     }
 
-    /// Snapshots of the pending (queued and running) tasks, in start order.
+    /// Snapshots of the pending (queued, running and paused) tasks, in start order.
     fn pending_subagent_tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         snapshots(py, self.tracker.pending())
     }

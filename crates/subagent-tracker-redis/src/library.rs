@@ -10,24 +10,33 @@ use std::sync::LazyLock;
 
 use subagent_tracker::SubagentStatus;
 
-/// The library's name, the first line of its code.
-pub(crate) const LIBRARY: &str = "subagent_tracker_v2";
+use crate::store::{layout_version, FUNCTION_PREFIX, SESSION_KEYS};
 
-/// The shared helpers: each file uses only what the files before it define.
-const INCLUDES: [&str; 13] = [
-    include_str!("../lua/includes/clock.lua"),
-    include_str!("../lua/includes/session.lua"),
-    include_str!("../lua/includes/keys.lua"),
-    include_str!("../lua/includes/tasks.lua"),
-    include_str!("../lua/includes/session_state.lua"),
-    include_str!("../lua/includes/events.lua"),
-    include_str!("../lua/includes/retention.lua"),
-    include_str!("../lua/includes/metadata.lua"),
-    include_str!("../lua/includes/cascade.lua"),
-    include_str!("../lua/includes/task_groups.lua"),
-    include_str!("../lua/includes/open.lua"),
-    include_str!("../lua/includes/liveness.lua"),
-    include_str!("../lua/includes/register.lua"),
+/// The library's name, the first line of its code: the layout version's.
+pub(crate) const LIBRARY: &str = concat!("subagent_tracker_", layout_version!());
+
+/// The shared helpers, by name: each file uses only what the files before it define. Each function's file names
+/// the ones it uses (`-- Includes:`).
+const INCLUDES: [(&str, &str); 13] = [
+    ("clock", include_str!("../lua/includes/clock.lua")),
+    ("session", include_str!("../lua/includes/session.lua")),
+    ("keys", include_str!("../lua/includes/keys.lua")),
+    ("tasks", include_str!("../lua/includes/tasks.lua")),
+    (
+        "session_state",
+        include_str!("../lua/includes/session_state.lua"),
+    ),
+    ("events", include_str!("../lua/includes/events.lua")),
+    ("retention", include_str!("../lua/includes/retention.lua")),
+    ("metadata", include_str!("../lua/includes/metadata.lua")),
+    ("cascade", include_str!("../lua/includes/cascade.lua")),
+    (
+        "task_groups",
+        include_str!("../lua/includes/task_groups.lua"),
+    ),
+    ("open", include_str!("../lua/includes/open.lua")),
+    ("liveness", include_str!("../lua/includes/liveness.lua")),
+    ("register", include_str!("../lua/includes/register.lua")),
 ];
 
 /// One file per server function.
@@ -78,7 +87,8 @@ pub(crate) static CODE: LazyLock<String> = LazyLock::new(|| {
     let mut code = format!("#!lua name={LIBRARY}\n");
     code.push_str(include_str!("../lua/header.lua"));
     code.push_str(&core_rules());
-    for part in INCLUDES.iter().chain(FUNCTIONS.iter()) {
+    let includes = INCLUDES.iter().map(|(_, code)| code);
+    for part in includes.chain(FUNCTIONS.iter()) {
         code.push('\n');
         code.push_str(part);
     }
@@ -98,18 +108,38 @@ fn core_rules() -> String {
         "\n-- The statuses that are pending (SubagentStatus::is_pending in the core).\nlocal PENDING = {{{} }}\n",
         pending.trim_end_matches(',')
     );
-    let _ = writeln!(
-        rules,
-        "local DEFAULT_PROGRESS_LOG_SIZE = {}",
-        subagent_tracker::DEFAULT_PROGRESS_LOG_SIZE
-    );
-    // The reasons task groups write (plain ASCII, so Rust's quoting is Lua's).
+    for (name, value) in [
+        (
+            "DEFAULT_PROGRESS_LOG_SIZE",
+            subagent_tracker::DEFAULT_PROGRESS_LOG_SIZE,
+        ),
+        ("MAX_EARLY_CANCELS", subagent_tracker::MAX_EARLY_CANCELS),
+        (
+            "DEFAULT_EARLY_CANCEL_TTL_US",
+            usize::try_from(subagent_tracker::DEFAULT_EARLY_CANCEL_TTL.as_micros())
+                .expect("a minute's microseconds fit"),
+        ),
+    ] {
+        let _ = writeln!(rules, "local {name} = {value}");
+    }
+    // The reasons the functions write themselves (plain ASCII, so Rust's quoting is Lua's).
     for (name, reason) in [
+        (
+            "DEFAULT_CANCEL_REASON",
+            subagent_tracker::DEFAULT_CANCEL_REASON,
+        ),
         ("CHILD_FAILED_REASON", subagent_tracker::CHILD_FAILED_REASON),
         ("GROUP_ENDED_REASON", subagent_tracker::GROUP_ENDED_REASON),
+        ("FUNCTION_PREFIX", FUNCTION_PREFIX),
     ] {
         let _ = writeln!(rules, "local {name} = {reason:?}");
     }
+    // The names of a session's keys (`store::SESSION_KEYS`).
+    rules.push_str("local KEY = {\n");
+    for (name, key) in SESSION_KEYS {
+        let _ = writeln!(rules, "  {name} = {key:?},");
+    }
+    rules.push_str("}\n");
     rules
 }
 
@@ -125,6 +155,136 @@ mod tests {
             assert_eq!(part.matches("\nregister('").count(), 1, "{part}");
         }
         assert_eq!(CODE.matches("\nregister('").count(), FUNCTIONS.len());
+    }
+
+    /// The literals that follow a name ending in `word` compared or assigned (`status == 'queued'`,
+    /// `walk.cause ~= 'session'`, `cause = 'parent'`), throughout the library.
+    fn literals_after<'a>(code: &'a str, word: &str) -> Vec<&'a str> {
+        let mut literals = Vec::new();
+        for (at, _) in code.match_indices(word) {
+            let rest = &code[at + word.len()..];
+            // Not a longer name, nor the last of several names assigned at once (`a, b = 'x', 'y'`: its value
+            // is not the first), though a field of a table (`{ kind = 'tree', cause = 'parent' }`) is one.
+            let before = code[..at]
+                .trim_end_matches(|c: char| c.is_alphanumeric() || c == '_' || c == '.')
+                .trim_end();
+            let assigned_at_once = before.strip_suffix(',').is_some_and(|list| {
+                let item = list
+                    .rfind([',', '\n', '{', '('])
+                    .map_or(list, |start| &list[start + 1..]);
+                !item.contains('=')
+            });
+            if rest.starts_with(|next: char| next.is_alphanumeric() || next == '_')
+                || assigned_at_once
+            {
+                continue;
+            }
+            let rest = rest.trim_start();
+            let Some(rest) = ["==", "~=", "="]
+                .iter()
+                .find_map(|operator| rest.strip_prefix(operator))
+            else {
+                continue;
+            };
+            if let Some(literal) = rest.trim_start().strip_prefix('\'') {
+                let end = literal.find('\'').unwrap_or(0);
+                let concatenated = literal[end + 1..].trim_start().starts_with("..");
+                // An empty one means none (a walk that filters on no status); one concatenated is a part.
+                if end > 0 && !concatenated {
+                    literals.push(&literal[..end]);
+                }
+            }
+        }
+        literals
+    }
+
+    /// The functions write and compare only the statuses and causes the core names (a name the core renamed
+    /// fails here), and the library names each of them.
+    #[test]
+    fn the_library_uses_only_the_core_s_status_and_cause_names() {
+        let statuses = literals_after(&CODE, "status");
+        for status in &statuses {
+            assert!(
+                SubagentStatus::from_name(status).is_some(),
+                "status {status:?}"
+            );
+        }
+        let causes = literals_after(&CODE, "cause");
+        for cause in &causes {
+            assert!(
+                subagent_tracker::CancelCause::from_name(cause).is_some(),
+                "cause {cause:?}"
+            );
+        }
+        assert!(
+            statuses.len() >= 10 && causes.len() >= 5,
+            "{statuses:?} {causes:?}"
+        );
+        for status in SubagentStatus::ALL {
+            assert!(CODE.contains(&format!("'{}'", status.as_str())), "{status}");
+        }
+    }
+
+    /// Every key of a session is named by `store::SESSION_KEYS`: no function spells one out.
+    #[test]
+    fn the_library_names_the_session_s_keys_only_through_the_table() {
+        assert!(!CODE.contains("base .. '"));
+        for (name, _) in SESSION_KEYS {
+            assert!(
+                CODE.contains(&format!("KEY.{name}")),
+                "KEY.{name} is never used"
+            );
+        }
+        assert!(!CODE.contains("stv2_'"));
+    }
+
+    /// The names a Lua file defines at its top level (`local function name`, `local a, b = ...`).
+    fn defined_names(code: &str) -> Vec<&str> {
+        let mut names = Vec::new();
+        for line in code.lines() {
+            let Some(declared) = line.strip_prefix("local ") else {
+                continue;
+            };
+            let declared = declared.strip_prefix("function ").unwrap_or(declared);
+            let declared = declared.split(['=', '(']).next().unwrap_or_default();
+            names.extend(
+                declared
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|name| !name.is_empty()),
+            );
+        }
+        names
+    }
+
+    /// Each function's file names the includes it uses (`-- Includes: clock, session.`), in the library's
+    /// order: the ones that define a name its code uses, no more and no fewer.
+    #[test]
+    fn each_function_names_the_includes_it_uses() {
+        for function in FUNCTIONS {
+            let code: String = function
+                .lines()
+                .map(|line| line.split("--").next().unwrap_or_default())
+                .collect::<Vec<_>>()
+                .join("\n");
+            let used: std::collections::HashSet<&str> = code
+                .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .collect();
+            let uses: Vec<&str> = INCLUDES
+                .iter()
+                .filter(|(_, include)| {
+                    defined_names(include)
+                        .iter()
+                        .any(|name| used.contains(name))
+                })
+                .map(|(name, _)| *name)
+                .collect();
+            let declared = function
+                .lines()
+                .find_map(|line| line.strip_prefix("-- Includes: "))
+                .unwrap_or_else(|| panic!("no `-- Includes:` line in\n{function}"));
+            assert_eq!(declared, format!("{}.", uses.join(", ")), "{function}");
+        }
     }
 
     /// The library passes luacheck as Redis loads it, whole: each file alone uses what the files before it

@@ -15,8 +15,45 @@ use crate::library::{CODE, LIBRARY};
 use crate::RedisTrackerError;
 
 /// The version that the library's name, its function names and the key layout carry together: processes of
-/// different versions share a server without running each other's rules or reading each other's keys.
-pub(crate) const LAYOUT_VERSION: &str = "v2";
+/// different versions share a server without running each other's rules or reading each other's keys. Written
+/// here alone: the library's name, its functions' prefix and every key's prefix are made from it.
+macro_rules! layout_version {
+    () => {
+        "v2"
+    };
+}
+pub(crate) use layout_version;
+
+/// [`layout_version!`] as a value.
+pub(crate) const LAYOUT_VERSION: &str = layout_version!();
+
+/// The prefix of the library's functions' names (`stv2_open`): the layout version's.
+pub(crate) const FUNCTION_PREFIX: &str = concat!("st", layout_version!(), "_");
+
+/// The name of a session's hash, which the registry hands the functions: the session's other keys derive from it.
+const SESSION_HASH: &str = "session";
+/// The name of a session's stream of events, which the registry also reads.
+const SESSION_EVENTS: &str = "events";
+
+/// The names of a session's keys after `<prefix>{s:<id>}:`, by the name the server functions give each: they
+/// derive every key from the session's hash key (`base .. KEY.live` in `lua/`), and the library writes this
+/// table into the Lua, so that each name is written once. A name ending in `:` is followed by a task's id, a run
+/// or a walk's id.
+pub(crate) const SESSION_KEYS: [(&str, &str); 13] = [
+    ("session", SESSION_HASH),
+    ("events", SESSION_EVENTS),
+    ("live", "live"),
+    ("finished", "finished"),
+    ("timers", "timers"),
+    ("linked", "linked"),
+    ("walks", "walks"),
+    ("early", "early"),
+    ("early_order", "early_order"),
+    ("task", "t:"),
+    ("children", "c:"),
+    ("walk", "w:"),
+    ("walk_frontier", "wf:"),
+];
 
 /// Where a registry's keys live, and the names of one session's keys.
 ///
@@ -39,12 +76,16 @@ impl Keys {
     /// The hash of session `session_id`; the functions derive the session's other keys from it. The hash tag
     /// keeps all of them in one cluster slot.
     pub(crate) fn session(&self, session_id: &str) -> String {
-        format!("{}{{s:{}}}:session", self.prefix, encode(session_id))
+        format!("{}{{s:{}}}:{SESSION_HASH}", self.prefix, encode(session_id))
     }
 
     /// The stream of session `session_id`'s lifecycle events.
     pub(crate) fn events(&self, session_id: &str) -> String {
-        format!("{}{{s:{}}}:events", self.prefix, encode(session_id))
+        format!(
+            "{}{{s:{}}}:{SESSION_EVENTS}",
+            self.prefix,
+            encode(session_id)
+        )
     }
 
     /// The channel on which the functions publish the cancels of the runs of worker process `process`.
@@ -275,7 +316,7 @@ fn function_call(name: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {
     let guard = keys.first().map(|key| slot_guard(key));
     let mut command = redis::cmd("FCALL");
     command
-        .arg(format!("st{LAYOUT_VERSION}_{name}"))
+        .arg(format!("{FUNCTION_PREFIX}{name}"))
         .arg(keys.len() + usize::from(guard.is_some()))
         .arg(keys)
         .arg(guard)

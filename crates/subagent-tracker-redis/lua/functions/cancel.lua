@@ -4,6 +4,7 @@
 -- that run only: a linked token reaches the run it was linked to, never a later run of the same id. Returns {1
 -- when the task itself moved, else 0; the walk its cascade left under way, or "", and that walk's timer}
 -- (`stv2_walk` takes its steps; the timer, in milliseconds since the epoch, is for the registry's index).
+-- Includes: clock, session, keys, tasks, cascade, register.
 local function st_cancel(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end

@@ -2,6 +2,7 @@
 -- start order, in steps; with close = "1", first records the session as closed (keeping the first reason). A task
 -- started after the call began is not among them (after a close none can start). Returns {how many this step
 -- moved, the walk left under way or "", its timer} (as stv2_cancel's).
+-- Includes: clock, session, cascade, register.
 local function st_cancel_all(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end

@@ -5,6 +5,7 @@
 -- value. The rule is the core's `TaskFilter`. A task started after the call began is not among them. Returns
 -- {walk, timer, id, ...}: the walk left under way and its timer (as stv2_cancel's) and the ids of the matching
 -- tasks this step moved, in start order (one reached by an earlier match's cascade included).
+-- Includes: clock, session, cascade, register.
 local function st_cancel_matching(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   touch()

@@ -1,6 +1,7 @@
 -- stv2_claim(session_key; inc, task_id, process): a runner takes a reserved task. Returns {run, status, reason,
 -- origin, cause, handling} (a cancelled task's cancel, so that the runner's token fires from this reply alone);
 -- errors GONE, NOT_RESERVED, CLAIMED or ENDED <status>.
+-- Includes: clock, session, keys, tasks, events, register.
 local function st_claim(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
@@ -15,7 +16,7 @@ local function st_claim(keys, args)
   if status == 'queued' then status = 'running' end
   touch()
   local at = now()
-  redis.call('ZREM', base .. 'timers', timer('c', task_id, state[1]))
+  redis.call('ZREM', base .. KEY.timers, timer('c', task_id, state[1]))
   redis.call('HSET', key, 'status', status, 'claimed_at', at, 'worker', process)
   emit(base, task_id, 'claimed', status, at)
   return { state[1], status, state[5] or '', state[6] or '', state[7] or '', state[8] and '1' or '' }

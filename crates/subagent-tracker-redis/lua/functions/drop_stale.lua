@@ -2,6 +2,7 @@
 -- at least `age_ms` old by the server's clock; one stamped again since the caller's look stays. It withdraws a
 -- worker process's announcements (one announced again meanwhile stays) and takes swept sessions out of the index
 -- (one listed again since the sweep's look, its id naming a new session, stays).
+-- Includes: clock, register.
 local function st_drop_stale(keys, args)
   local before = now_ms() - tonumber(args[1])
   local dropped = 0

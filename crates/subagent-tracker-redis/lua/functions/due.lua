@@ -1,5 +1,6 @@
 -- stv2_due(timers_key, changes_key): the sessions with a timer due, by the server's clock, each with its count of
 -- changes: {session, changes, session, changes, ...}.
+-- Includes: clock, register.
 local function st_due(keys)
   local due = redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms())
   local listed = {}

@@ -10,6 +10,7 @@
 -- with GONE (a runner's end takes that as 0).
 -- An end by id of a paused run tells its worker process ("ended" as a notification's cause), whose runner waits
 -- for a resume that will not come.
+-- Includes: clock, session, keys, tasks, retention, cascade, task_groups, open, register.
 local function end_one(base, a, first)
   local task_id, run, outcome, value, error_type, error_code = a[first + 1], a[first + 2], 'completed', '', '', ''
   if a[first] == 'e' then
@@ -34,7 +35,7 @@ local function end_one(base, a, first)
     if PENDING[status] then outcome = 'failed' else outcome = 'stopped' end
   elseif outcome == 'stopped' and PENDING[status] then
     -- The runner stopped on a cancel this store has not seen (its own): the stop is a cancel, then the end.
-    cancel_trees(base, { task_id }, value ~= '' and value or 'cancelled', 'requested', now())
+    cancel_trees(base, { task_id }, value ~= '' and value or DEFAULT_CANCEL_REASON, 'requested', now())
     status = 'cancelled'
   end
   local transitioned = 0

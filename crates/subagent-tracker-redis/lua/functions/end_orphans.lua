@@ -3,6 +3,7 @@
 -- but the reply never reached the process: stv2_orphans found them, and the process holds none of them): a
 -- running one fails with `error`, a cancelled one finishes. Returns how many it ended, and when a cascade its ends
 -- set off and left under way is due (`walks_due`). Worker::end_orphans.
+-- Includes: clock, session, keys, cascade, liveness, register.
 local function st_end_orphans(keys, args)
   if not stored_inc then return { 0, '' } end
   local base = base_of(keys[1])

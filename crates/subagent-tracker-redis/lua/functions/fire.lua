@@ -3,6 +3,7 @@
 -- stopped taking its steps (a walk's timer) takes its next step. A call stops after FIRE_STEP timers, or after a
 -- cascade it could not finish in one step, whose timer is then due at once. Returns when the next timer falls due
 -- (now, for more to fire), or -1.
+-- Includes: clock, session, keys, tasks, retention, cascade, task_groups, register.
 local FIRE_STEP = 10
 
 local function st_fire(keys, args)
@@ -11,7 +12,7 @@ local function st_fire(keys, args)
   local base = base_of(session_key)
   local at = now()
   local due = {}
-  local listed = redis.call('ZRANGEBYSCORE', base .. 'timers', '-inf', now_ms(), 'WITHSCORES', 'LIMIT', 0, FIRE_STEP)
+  local listed = redis.call('ZRANGEBYSCORE', base .. KEY.timers, '-inf', now_ms(), 'WITHSCORES', 'LIMIT', 0, FIRE_STEP)
   if #listed > 0 then touch() end
   for index = 1, #listed, 2 do
     local kind, task_id, run = string.match(listed[index], '^(%a)\t(.*)\t(%d+)$')
@@ -27,7 +28,7 @@ local function st_fire(keys, args)
   for _, entry in ipairs(due) do
     if walks_left then break end
     local member, kind, task_id, run = entry.member, entry.kind, entry.task_id, entry.run
-    redis.call('ZREM', base .. 'timers', member)
+    redis.call('ZREM', base .. KEY.timers, member)
     if kind == 'w' then
       local _, done = continue_walk(base, task_id)
       if not done then walks_left = { task_id } end
@@ -48,10 +49,10 @@ local function st_fire(keys, args)
   -- A cascade left under way goes on at once, in the next call.
   if walks_left then
     for _, walk_id in ipairs(walks_left) do
-      redis.call('ZADD', base .. 'timers', now_ms(), timer('w', walk_id, '0'))
+      redis.call('ZADD', base .. KEY.timers, now_ms(), timer('w', walk_id, '0'))
     end
   end
-  local next_timer = redis.call('ZRANGE', base .. 'timers', 0, 0, 'WITHSCORES')
+  local next_timer = redis.call('ZRANGE', base .. KEY.timers, 0, 0, 'WITHSCORES')
   if next_timer[2] then return tonumber(next_timer[2]) end
   return -1
 end

@@ -1,6 +1,7 @@
 -- stv2_forget_finished(session_key; inc, older_than_us): forgets the finished tasks that ended at least older_than_us
 -- microseconds ago, as eviction does (contract §7), at most FORGET_STEP per call. Returns {how many, 1 when more may
 -- be left for the next call, else 0}. RedisSession::forget_finished.
+-- Includes: clock, session, retention, register.
 local FORGET_STEP = 64
 
 local function st_forget_finished(keys, args)

@@ -2,6 +2,7 @@
 -- and their cancel handlers have finished: each run's `handling` mark goes (contract §3, cancel and wait). A run
 -- that is no longer the task's current one is passed over. Returns how many marks went. Rust: the worker's
 -- report after it applied cancels (Worker::report_handled).
+-- Includes: session, keys, register.
 local function st_handled(keys, args)
   local base = base_of(keys[1])
   local cleared = 0

@@ -6,6 +6,7 @@
 -- Returns {finished, count, id, ..., item, ...}: finished "1" once the task's runner has ended, the ids among the
 -- items' tasks whose handlers are at work, and the items that follow them (each children set read at most
 -- HANDLING_STEP members a step). Empty when the task is not retained. Rust: RedisSession::cancel_work.
+-- Includes: session, keys, tasks, register.
 local HANDLING_STEP = 32
 
 local function st_handling(keys, args)

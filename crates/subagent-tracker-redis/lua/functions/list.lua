@@ -6,6 +6,7 @@
 -- counted since the session's first finish, of the next one to read: `fins` counts them, and eviction takes from
 -- the list's front, so a position stays put). A task that finishes while a listing pages may come twice, and one
 -- restarted may come twice or be left out: the caller keeps each id's last.
+-- Includes: clock, session, tasks, register.
 local function st_list(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   local base = base_of(keys[1])
@@ -15,7 +16,7 @@ local function st_list(keys, args)
   if which == 'all' then live_after = string.match(cursor, '^l(%d+)$') or (cursor == '' and '0') or nil end
   if live_after then
     if live_after == '' then live_after = '0' end
-    local listed = redis.call('ZRANGE', base .. 'live', '(' .. live_after, '+inf', 'BYSCORE', 'LIMIT', 0, limit,
+    local listed = redis.call('ZRANGE', base .. KEY.live, '(' .. live_after, '+inf', 'BYSCORE', 'LIMIT', 0, limit,
       'WITHSCORES')
     for index = 1, #listed, 2 do
       local task = snapshot(base, listed[index])
@@ -30,12 +31,12 @@ local function st_list(keys, args)
     limit = limit - read
     cursor = ''
   end
-  local length = redis.call('LLEN', base .. 'finished')
+  local length = redis.call('LLEN', base .. KEY.finished)
   -- Never below 0, even where Redis lost the count but kept the list: a cursor always moves on.
   local first = math.max(stored_fins - length, 0)
   local position = tonumber(string.match(cursor, '^f(%d+)$') or first)
   local index = math.max(position - first, 0)
-  local listed = redis.call('LRANGE', base .. 'finished', index, index + limit - 1)
+  local listed = redis.call('LRANGE', base .. KEY.finished, index, index + limit - 1)
   for _, task_id in ipairs(listed) do
     local task = snapshot(base, task_id)
     if #task > 0 and not is_aged(task) then page[#page + 1] = task end

@@ -6,6 +6,7 @@
 -- `open_task`), without the empty values at its end (a start on the common path replies {run, status}), or
 -- {"", refusal}, the refusal DUPLICATE, UNKNOWN_PARENT or PARENT_FINISHED; or an error reply GONE or CLOSED, which
 -- refuses them all.
+-- Includes: session, open, register.
 local function st_open(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   if stored_closed then return redis.error_reply('CLOSED') end

@@ -6,6 +6,7 @@
 -- it. Returns the seven replies of stv2_open per task, one after the other; when checking, what it found of each
 -- task as it would open: "<finishes><cancelled>:<due ms or nothing>", each flag "1" or "0". Or an error reply
 -- `<CODE> <index>` (the 0-based index of the task refused) with stv2_open's codes, or DUPLICATE_IN_BATCH.
+-- Includes: clock, session, keys, tasks, open, register.
 local function st_open_batch(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end
@@ -60,7 +61,7 @@ local function st_open_batch(keys, args)
     if detached then inherits_cancel, inherited_due = false, nil end
     local due = deadline ~= '' and tonumber(deadline) or nil
     if inherited_due and (not due or inherited_due < due) then due = inherited_due end
-    local early = redis.call('HGET', base .. 'early', task_id)
+    local early = redis.call('HGET', base .. KEY.early, task_id)
     local early_live = early ~= false and tonumber(string.match(early, '^(%d+)')) > now_us()
     local cancelled = inherits_cancel or early_live or (due ~= nil and due <= current_ms)
     opened_here[task_id] = { cancelled = cancelled, finishes = cancelled and reserved, due = due }

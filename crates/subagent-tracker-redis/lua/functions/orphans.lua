@@ -3,6 +3,7 @@
 -- read; "": from the first). Returns {the cursor of the next page, or "" once the index is done; then, for each
 -- unfinished run of the process in the page, its task id, its run and how long ago, in milliseconds, the process
 -- began it}. The process tells which it does not hold, and ends those with stv2_end_orphans.
+-- Includes: clock, session, keys, liveness, register.
 local ORPHAN_STEP = 200
 
 local function st_orphans(keys, args)
@@ -10,7 +11,7 @@ local function st_orphans(keys, args)
   if not stored_inc then return { '' } end
   local base = base_of(keys[1])
   local process = args[1]
-  local listed = redis.call('ZRANGE', base .. 'live', '(' .. (args[2] ~= '' and args[2] or '0'), '+inf', 'BYSCORE',
+  local listed = redis.call('ZRANGE', base .. KEY.live, '(' .. (args[2] ~= '' and args[2] or '0'), '+inf', 'BYSCORE',
     'LIMIT', 0, ORPHAN_STEP, 'WITHSCORES')
   local page = { #listed < 2 * ORPHAN_STEP and '' or listed[#listed] }
   local current_ms = now_ms()

@@ -3,6 +3,7 @@
 -- reason, when given, is kept as `pause_reason` until the resume. Returns the run's number of pauses so far (its
 -- `pauses` field, which numbers this one), or 0 when the run is not running or is no longer the task's current
 -- one. Rust: RedisTaskHandle::pause.
+-- Includes: clock, session, keys, tasks, events, register.
 local function st_pause(keys, args)
   if not same_incarnation(args[1]) then return 0 end
   local base = base_of(keys[1])

@@ -3,6 +3,7 @@
 -- the latest message, the count, and the report in the task's progress log, which keeps the session's `log_size`
 -- latest (default DEFAULT_PROGRESS_LOG_SIZE, the core's) as fields "pl<number>". `data` is JSON text, or "" for
 -- none.
+-- Includes: clock, session, keys, tasks, events, register.
 
 -- One report as its field holds it: "<at>:<message's byte length>:<message><data>", which `store.rs` reads.
 local function progress_entry(at, message, data)

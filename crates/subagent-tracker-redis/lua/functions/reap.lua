@@ -4,6 +4,7 @@
 -- from the first), and ends at most REAP_ENDS of them. Returns {how many it finished, the cursor of the next
 -- call or "" once the index is done, when a cascade its ends set off (a task group's rule) and left under way is
 -- due or ""}.
+-- Includes: clock, session, keys, cascade, liveness, register.
 local REAP_STEP = 200
 local REAP_ENDS = 32
 
@@ -15,7 +16,7 @@ local function st_reap(keys, args)
   local process, error, expired_at = args[1], args[2], tonumber(args[3])
   local reaped = 0
   local at = now()
-  local listed = redis.call('ZRANGE', base .. 'live', '(' .. (args[4] or '0'), '+inf', 'BYSCORE', 'LIMIT', 0,
+  local listed = redis.call('ZRANGE', base .. KEY.live, '(' .. (args[4] or '0'), '+inf', 'BYSCORE', 'LIMIT', 0,
     REAP_STEP, 'WITHSCORES')
   for index = 1, #listed, 2 do
     local task_id = listed[index]

@@ -10,6 +10,7 @@
 -- - "skip": writes each task whose id the session does not retain (one retained now was started, or restored,
 --   since the check: it wins, as in memory), in a session closed since the check too. Returns how many it
 --   restored.
+-- Includes: session, keys, retention, register.
 local function st_restore(keys, args)
   local session_key = keys[1]
   if not same_incarnation(args[1]) then return gone() end

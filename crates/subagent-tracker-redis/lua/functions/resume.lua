@@ -3,6 +3,7 @@
 -- runner. The worker process that runs the task is told on its channel, in a cancel's framing with the value as
 -- the reason and "resume" as the cause, and reads `resume_value` when it reconciles. Returns 1, or 0 when the task
 -- is not paused. Rust: RedisSession::resume.
+-- Includes: clock, session, keys, tasks, events, cascade, register.
 local function st_resume(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   local base = base_of(keys[1])

@@ -1,6 +1,7 @@
 -- stv2_retime(timers_key, changes_key; session_id, next, changes): records when the session's next timer falls due
 -- (-1: none), as `stv2_fire` found it. A timer scheduled since that look (its count of changes moved on) may be
 -- missing from `next`: the entry is then left due, and the next look fires and retimes again.
+-- Includes: register.
 local function st_retime(keys, args)
   local session_id, next_due = args[1], tonumber(args[2])
   if (redis.call('HGET', keys[2], session_id) or '0') ~= args[3] then return 0 end

@@ -5,6 +5,7 @@
 -- {"gone"} when that run is no longer the task's current one (run numbers are never reused, whatever happened to
 -- the session), or {"lost"} for every run when the session's hash is gone (`EXISTS` leaves its idle time alone,
 -- so a worker's reconcile never keeps an evicting server from evicting it).
+-- Includes: session, keys, tasks, register.
 local function st_status(keys, args)
   local base = base_of(keys[1])
   local statuses = {}

@@ -5,6 +5,7 @@
 -- nobody removed it (evicted, or lost by Redis) once whatever keys of it were left are removed, otherwise when to
 -- look again: the time of its last change, or now for a session kept by an unfinished task (so that it goes to
 -- the back of the index instead of coming first in every round).
+-- Includes: clock, session, session_state, register.
 local function st_sweep(keys, args)
   local session_key = keys[1]
   local base = base_of(session_key)
@@ -15,7 +16,7 @@ local function st_sweep(keys, args)
   local state = redis.call('HMGET', session_key, 'touched', 'removing')
   if not state[2] then
     local current = now_ms()
-    if redis.call('ZCARD', base .. 'live') > 0 then return current end
+    if redis.call('ZCARD', base .. KEY.live) > 0 then return current end
     local touched = tonumber(state[1] or '0')
     if current - touched < tonumber(args[1]) then return touched end
     begin_removal(base, session_key)

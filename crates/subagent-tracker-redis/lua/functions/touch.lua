@@ -4,6 +4,7 @@
 -- all finished has left: its keys go, and its id names a new incarnation, whose run numbers start past the old
 -- one's. So do the keys left behind by a session whose hash was lost. The old keys go in steps (`begin_removal`):
 -- while they do, it returns {"removing"}, and is called again. Returns what `stv2_session` does.
+-- Includes: clock, session, session_state, register.
 local function st_touch(keys, args)
   local session_key = keys[1]
   local base = base_of(session_key)
@@ -12,7 +13,7 @@ local function st_touch(keys, args)
   local removing = redis.call('HEXISTS', session_key, 'removing') == 1
   -- What a session whose hash was lost left behind (its sweep may have begun, with no hash to say so) goes too.
   local left_behind = not removing and not state[1]
-    and redis.call('EXISTS', base .. 'live', base .. 'finished') > 0
+    and redis.call('EXISTS', base .. KEY.live, base .. KEY.finished) > 0
   if left_behind or not removing and state[2] == '1' and state[3] == '0' then
     begin_removal(base, session_key)
     removing = true

@@ -130,7 +130,7 @@ end
 -- Stacks the next live tasks of a session-wide walk, the earliest on top, reading at most `budget` of them;
 -- returns how many it read (0 once the live index is done).
 local function stack_live(base, walk, budget)
-  local listed = redis.call('ZRANGE', base .. 'live', '(' .. walk.cursor, walk.upto, 'BYSCORE', 'LIMIT', 0, budget,
+  local listed = redis.call('ZRANGE', base .. KEY.live, '(' .. walk.cursor, walk.upto, 'BYSCORE', 'LIMIT', 0, budget,
     'WITHSCORES')
   local found, flags = {}, {}
   for index = 1, #listed, 2 do
@@ -188,7 +188,7 @@ local WALK_FIELDS = { 'kind', 'reason', 'cause', 'at', 'origin', 'cursor', 'upto
 local function keep_walk(base, walk, walk_id)
   if not walk_id then
     walk_id = next_run()
-    redis.call('SADD', base .. 'walks', walk_id)
+    redis.call('SADD', base .. KEY.walks, walk_id)
   end
   local settings = {}
   for _, field in ipairs(WALK_FIELDS) do
@@ -197,8 +197,8 @@ local function keep_walk(base, walk, walk_id)
       settings[#settings + 1] = walk[field]
     end
   end
-  redis.call('HDEL', base .. 'w:' .. walk_id, 'cursor')
-  redis.call('HSET', base .. 'w:' .. walk_id, unpack(settings))
+  redis.call('HDEL', base .. KEY.walk .. walk_id, 'cursor')
+  redis.call('HSET', base .. KEY.walk .. walk_id, unpack(settings))
   local stack = {}
   for index = 1, #walk.ids do
     stack[#stack + 1] = walk.flags[index]
@@ -206,21 +206,21 @@ local function keep_walk(base, walk, walk_id)
     stack[#stack + 1] = walk.ids[index]
   end
   for first = 1, #stack, 999 do
-    redis.call('RPUSH', base .. 'wf:' .. walk_id, unpack(stack, first, math.min(first + 998, #stack)))
+    redis.call('RPUSH', base .. KEY.walk_frontier .. walk_id, unpack(stack, first, math.min(first + 998, #stack)))
   end
   walk.due = digits(now_ms() + WALK_GRACE_MS)
-  redis.call('ZADD', base .. 'timers', walk.due, timer('w', walk_id, '0'))
+  redis.call('ZADD', base .. KEY.timers, walk.due, timer('w', walk_id, '0'))
   return walk_id
 end
 
 -- The walk kept under `walk_id`, with the top of its stack taken from the session's keys (a step's worth: the
 -- rest stays there), or nil for none.
 local function kept_walk(base, walk_id)
-  local settings = redis.call('HMGET', base .. 'w:' .. walk_id, unpack(WALK_FIELDS))
+  local settings = redis.call('HMGET', base .. KEY.walk .. walk_id, unpack(WALK_FIELDS))
   if not settings[1] then return nil end
   local walk = new_walk({})
   for index, field in ipairs(WALK_FIELDS) do walk[field] = settings[index] or nil end
-  local stack_key = base .. 'wf:' .. walk_id
+  local stack_key = base .. KEY.walk_frontier .. walk_id
   local stack = redis.call('LRANGE', stack_key, -3 * WALK_STEP, -1)
   redis.call('LTRIM', stack_key, 0, -3 * WALK_STEP - 1)
   for index = 1, #stack, 3 do push_visit(walk, stack[index + 2], stack[index + 1], stack[index]) end
@@ -230,9 +230,9 @@ end
 
 -- Forgets a walk that is done.
 local function drop_walk(base, walk_id)
-  redis.call('DEL', base .. 'w:' .. walk_id, base .. 'wf:' .. walk_id)
-  redis.call('SREM', base .. 'walks', walk_id)
-  redis.call('ZREM', base .. 'timers', timer('w', walk_id, '0'))
+  redis.call('DEL', base .. KEY.walk .. walk_id, base .. KEY.walk_frontier .. walk_id)
+  redis.call('SREM', base .. KEY.walks, walk_id)
+  redis.call('ZREM', base .. KEY.timers, timer('w', walk_id, '0'))
 end
 
 -- Takes the first step of a walk, and keeps what is left (`walk.left`, its id); returns the walk (its `moved` and

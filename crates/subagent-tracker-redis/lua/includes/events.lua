@@ -3,7 +3,7 @@
 -- The stream's key, made once per session a call works on (each concatenation is a new string to the server).
 local events_base, events_key = nil, nil
 local function events_of(base)
-  if base ~= events_base then events_base, events_key = base, base .. 'events' end
+  if base ~= events_base then events_base, events_key = base, base .. KEY.events end
   return events_key
 end
 

@@ -96,7 +96,7 @@ local function open_task(base, a, first, deadline_reason)
   if attached then
     redis.call('SADD', children_key(base, parent_run), task_id)
     redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
-    redis.call('SADD', base .. 'linked', task_id, parent_id)
+    redis.call('SADD', base .. KEY.linked, task_id, parent_id)
   end
   local reason, origin, cause, handling = '', '', '', ''
   if inherited then
@@ -119,14 +119,14 @@ local function open_task(base, a, first, deadline_reason)
       -- `cancel_trees` marks a run that a worker process runs as handling its cancel.
       if process ~= '' and not reserved then handling = '1' end
     else
-      redis.call('ZADD', base .. 'timers', due, timer('d', task_id, run))
+      redis.call('ZADD', base .. KEY.timers, due, timer('d', task_id, run))
       next_due = deadline
     end
   end
   if reserved and claim_timeout_ms ~= '' and status == 'queued' then
     local due = now_ms() + tonumber(claim_timeout_ms)
     redis.call('HSET', key, 'claim_error', claim_error)
-    redis.call('ZADD', base .. 'timers', due, timer('c', task_id, run))
+    redis.call('ZADD', base .. KEY.timers, due, timer('c', task_id, run))
     if next_due == '' or due < tonumber(next_due) then next_due = digits(due) end
   end
   return { run, status, reason, next_due, origin, cause, handling }

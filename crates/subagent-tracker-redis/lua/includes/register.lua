@@ -4,5 +4,5 @@ local function register(name, callback, read_only)
     clock_us = nil
     return callback(keys, args)
   end
-  redis.register_function{ function_name = 'stv2_' .. name, callback = call, flags = flags }
+  redis.register_function{ function_name = FUNCTION_PREFIX .. name, callback = call, flags = flags }
 end

@@ -2,7 +2,7 @@
 -- retained ancestor adopts them), it leaves its parent's set, and its own set goes. Only a run in the `linked` set
 -- has a parent's set or a set of its own; the caller removes the task's hash.
 local function release_run(base, task_id)
-  redis.call('SREM', base .. 'linked', task_id)
+  redis.call('SREM', base .. KEY.linked, task_id)
   local key = task_key(base, task_id)
   local link = fields(key, 'run', 'lp', 'lr', 'parent_of')
   local run, parent_id, parent_run = link[1], link[2], link[3]
@@ -18,7 +18,7 @@ local function release_run(base, task_id)
     if parent_alive then
       redis.call('SADD', children_key(base, parent_run), child)
       redis.call('HSET', task_key(base, parent_id), 'parent_of', '1')
-      redis.call('SADD', base .. 'linked', parent_id)
+      redis.call('SADD', base .. KEY.linked, parent_id)
       redis.call('HSET', child_key, 'lp', parent_id, 'lr', parent_run)
     else
       redis.call('HDEL', child_key, 'lp', 'lr')
@@ -31,7 +31,7 @@ end
 -- each is released if linked, and its hash goes.
 local function forget_runs(base, task_ids)
   if #task_ids == 0 then return end
-  local linked = redis.call('SMISMEMBER', base .. 'linked', unpack(task_ids))
+  local linked = redis.call('SMISMEMBER', base .. KEY.linked, unpack(task_ids))
   local doomed = {}
   for index, task_id in ipairs(task_ids) do
     if linked[index] == 1 then release_run(base, task_id) end
@@ -48,7 +48,7 @@ local function forget_replaced_run(base, task_id)
     -- It finished in this call: it never reaches the list.
     finished_now[position], finished_at[task_id] = false, nil
   else
-    redis.call('LREM', base .. 'finished', -1, task_id)
+    redis.call('LREM', base .. KEY.finished, -1, task_id)
   end
   forget_runs(base, { task_id })
 end
@@ -57,11 +57,11 @@ end
 -- evicts once, and, since a call runs alone, no observer ever sees more retained than the bound.
 local function evict_beyond_bound(base, finished_length)
   -- A cascade under way may have to pass through them (`WALK_STEP`): its last step's call evicts.
-  if redis.call('EXISTS', base .. 'walks') == 1 then return end
-  finished_length = finished_length or redis.call('LLEN', base .. 'finished')
+  if redis.call('EXISTS', base .. KEY.walks) == 1 then return end
+  finished_length = finished_length or redis.call('LLEN', base .. KEY.finished)
   local excess = stored_max and finished_length - stored_max or 0
   while excess > 0 do
-    local popped = redis.call('LPOP', base .. 'finished', math.min(excess, 1000))
+    local popped = redis.call('LPOP', base .. KEY.finished, math.min(excess, 1000))
     if not popped then break end
     forget_runs(base, popped)
     excess = excess - #popped
@@ -74,11 +74,11 @@ end
 local function forget_ended_before(base, cutoff_us, limit)
   local forgotten = 0
   while forgotten < limit do
-    local oldest = redis.call('LINDEX', base .. 'finished', 0)
+    local oldest = redis.call('LINDEX', base .. KEY.finished, 0)
     if not oldest then break end
     local ended_at = redis.call('HGET', task_key(base, oldest), 'ended_at')
     if ended_at and micros_of(ended_at) > cutoff_us then break end
-    redis.call('LPOP', base .. 'finished')
+    redis.call('LPOP', base .. KEY.finished)
     forget_runs(base, { oldest })
     forgotten = forgotten + 1
   end
@@ -115,7 +115,7 @@ local function finish(base, key, task_id, run, at, status, timed, written)
     status, timed = state[1], has_timer(state[2])
   end
   if timed then
-    redis.call('ZREM', base .. 'timers', timer('d', task_id, run), timer('c', task_id, run))
+    redis.call('ZREM', base .. KEY.timers, timer('d', task_id, run), timer('c', task_id, run))
   end
   if written then
     redis.call('HSET', key, 'fin', '1', 'ended_at', at, unpack(written))

@@ -1,5 +1,5 @@
 local function base_of(session_key)
-  return string.sub(session_key, 1, #session_key - #'session')
+  return string.sub(session_key, 1, #session_key - #KEY.session)
 end
 -- A session's stream keeps about this many events: it is trimmed as a call ends, once every TRIM_EVERY events (a
 -- trim that finds nothing to remove still costs a server call).
@@ -86,10 +86,10 @@ local function write_gathered(base)
     live_changes = nil
     -- `unpack` takes a few thousand values: a call changes at most that many (a large cascade, in chunks).
     for first = 1, #joined, 1000 do
-      redis.call('ZADD', base .. 'live', unpack(joined, first, math.min(first + 999, #joined)))
+      redis.call('ZADD', base .. KEY.live, unpack(joined, first, math.min(first + 999, #joined)))
     end
     for first = 1, #left, 1000 do
-      redis.call('ZREM', base .. 'live', unpack(left, first, math.min(first + 999, #left)))
+      redis.call('ZREM', base .. KEY.live, unpack(left, first, math.min(first + 999, #left)))
     end
   end
   if not finished_now then return nil end
@@ -100,13 +100,13 @@ local function write_gathered(base)
   finished_now, finished_at = nil, nil
   local length = nil
   for first = 1, #finished, 1000 do
-    length = redis.call('RPUSH', base .. 'finished', unpack(finished, first, math.min(first + 999, #finished)))
+    length = redis.call('RPUSH', base .. KEY.finished, unpack(finished, first, math.min(first + 999, #finished)))
   end
   if #finished > 0 then
     stored_fins = stored_fins + #finished
     record_change('fins', stored_fins)
   end
-  return length or redis.call('LLEN', base .. 'finished')
+  return length or redis.call('LLEN', base .. KEY.finished)
 end
 
 -- Wraps a function of one session: it knows the session's incarnation, and its events get ids of it.
@@ -141,7 +141,7 @@ local function session_function(callback)
     -- The call's events crossed a multiple of TRIM_EVERY. LIMIT 0: a trim otherwise removes at most 100 nodes' worth
     -- of entries, less than a large call adds.
     if events_emitted > 0 and event_low % TRIM_EVERY < events_emitted then
-      redis.call('XTRIM', base .. 'events', 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
+      redis.call('XTRIM', base .. KEY.events, 'MAXLEN', '~', EVENT_LIMIT, 'LIMIT', 0)
     end
     return reply
   end

@@ -8,11 +8,11 @@ local REMOVAL_STEP = 64
 -- (`remove_session_step`); the hash stays, marked, until the last, and says that the removal is under way.
 -- Taking it up again where a removal stopped (its caller died) is harmless.
 local function begin_removal(base, session_key)
-  local unlinked = { base .. 'linked', base .. 'walks', base .. 'events', base .. 'timers', base .. 'early',
-    base .. 'early_order' }
-  for _, walk_id in ipairs(redis.call('SMEMBERS', base .. 'walks')) do
-    unlinked[#unlinked + 1] = base .. 'w:' .. walk_id
-    unlinked[#unlinked + 1] = base .. 'wf:' .. walk_id
+  local unlinked = { base .. KEY.linked, base .. KEY.walks, base .. KEY.events, base .. KEY.timers, base .. KEY.early,
+    base .. KEY.early_order }
+  for _, walk_id in ipairs(redis.call('SMEMBERS', base .. KEY.walks)) do
+    unlinked[#unlinked + 1] = base .. KEY.walk .. walk_id
+    unlinked[#unlinked + 1] = base .. KEY.walk_frontier .. walk_id
   end
   redis.call('UNLINK', unpack(unlinked))
   if redis.call('EXISTS', session_key) == 1 then
@@ -25,10 +25,10 @@ end
 -- session whose hash was lost may have some); true once none is left, and the session's hash is all that is.
 local function remove_session_step(base)
   local task_ids = {}
-  local live = redis.call('ZPOPMIN', base .. 'live', REMOVAL_STEP)
+  local live = redis.call('ZPOPMIN', base .. KEY.live, REMOVAL_STEP)
   for index = 1, #live, 2 do task_ids[#task_ids + 1] = live[index] end
   if #task_ids < REMOVAL_STEP then
-    local finished = redis.call('LPOP', base .. 'finished', REMOVAL_STEP - #task_ids)
+    local finished = redis.call('LPOP', base .. KEY.finished, REMOVAL_STEP - #task_ids)
     for _, task_id in ipairs(finished or {}) do task_ids[#task_ids + 1] = task_id end
   end
   for _, task_id in ipairs(task_ids) do
@@ -36,7 +36,7 @@ local function remove_session_step(base)
     local run = redis.call('HGET', key, 'run')
     if run then redis.call('UNLINK', children_key(base, run), key) end
   end
-  return #task_ids < REMOVAL_STEP and redis.call('EXISTS', base .. 'live', base .. 'finished') == 0
+  return #task_ids < REMOVAL_STEP and redis.call('EXISTS', base .. KEY.live, base .. KEY.finished) == 0
 end
 
 -- {incarnation, closed ("1" or "0"), unfinished task count, max_finished} of the session under `session_key`, or

@@ -28,10 +28,8 @@ local function is_aged(flat)
   return ended_at ~= nil and micros_of(ended_at) <= now_us() - stored_max_age
 end
 
--- At most this many cancels wait for their task's start in one session, each for the session's `early_ttl` or
--- this default (`MAX_EARLY_CANCELS` and `DEFAULT_EARLY_CANCEL_TTL` in Rust).
-local MAX_EARLY_CANCELS = 10000
-local DEFAULT_EARLY_CANCEL_TTL_US = 60000000
+-- At most MAX_EARLY_CANCELS cancels wait for their task's start in one session, each for the session's
+-- `early_ttl` or DEFAULT_EARLY_CANCEL_TTL_US (both written from the core's constants by `library.rs`).
 
 -- Records a cancel of `task_id` for its next start (contract §3, cancel before start), kept `ttl_us`: in the
 -- hash `early` ("<expiry in microseconds>\t<reason>") and the set `early_order`, by expiry, from which expired
@@ -40,31 +38,31 @@ local function record_early_cancel(base, task_id, reason, ttl_us)
   local current = now_us()
   local expires = current + ttl_us
   no_early_cancels = false
-  redis.call('HSET', base .. 'early', task_id, digits(expires) .. '\t' .. reason)
-  redis.call('ZADD', base .. 'early_order', expires, task_id)
-  local dropped = redis.call('ZRANGEBYSCORE', base .. 'early_order', '-inf', current)
-  local excess = redis.call('ZCARD', base .. 'early_order') - #dropped - MAX_EARLY_CANCELS
+  redis.call('HSET', base .. KEY.early, task_id, digits(expires) .. '\t' .. reason)
+  redis.call('ZADD', base .. KEY.early_order, expires, task_id)
+  local dropped = redis.call('ZRANGEBYSCORE', base .. KEY.early_order, '-inf', current)
+  local excess = redis.call('ZCARD', base .. KEY.early_order) - #dropped - MAX_EARLY_CANCELS
   if excess > 0 then
-    for _, id in ipairs(redis.call('ZRANGE', base .. 'early_order', #dropped, #dropped + excess - 1)) do
+    for _, id in ipairs(redis.call('ZRANGE', base .. KEY.early_order, #dropped, #dropped + excess - 1)) do
       table.insert(dropped, id)
     end
   end
   for first = 1, #dropped, 1000 do
     local chunk = { unpack(dropped, first, math.min(first + 999, #dropped)) }
-    redis.call('HDEL', base .. 'early', unpack(chunk))
-    redis.call('ZREM', base .. 'early_order', unpack(chunk))
+    redis.call('HDEL', base .. KEY.early, unpack(chunk))
+    redis.call('ZREM', base .. KEY.early_order, unpack(chunk))
   end
 end
 
 -- Takes the live cancel recorded for `task_id`'s start: its reason, once; nil for none. A call asks the server
 -- whether the session has any such cancel once, however many tasks it starts.
 local function take_early_cancel(base, task_id)
-  if no_early_cancels == nil then no_early_cancels = redis.call('EXISTS', base .. 'early') == 0 end
+  if no_early_cancels == nil then no_early_cancels = redis.call('EXISTS', base .. KEY.early) == 0 end
   if no_early_cancels then return nil end
-  local recorded = redis.call('HGET', base .. 'early', task_id)
+  local recorded = redis.call('HGET', base .. KEY.early, task_id)
   if not recorded then return nil end
-  redis.call('HDEL', base .. 'early', task_id)
-  redis.call('ZREM', base .. 'early_order', task_id)
+  redis.call('HDEL', base .. KEY.early, task_id)
+  redis.call('ZREM', base .. KEY.early_order, task_id)
   local expires, reason = string.match(recorded, '^(%d+)\t(.*)$')
   if tonumber(expires) <= now_us() then return nil end
   return reason

@@ -50,7 +50,7 @@ pub(crate) struct TrackerShared<V> {
     pub(super) session_id: Arc<str>,
     pub(super) config: TrackerConfig,
     pub(super) tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
-    /// The pending (queued or running, not cancelled) tasks.
+    /// The pending (queued, running or paused: not cancelled) tasks.
     pub(super) pending: PendingIndex<TaskEntry<V>>,
     // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
     // reference counts on theirs): a write by one thread then never evicts the read-mostly fields above from
