@@ -110,7 +110,8 @@ lane=$!
   .venv-crewai/bin/python -c "import crewai, subagent_tracker.integrations.crewai" \
     || { cat target/crewai-env.log; echo "could not make .venv-crewai"; exit 1; }
   SUBAGENT_TRACKER_FRAMEWORKS=crewai,pydantic_ai,langgraph,strands,agno .venv-crewai/bin/python -m pytest \
-    --timeout 120 -p no:cacheprovider tests/test_integrations_crewai.py tests/test_integrations_cross_framework.py
+    --timeout 120 -p no:cacheprovider tests/integrations/test_integrations_crewai.py \
+    tests/integrations/test_integrations_cross_framework.py
 ) >target/pytest-crewai-summary.log 2>&1 &
 crewai_lane=$!
 # If the Python lane fails, set -e ends the script here: stop the other lane and show what it printed.

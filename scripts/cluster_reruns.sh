@@ -10,4 +10,4 @@ if ! python -c "import subagent_tracker" 2>/dev/null; then
   exit 1
 fi
 SUBAGENT_TRACKER_TEST_REDIS=cluster python -m pytest --timeout 300 -p no:cacheprovider \
-  tests/test_redis_cluster.py tests/test_redis_faults.py tests/test_redis_stress.py "$@"
+  tests/stores/test_redis_cluster.py tests/stores/test_redis_faults.py tests/stores/test_redis_stress.py "$@"

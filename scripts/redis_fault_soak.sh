@@ -14,8 +14,8 @@ export SUBAGENT_TRACKER_STRESS_SECONDS="${SECONDS_PER_RUN:-20}"
 for round in $(seq 1 "$rounds"); do
   echo "== round $round of $rounds"
   python -m pytest --timeout 600 -p no:cacheprovider -q -s \
-    "tests/test_redis_stress.py::test_a_restore_to_older_state_part_way_keeps_every_rule_for_what_redis_kept" \
-    "tests/test_redis_stress.py::test_a_slot_migration_part_way_keeps_every_rule" \
-    tests/test_redis_lost_writes.py tests/test_redis_eviction.py \
-    "tests/test_redis_cluster.py::test_a_session_whose_slot_moves_is_never_cut_in_half" "$@"
+    "tests/stores/test_redis_stress.py::test_a_restore_to_older_state_part_way_keeps_every_rule_for_what_redis_kept" \
+    "tests/stores/test_redis_stress.py::test_a_slot_migration_part_way_keeps_every_rule" \
+    tests/stores/test_redis_lost_writes.py tests/stores/test_redis_eviction.py \
+    "tests/stores/test_redis_cluster.py::test_a_session_whose_slot_moves_is_never_cut_in_half" "$@"
 done

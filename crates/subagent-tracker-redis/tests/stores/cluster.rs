@@ -1,6 +1,6 @@
 //! The store on a Redis Cluster (three primaries, three replicas, on loopback): registries find the cluster
 //! through one node, sessions spread across the primaries by slot, cancels cross workers, and a cancel with
-//! `wait_for_replicas` returns once a replica has it. Failover is tested in `tests/test_redis_cluster.py`.
+//! `wait_for_replicas` returns once a replica has it. Failover is tested in `tests/stores/test_redis_cluster.py`.
 
 use std::time::{Duration, Instant};
 

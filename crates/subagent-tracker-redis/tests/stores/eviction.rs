@@ -1,7 +1,7 @@
 //! A server that evicts keys under memory pressure (`maxmemory` with `allkeys-lru`, common on managed Redis used
 //! as a cache), against a real `redis-server`: refused at connect unless allowed; once allowed, a session whose
 //! keys were evicted is reported lost, never closed, its runners stop, and the sweep removes what is left of it.
-//! The regression test of defect 8 of the hostile run on the store; `tests/test_redis_eviction.py` is its Python
+//! The regression test of defect 8 of the hostile run on the store; `tests/stores/test_redis_eviction.py` is its Python
 //! twin.
 
 use std::time::{Duration, Instant};

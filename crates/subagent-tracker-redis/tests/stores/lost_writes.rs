@@ -1,7 +1,7 @@
 //! Redis losing writes: a restart from an older snapshot (as a restore from a backup or a failover to a lagging
 //! replica leaves it), against a real `redis-server` started from its own `SAVE`. Each test is the regression
 //! test of one defect that a hostile run found (contract §§2, 3, 18, 20, 21); the Python suite
-//! (`tests/test_redis_lost_writes.py`) covers the same faults across processes.
+//! (`tests/stores/test_redis_lost_writes.py`) covers the same faults across processes.
 
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,6 @@
 mod common;
 
 mod agent_loops;
-mod attack_regressions;
 mod batch_fan_out;
 mod cancel_and_wait;
 mod cancel_by_filter;
@@ -17,6 +16,7 @@ mod events;
 mod export_and_restore;
 mod finished_age;
 mod finished_records;
+mod hostile_conditions;
 mod inherited_metadata;
 mod pause_and_resume;
 mod progress_log;

@@ -20,7 +20,7 @@ from subagent_tracker import SubagentStatus
 
 
 def _load_example() -> ModuleType:
-    path = Path(__file__).parent.parent / "examples" / "sse_server.py"
+    path = Path(__file__).parents[2] / "examples" / "sse_server.py"
     spec = importlib.util.spec_from_file_location("sse_server_example", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

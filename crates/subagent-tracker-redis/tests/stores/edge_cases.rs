@@ -1,4 +1,5 @@
-//! Defects a review found in the Redis store, each reproduced, each fixed.
+//! The Redis store at its edges: cascades that evict on the way, ids reused after a close, retention with
+//! restarted ids, bounded progress and events, lost replies and orphans past the first page.
 
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "run_doc_examples.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "run_doc_examples.py"
 
 
 @pytest.fixture

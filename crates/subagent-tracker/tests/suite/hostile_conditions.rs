@@ -1,4 +1,5 @@
-//! Regression tests for the defects found under attack that show in the core (numbered as in the report).
+//! The core under hostile use (each test once a defect, numbered as in its report): what a hostile caller, input
+//! or callback does to it in memory.
 
 use crate::common;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 subagent through ``tracked_subgraph_tool``, and a whole graph run as a task through ``tracked_astream``. A
 cancel stops the graph mid model stream, between tool calls and inside a running async tool; the delegating
 graph goes on; a cancelled top-level run leaves its thread's history answering every tool call. Offline:
-scripted fake models (tests/langgraph_fakes.py). Most tests run against the in-memory session and a Redis
+scripted fake models (``langgraph_fakes.py``). Most tests run against the in-memory session and a Redis
 session."""
 
 from __future__ import annotations

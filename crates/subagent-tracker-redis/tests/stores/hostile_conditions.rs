@@ -1,5 +1,5 @@
 //! The Redis store under attack: one regression test per defect a hostile run found, each failing before its
-//! fix, against a real `redis-server` (CONTRACT §§19-21). The Python suite (`tests/test_redis_store_under_attack.py`)
+//! fix, against a real `redis-server` (CONTRACT §§19-21). The Python suite (`tests/stores/test_redis_hostile_conditions.py`)
 //! covers the same defects with real processes killed and stopped.
 
 use std::sync::Arc;

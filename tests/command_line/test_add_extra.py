@@ -8,7 +8,7 @@ import importlib.util
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def add_extra(*extras: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ from subagent_tracker._loopback import free_port
 from subagent_tracker.dashboard import ACTION_HEADER, app
 
 #: Where the browser tests leave their screenshots and figures.
-ARTIFACTS = Path(__file__).resolve().parents[1] / "target" / "dashboard-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "target" / "dashboard-artifacts"
 
 
 class ServedDashboard:

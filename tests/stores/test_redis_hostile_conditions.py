@@ -1,6 +1,7 @@
-"""The Redis store under attack: one regression test per defect a hostile run found (each failed before its
-fix), against a real ``redis-server``, with process faults injected for real (``kill -9``, a stopped worker, a
-connection cut through the loopback proxy). CONTRACT §§19-21."""
+"""The Redis store under hostile conditions: hostile ids, dead and duplicated workers, cut replies, restarts
+and sweeps; one test per defect a hostile run found (each failed before its fix), against a real
+``redis-server``, with process faults injected for real (``kill -9``, a stopped worker, a connection cut
+through the loopback proxy). CONTRACT §§19-21."""
 
 from __future__ import annotations
 
@@ -430,7 +431,7 @@ def _nested(depth: int) -> dict[str, Any]:
     ],
 )
 def test_redis_metadata_keeps_the_in_memory_rules(
-    redis_server: RedisServer, metadata: object, error: type[Exception], message: str
+    redis_server: RedisServer, metadata: Any, error: type[Exception], message: str
 ) -> None:
     session = RedisRegistry(redis_server.url).session("s")
     with pytest.raises(error, match=message):

@@ -1,4 +1,4 @@
-"""A process of the Redis stress run (tests/test_redis_stress.py): a worker that starts parents and children
+"""A process of the Redis stress run (``test_redis_stress.py``): a worker that starts parents and children
 and ends them, or a canceller that cancels what is pending, until a deadline. It prints its history as JSON
 lines, each with when its call began and returned (``began``, ``at``: the wall clock, for the runs where Redis
 loses writes or moves a slot part way). A call that says Redis is unavailable is recorded as such: an end is

@@ -1,4 +1,6 @@
-"""Regression tests for the 22 defects found by the attack review (one or more tests per defect).
+"""Hostile conditions in process: deep chains that must not recurse, huge and bad times, fork, interpreter
+exit, callbacks that block, raise or cancel others, reference cycles through tasks (each once a defect found
+by a hostile review, one or more tests per defect).
 
 Each test names its defect ("Defect N"). Anything that could crash or hang the interpreter runs in a child
 process, so that a regression shows up as a failing test rather than a dead test run.

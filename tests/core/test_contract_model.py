@@ -826,8 +826,8 @@ class ContractMachine(RuleBasedStateMachine):
 
     @rule(target=runs, task_id=task_ids, detached=detach, deadline=deadlines)
     def start_under_newest_running(self, task_id: str | None, detached: bool, deadline: str) -> object:
-        """Starts a task under the newest pending (running, queued or paused) task of the main session, so that trees
-        grow deep."""
+        """Starts a task under the newest pending (running, queued or paused) task of the main session, so
+        that trees grow deep."""
         pending = self.model.main.pending()
         parent_id = pending[-1].task_id if pending else None
         return self._start("main", task_id, parent_id, detached, deadline)
