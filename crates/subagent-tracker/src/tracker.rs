@@ -18,7 +18,8 @@
 //!   adoption), with [`opening`] (how tasks enter), [`expiry`] (what its timers do) and [`linked_task`]
 //!   (tasks cancelled by a token they are linked to);
 //! - [`handle`]: the runner's handle on its task; [`cancel_wait`]: a cancel that waits for its work to be done;
-//! - this file: [`InMemorySubagentTaskTracker`], the handle on a session, and its settings.
+//! - this file: [`InMemorySubagentTaskTracker`], the handle on a session, and its settings; [`queries`]: what
+//!   it reads of its tasks.
 //!
 //! A session in a registry knows it only as an [`engine::SessionList`] to leave, so the registry sits above this layer.
 
@@ -36,6 +37,7 @@ pub(crate) mod handle;
 mod linked_task;
 mod opening;
 mod pending_index;
+mod queries;
 pub(crate) mod reasons;
 pub(crate) mod recorded_event;
 pub(crate) mod restore;
@@ -54,15 +56,13 @@ use crate::tracker::cancel_wait::CancelWait;
 use crate::tracker::config::TrackerConfig;
 use crate::tracker::engine::{MetadataMerge, TrackerShared};
 use crate::tracker::entry::RunnerEnd;
-use crate::tracker::event_bus::EventSubscription;
 use crate::tracker::opening::Opening;
 use crate::tracker::reasons::cancel_reason;
 use crate::tracker::recorded_event::RecordedEvent;
 use crate::tracker::run::Run;
 use crate::tracker::task_filter::TaskFilter;
 use crate::{
-    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, SubagentTaskToken, TaskFailure,
-    TaskStart, TrackerError,
+    CancelCause, SubagentTaskHandle, SubagentTaskSnapshot, TaskFailure, TaskStart, TrackerError,
 };
 
 /// Tracks the subagent tasks of one session in memory: their cancellation, their status and their lifecycle.
@@ -521,107 +521,6 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         self.shared.closed.get().is_some()
     }
 
-    /// A snapshot of the retained task `task_id`, or `None`. Copies that one task only.
-    #[must_use]
-    pub fn get(&self, task_id: &str) -> Option<SubagentTaskSnapshot<V>> {
-        let cutoff = self.shared.forget_aged();
-        self.shared
-            .lookup(task_id)
-            .map(|run| run.snapshot(&self.shared.session_id))
-            .filter(|task| !is_aged(task, cutoff))
-    }
-
-    /// The cancellation token of the retained task `task_id` (contract §4, a token by id), for code that
-    /// holds no handle: it fires when the task is cancelled, or has fired if it was. A task that completed or
-    /// failed gives a token that never fires.
-    ///
-    /// # Errors
-    /// [`TrackerError::UnknownTask`] when no task of that id is retained.
-    pub fn token(&self, task_id: &str) -> Result<SubagentTaskToken, TrackerError> {
-        let cutoff = self.shared.forget_aged();
-        let unknown = || TrackerError::unknown_task(task_id, &self.shared.session_id);
-        match self.shared.lookup(task_id).ok_or_else(unknown)? {
-            Run::Live(entry) => Ok(SubagentTaskToken::new(
-                entry.signal.clone(),
-                entry.task_id.clone(),
-            )),
-            Run::Finished(run) => {
-                if is_aged(&run.snapshot(&self.shared.session_id), cutoff) {
-                    return Err(unknown());
-                }
-                Ok(SubagentTaskToken::new(
-                    run.settled_signal(),
-                    run.task_id.clone(),
-                ))
-            }
-        }
-    }
-
-    /// Snapshots of every retained task, in start order.
-    #[must_use]
-    pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
-        let cutoff = self.shared.forget_aged();
-        self.shared
-            .retained_runs()
-            .iter()
-            .map(|run| run.snapshot(&self.shared.session_id))
-            .filter(|task| !is_aged(task, cutoff))
-            .collect()
-    }
-
-    /// One page of the session's retained tasks (with `pending`, of its pending tasks), in start order: at most
-    /// `limit` (at least one) from `cursor` (`None` for the first page), and the cursor of the next page (`None`
-    /// once the listing is done). The in-memory twin of the Redis store's pages (contract §6): each page is a
-    /// slice of the listing as it is when the page is asked for, so a task started or finished between pages
-    /// may move a later page by one, and come twice or not at all.
-    ///
-    /// # Errors
-    /// [`TrackerError::InvalidCursor`] for a cursor no page gave.
-    pub fn tasks_page(
-        &self,
-        pending: bool,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<(Vec<SubagentTaskSnapshot<V>>, Option<String>), TrackerError> {
-        let first = match cursor {
-            None => 0,
-            Some(cursor) => cursor
-                .parse::<usize>()
-                .map_err(|_| TrackerError::InvalidCursor {
-                    cursor: Arc::from(cursor),
-                })?,
-        };
-        let listed = if pending {
-            self.pending()
-        } else {
-            self.tasks()
-        };
-        let last = first.saturating_add(limit.max(1)).min(listed.len());
-        let next = (last < listed.len()).then(|| last.to_string());
-        Ok((
-            listed
-                .into_iter()
-                .skip(first)
-                .take(last.saturating_sub(first))
-                .collect(),
-            next,
-        ))
-    }
-
-    /// Snapshots of the pending (`Queued` and `Running`) tasks, in start order. Costs O(p log p) in the number
-    /// p of pending tasks, whatever the number retained.
-    #[must_use]
-    pub fn pending(&self) -> Vec<SubagentTaskSnapshot<V>> {
-        self.shared
-            .pending
-            .entries()
-            .iter()
-            .map(|entry| entry.snapshot(&self.shared.session_id))
-            // A task cancelled a moment ago may still be indexed; the snapshot tells.
-            .filter(|snapshot| !snapshot.status.is_terminal())
-            .collect()
-    }
-
     /// Fills the session with tasks exported from another (contract §6, export and restore), in the order given,
     /// and returns how many it restored. Each comes back finished: a finished task as it was; a task that was
     /// pending `Failed` with [`RESTORED_WITHOUT_RUNNER_ERROR`](crate::RESTORED_WITHOUT_RUNNER_ERROR), never as
@@ -636,13 +535,6 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         self.shared.restore(snapshots)
     }
 
-    /// How many tasks are retained (pending, cancelled-but-unfinished and finished).
-    #[must_use]
-    pub fn retained_count(&self) -> usize {
-        self.shared.forget_aged();
-        self.shared.tasks.len()
-    }
-
     /// Forgets the finished tasks that ended at least `older_than` ago, as if the retention bound had evicted
     /// them, and returns how many it forgot (contract §7). Pending tasks are never forgotten.
     pub fn forget_finished(&self, older_than: Duration) -> usize {
@@ -650,43 +542,6 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
             Some(cutoff) => self.shared.forget_ended_before(cutoff),
             None => 0,
         }
-    }
-
-    /// Waits until the task `task_id` has finished and returns its final snapshot.
-    ///
-    /// # Errors
-    /// [`TrackerError::UnknownTask`] when no task with that id is retained at the call.
-    pub async fn wait_finished(
-        &self,
-        task_id: &str,
-    ) -> Result<SubagentTaskSnapshot<V>, TrackerError> {
-        let watch = self
-            .watch(task_id)
-            .ok_or_else(|| TrackerError::unknown_task(task_id, &self.shared.session_id))?;
-        Ok(watch.finished().await)
-    }
-
-    /// A [`TaskWatch`](crate::TaskWatch) on the current run of `task_id`, or `None` for an unknown id.
-    #[must_use]
-    pub fn watch(&self, task_id: &str) -> Option<crate::TaskWatch<V>> {
-        self.shared
-            .lookup(task_id)
-            .map(|run| crate::TaskWatch::new(run, self.shared.session_id.clone()))
-    }
-
-    /// A watch on the current run of `task_id`.
-    ///
-    /// # Errors
-    /// [`TrackerError::UnknownTask`] for an unknown id.
-    pub fn watch_or_error(&self, task_id: &str) -> Result<crate::TaskWatch<V>, TrackerError> {
-        self.watch(task_id)
-            .ok_or_else(|| TrackerError::unknown_task(task_id, &self.shared.session_id))
-    }
-
-    /// Subscribes to lifecycle events from this moment on, with the configured per-subscriber buffer.
-    #[must_use]
-    pub fn subscribe(&self) -> EventSubscription {
-        self.shared.bus.subscribe(self.shared.config.event_buffer)
     }
 
     /// True when this tracker and `other` are handles on the same session.
@@ -715,10 +570,4 @@ impl<V: Clone + Send + Sync + 'static> Default for InMemorySubagentTaskTracker<V
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// True for a finished task that ended at or before `cutoff`: no query shows it (contract §7).
-fn is_aged<V>(task: &SubagentTaskSnapshot<V>, cutoff: Option<SystemTime>) -> bool {
-    task.finished
-        && cutoff.is_some_and(|cutoff| task.ended_at.is_some_and(|ended_at| ended_at <= cutoff))
 }

@@ -34,13 +34,17 @@ use crate::token::delivery::Delivery;
 use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::deadline_timer::DeadlineKey;
 use crate::tracker::event_bus::EventBus;
-use crate::tracker::finished_run::{ClaimRefusal, FinishedFields, FinishedRun, RunDetails};
+use crate::tracker::finished_run::ClaimRefusal;
 use crate::tracker::pending_index::{self, Indexed};
 use crate::tracker::retention;
 use crate::{
-    CancelCause, ProgressEntry, SubagentEvent, SubagentEventKind, SubagentStatus,
-    SubagentTaskSnapshot, TaskFailure,
+    CancelCause, ProgressEntry, SubagentEvent, SubagentEventKind, SubagentStatus, TaskFailure,
 };
+
+mod reports;
+mod snapshot;
+
+pub use reports::kept_progress_message;
 
 /// The longest progress message kept, in UTF-8 bytes; longer ones are cut at a character boundary.
 pub const MAX_PROGRESS_MESSAGE_BYTES: usize = 4096;
@@ -480,100 +484,6 @@ impl<V> TaskEntry<V> {
         })
     }
 
-    /// Records a progress report, keeping the latest `log_size` in the log; ignored once the task has finished.
-    /// Returns whether it was recorded.
-    pub(crate) fn record_progress(
-        &self,
-        message: &str,
-        data: Option<V>,
-        log_size: usize,
-        bus: &EventBus,
-        delivery: &mut Delivery,
-    ) -> bool {
-        let mut record = self.record.lock();
-        if self.is_finished() {
-            return false;
-        }
-        let message: Arc<str> = Arc::from(kept_progress_message(message));
-        let mut dropped = None;
-        if log_size > 0 {
-            if record.progress_log.len() >= log_size {
-                dropped = record.progress_log.pop_front();
-            }
-            record.progress_log.push_back(ProgressEntry {
-                at: SystemTime::now(),
-                message: message.clone(),
-                data,
-            });
-        }
-        record.progress = Some(message);
-        record.progress_count += 1;
-        if bus.has_subscribers() {
-            let event = self.event(SubagentEventKind::Progress, SystemTime::now(), &record);
-            bus.publish(&event, delivery);
-        }
-        // The report that left the log is dropped with no lock held: its data may own foreign objects, whose
-        // finalizers may read this task.
-        drop(record);
-        drop(dropped);
-        true
-    }
-
-    /// The runner pauses its running task with `reason` (contract §5, pause and resume). False, changing nothing,
-    /// if the task is not running.
-    pub(crate) fn pause(
-        &self,
-        reason: Option<Arc<str>>,
-        bus: &EventBus,
-        delivery: &mut Delivery,
-    ) -> bool {
-        let mut record = self.record.lock();
-        if !self.signal.pause() {
-            return false;
-        }
-        match &mut record.pause {
-            Some(pause) => pause.reason = reason,
-            None => {
-                record.pause = Some(Box::new(PauseRecord {
-                    reason,
-                    resume_value: None,
-                }));
-            }
-        }
-        if bus.has_subscribers() {
-            let event = self.event(SubagentEventKind::Paused, SystemTime::now(), &record);
-            bus.publish(&event, delivery);
-        }
-        true
-    }
-
-    /// The session resumes the paused task, handing its runner `value`. False, changing nothing, if the task
-    /// is not paused.
-    pub(crate) fn resume(&self, value: Option<V>, bus: &EventBus, delivery: &mut Delivery) -> bool {
-        let mut record = self.record.lock();
-        if !self.signal.resume(delivery) {
-            // Dropped with no lock held: it may own foreign objects.
-            drop(record);
-            drop(value);
-            return false;
-        }
-        let pause = record.pause.get_or_insert_with(|| {
-            Box::new(PauseRecord {
-                reason: None,
-                resume_value: None,
-            })
-        });
-        pause.reason = None;
-        let replaced = std::mem::replace(&mut pause.resume_value, value);
-        if bus.has_subscribers() {
-            let event = self.event(SubagentEventKind::Resumed, SystemTime::now(), &record);
-            bus.publish(&event, delivery);
-        }
-        drop(record);
-        drop(replaced);
-        true
-    }
-
     /// Lets `children` in, unless this task has finished; a cancelled task passes its cancel on instead.
     pub(crate) fn admit(&self, children: &[Arc<TaskEntry<V>>]) -> Admission<V> {
         let mut record = self.record.lock();
@@ -713,131 +623,4 @@ impl<V> TaskEntry<V> {
             missed: 0,
         }
     }
-}
-
-impl<V: Clone> TaskEntry<V> {
-    /// Collapses this finished run into its compact record (see `finished_run`) and offers the record to
-    /// `install`, which puts it in the session's place of this entry unless the id has been started again
-    /// meanwhile. Both happen under the record lock, which orders them with a late escalation. `None` when
-    /// the run keeps its entry (a reservation cancelled before its claim: it can still be claimed) or
-    /// `install` refused the record.
-    pub(crate) fn collapse(
-        &self,
-        install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
-    ) -> Option<Arc<FinishedRun<V>>> {
-        let record = self.record.lock();
-        if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
-            return None;
-        }
-        let run = Arc::new(FinishedRun::new(FinishedFields {
-            sequence: self.sequence,
-            task_id: self.task_id.clone(),
-            started_at: self.started_at,
-            ended_at: record.ended_at,
-            status: self.status(),
-            reserved: self.reserved,
-            detached: self.detached,
-            escalated: record.escalated,
-            details: RunDetails {
-                parent_id: self.parent_id.clone(),
-                agent: self.agent.clone(),
-                description: self.description.clone(),
-                metadata: self.metadata.clone(),
-                claimed_at: record.claimed_at,
-                cancel: self.signal.cancel_record(),
-                pause_reason: record.pause_reason(),
-                deadline: self.deadline.map(|deadline| deadline.wall),
-                progress: record.progress.clone(),
-                progress_count: record.progress_count,
-                progress_log: record.progress_log.iter().cloned().collect(),
-                result: record.result.clone(),
-                failure: record.failure.clone(),
-            },
-        }));
-        let installed = install(&run);
-        // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
-        drop(record);
-        installed.then_some(run)
-    }
-
-    /// Where the task stands for a runner that paused it: still paused, or what ended the pause.
-    pub(crate) fn resumption(&self) -> Resumption<V> {
-        let record = self.record.lock();
-        match self.status() {
-            SubagentStatus::Paused => Resumption::Paused,
-            SubagentStatus::Cancelled => Resumption::Cancelled,
-            status if status.is_pending() => Resumption::Resumed(
-                record
-                    .pause
-                    .as_ref()
-                    .and_then(|pause| pause.resume_value.clone()),
-            ),
-            _ => Resumption::Ended,
-        }
-    }
-
-    /// A copy of the task's state, every field from the same instant. (The session's id is the caller's: an
-    /// entry does not keep its own reference, which every start would count up and down.)
-    pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {
-        let record = self.record.lock();
-        let word = self.signal.word();
-        let cancel = self.signal.cancel_record();
-        SubagentTaskSnapshot {
-            task_id: self.task_id.clone(),
-            session_id: session_id.clone(),
-            parent_id: self.parent_id.clone(),
-            agent: self.agent.clone(),
-            description: self.description.clone(),
-            metadata: self.metadata.clone(),
-            status: word.status(),
-            finished: word.is_finished(),
-            started_at: self.started_at,
-            queued_at: self.reserved.then_some(self.started_at),
-            claimed_at: record.claimed_at,
-            cancelled_at: cancel.as_ref().map(|cancel| cancel.at),
-            ended_at: record.ended_at,
-            cancel_reason: cancel.as_ref().map(|cancel| cancel.reason.clone()),
-            cancel_origin: cancel.as_ref().map(|cancel| cancel.origin.clone()),
-            cancel_cause: cancel.as_ref().map(|cancel| cancel.cause),
-            pause_reason: record.pause_reason(),
-            escalated: record.escalated,
-            deadline: self.deadline.map(|deadline| deadline.wall),
-            detached: self.detached,
-            progress: record.progress.clone(),
-            progress_count: record.progress_count,
-            progress_log: record.progress_log.iter().cloned().collect(),
-            result: record.result.clone(),
-            error: record
-                .failure
-                .as_ref()
-                .map(|failure| failure.message.clone()),
-            error_type: record
-                .failure
-                .as_ref()
-                .and_then(|failure| failure.error_type.clone()),
-            error_code: record
-                .failure
-                .as_ref()
-                .and_then(|failure| failure.error_code.clone()),
-            worker: None,
-        }
-    }
-}
-
-/// The part of a progress message that a task keeps: at most [`MAX_PROGRESS_MESSAGE_BYTES`], cut at a
-/// character boundary.
-#[must_use]
-pub fn kept_progress_message(message: &str) -> &str {
-    truncate_to_char_boundary(message, MAX_PROGRESS_MESSAGE_BYTES)
-}
-
-fn truncate_to_char_boundary(text: &str, max_bytes: usize) -> &str {
-    if text.len() <= max_bytes {
-        return text;
-    }
-    let mut end = max_bytes;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }

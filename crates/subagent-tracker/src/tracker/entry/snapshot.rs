@@ -1,0 +1,118 @@
+//! What an entry shows of itself: the snapshot of its run, the resumption its runner reads, and the compact
+//! record its run collapses into once finished.
+
+use std::sync::Arc;
+
+use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
+use crate::{SubagentStatus, SubagentTaskSnapshot};
+
+use super::{Resumption, TaskEntry};
+
+impl<V: Clone> TaskEntry<V> {
+    /// Collapses this finished run into its compact record (see `finished_run`) and offers the record to
+    /// `install`, which puts it in the session's place of this entry unless the id has been started again
+    /// meanwhile. Both happen under the record lock, which orders them with a late escalation. `None` when
+    /// the run keeps its entry (a reservation cancelled before its claim: it can still be claimed) or
+    /// `install` refused the record.
+    pub(crate) fn collapse(
+        &self,
+        install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
+    ) -> Option<Arc<FinishedRun<V>>> {
+        let record = self.record.lock();
+        if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
+            return None;
+        }
+        let run = Arc::new(FinishedRun::new(FinishedFields {
+            sequence: self.sequence,
+            task_id: self.task_id.clone(),
+            started_at: self.started_at,
+            ended_at: record.ended_at,
+            status: self.status(),
+            reserved: self.reserved,
+            detached: self.detached,
+            escalated: record.escalated,
+            details: RunDetails {
+                parent_id: self.parent_id.clone(),
+                agent: self.agent.clone(),
+                description: self.description.clone(),
+                metadata: self.metadata.clone(),
+                claimed_at: record.claimed_at,
+                cancel: self.signal.cancel_record(),
+                pause_reason: record.pause_reason(),
+                deadline: self.deadline.map(|deadline| deadline.wall),
+                progress: record.progress.clone(),
+                progress_count: record.progress_count,
+                progress_log: record.progress_log.iter().cloned().collect(),
+                result: record.result.clone(),
+                failure: record.failure.clone(),
+            },
+        }));
+        let installed = install(&run);
+        // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
+        drop(record);
+        installed.then_some(run)
+    }
+
+    /// Where the task stands for a runner that paused it: still paused, or what ended the pause.
+    pub(crate) fn resumption(&self) -> Resumption<V> {
+        let record = self.record.lock();
+        match self.status() {
+            SubagentStatus::Paused => Resumption::Paused,
+            SubagentStatus::Cancelled => Resumption::Cancelled,
+            status if status.is_pending() => Resumption::Resumed(
+                record
+                    .pause
+                    .as_ref()
+                    .and_then(|pause| pause.resume_value.clone()),
+            ),
+            _ => Resumption::Ended,
+        }
+    }
+
+    /// A copy of the task's state, every field from the same instant. (The session's id is the caller's: an
+    /// entry does not keep its own reference, which every start would count up and down.)
+    pub(crate) fn snapshot(&self, session_id: &Arc<str>) -> SubagentTaskSnapshot<V> {
+        let record = self.record.lock();
+        let word = self.signal.word();
+        let cancel = self.signal.cancel_record();
+        SubagentTaskSnapshot {
+            task_id: self.task_id.clone(),
+            session_id: session_id.clone(),
+            parent_id: self.parent_id.clone(),
+            agent: self.agent.clone(),
+            description: self.description.clone(),
+            metadata: self.metadata.clone(),
+            status: word.status(),
+            finished: word.is_finished(),
+            started_at: self.started_at,
+            queued_at: self.reserved.then_some(self.started_at),
+            claimed_at: record.claimed_at,
+            cancelled_at: cancel.as_ref().map(|cancel| cancel.at),
+            ended_at: record.ended_at,
+            cancel_reason: cancel.as_ref().map(|cancel| cancel.reason.clone()),
+            cancel_origin: cancel.as_ref().map(|cancel| cancel.origin.clone()),
+            cancel_cause: cancel.as_ref().map(|cancel| cancel.cause),
+            pause_reason: record.pause_reason(),
+            escalated: record.escalated,
+            deadline: self.deadline.map(|deadline| deadline.wall),
+            detached: self.detached,
+            progress: record.progress.clone(),
+            progress_count: record.progress_count,
+            progress_log: record.progress_log.iter().cloned().collect(),
+            result: record.result.clone(),
+            error: record
+                .failure
+                .as_ref()
+                .map(|failure| failure.message.clone()),
+            error_type: record
+                .failure
+                .as_ref()
+                .and_then(|failure| failure.error_type.clone()),
+            error_code: record
+                .failure
+                .as_ref()
+                .and_then(|failure| failure.error_code.clone()),
+            worker: None,
+        }
+    }
+}
