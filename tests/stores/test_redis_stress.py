@@ -32,7 +32,7 @@ from subagent_tracker import (
     SubagentTask,
 )
 
-PROCESS = Path(__file__).with_name("redis_stress_process.py")
+PROCESS = Path(__file__).parents[1] / "redis_stress_process.py"
 #: How long each run lasts: a few seconds here, longer in the soak (``scripts/redis_fault_soak.sh``).
 SECONDS = float(os.environ.get("SUBAGENT_TRACKER_STRESS_SECONDS", "3"))
 
