@@ -42,4 +42,3 @@ class ReserveOptions(StartOptions, total=False):
 
     #: Seconds a reservation waits for its runner's claim before it ends `FAILED`.
     claim_timeout: float | None
-
