@@ -72,6 +72,7 @@ from subagent_tracker._native import (
     _before_fork,
     _interpreter_exiting,
 )
+from subagent_tracker._options import RegistryOptions, ReserveOptions, SessionOptions, StartOptions
 from subagent_tracker._pages import aiter_subagent_tasks, iter_subagent_tasks
 from subagent_tracker._progress import ProgressEntry
 from subagent_tracker._protocols import (
@@ -81,7 +82,6 @@ from subagent_tracker._protocols import (
     TaskHandleProtocol,
 )
 from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
-from subagent_tracker._start_options import ReserveOptions, StartOptions
 from subagent_tracker._status import SubagentStatus
 
 # Deadlines may pass while the interpreter shuts down; the core's threads must then leave Python alone.
@@ -126,6 +126,7 @@ __all__ = [
     "RedisSession",
     "RedisTaskHandle",
     "Registry",
+    "RegistryOptions",
     "RegistryProtocolError",
     "RegistryUnavailableError",
     "ReplicationTimeoutError",
@@ -133,6 +134,7 @@ __all__ = [
     "Session",
     "SessionClosedError",
     "SessionLostError",
+    "SessionOptions",
     "SessionProtocol",
     "SpawnedSubagent",
     "StartOptions",

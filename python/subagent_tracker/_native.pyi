@@ -8,8 +8,8 @@ from typing_extensions import Unpack, disjoint_base
 
 from subagent_tracker import _session
 from subagent_tracker._checkpoints import GuardedStream
+from subagent_tracker._options import RegistryOptions, ReserveOptions, SessionOptions, StartOptions
 from subagent_tracker._progress import ProgressEntry
-from subagent_tracker._start_options import ReserveOptions, StartOptions
 from subagent_tracker._status import SubagentStatus
 
 __all__ = [
@@ -31,6 +31,8 @@ __all__ = [
     "WORKER_LOST_ERROR",
     "_EVENT_STREAM_BUSY",
     "_PENDING_STATUSES",
+    "_REGISTRY_OPTIONS",
+    "_SESSION_OPTIONS",
     "_START_OPTIONS",
     "AsyncRedisRegistry",
     "AsyncRedisSession",
@@ -102,6 +104,8 @@ SESSION_LOST_REASON: Final[str]
 DROPPED_HANDLE_ERROR: Final[str]
 _PENDING_STATUSES: Final[tuple[str, ...]]
 _START_OPTIONS: Final[tuple[str, ...]]
+_SESSION_OPTIONS: Final[tuple[str, ...]]
+_REGISTRY_OPTIONS: Final[tuple[str, ...]]
 
 @final
 class Ready(Generic[_T]):
@@ -285,12 +289,7 @@ class Session:
     def __new__(
         cls,
         session_id: str | None = None,
-        *,
-        max_finished_tasks: int | None = 10_000,
-        event_buffer: int | None = 4096,
-        max_finished_age: float | None = None,
-        early_cancel_ttl: float | None = 60,
-        progress_log_size: int | None = 16,
+        **options: Unpack[SessionOptions],
     ) -> Session: ...
     @property
     def session_id(self) -> str: ...
@@ -367,12 +366,7 @@ class Registry:
     def session(
         self,
         session_id: str | None = None,
-        *,
-        max_finished_tasks: int | None = None,
-        event_buffer: int | None = None,
-        max_finished_age: float | None = None,
-        early_cancel_ttl: float | None = None,
-        progress_log_size: int | None = None,
+        **options: Unpack[SessionOptions],
     ) -> _session.Session: ...
     def get_session(self, session_id: str) -> _session.Session | None: ...
     def sessions(self) -> list[str]: ...
@@ -397,28 +391,14 @@ class RedisRegistry:
     def __new__(
         cls,
         url: str,
-        *,
-        worker_id: str | None = None,
-        lease: float | None = None,
-        reconcile_interval: float | None = None,
-        timeout: float | None = None,
-        session_ttl: float | None = None,
-        key_prefix: str | None = None,
-        cluster: bool | None = None,
-        wait_for_replicas: int | None = None,
-        allow_eviction: bool | None = None,
+        **options: Unpack[RegistryOptions],
     ) -> RedisRegistry: ...
     @property
     def worker_id(self) -> str: ...
     def session(
         self,
         session_id: str | None = None,
-        *,
-        max_finished_tasks: int | None = None,
-        event_buffer: int | None = None,
-        max_finished_age: float | None = None,
-        early_cancel_ttl: float | None = None,
-        progress_log_size: int | None = None,
+        **options: Unpack[SessionOptions],
     ) -> RedisSession: ...
     def get_session(self, session_id: str) -> RedisSession | None: ...
     def sessions(self) -> list[str]: ...
@@ -559,28 +539,14 @@ class AsyncRedisRegistry:
     @staticmethod
     def connect(
         url: str,
-        *,
-        worker_id: str | None = None,
-        lease: float | None = None,
-        reconcile_interval: float | None = None,
-        timeout: float | None = None,
-        session_ttl: float | None = None,
-        key_prefix: str | None = None,
-        cluster: bool | None = None,
-        wait_for_replicas: int | None = None,
-        allow_eviction: bool | None = None,
+        **options: Unpack[RegistryOptions],
     ) -> Coroutine[Any, Any, AsyncRedisRegistry]: ...
     @property
     def worker_id(self) -> str: ...
     def session(
         self,
         session_id: str | None = None,
-        *,
-        max_finished_tasks: int | None = None,
-        event_buffer: int | None = None,
-        max_finished_age: float | None = None,
-        early_cancel_ttl: float | None = None,
-        progress_log_size: int | None = None,
+        **options: Unpack[SessionOptions],
     ) -> asyncio.Future[AsyncRedisSession]: ...
     def get_session(self, session_id: str) -> asyncio.Future[AsyncRedisSession | None]: ...
     def sessions(self) -> asyncio.Future[list[str]]: ...

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from subagent_tracker._native import CancellationToken, SubagentTask
+    from subagent_tracker._options import ReserveOptions, StartOptions
     from subagent_tracker._session import EventStream, SpawnedSubagent
-    from subagent_tracker._start_options import ReserveOptions, StartOptions
     from subagent_tracker._status import SubagentStatus
 
 __all__ = ["AsyncSessionProtocol", "AsyncTaskHandleProtocol", "SessionProtocol", "TaskHandleProtocol"]

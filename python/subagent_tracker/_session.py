@@ -33,7 +33,7 @@ if TYPE_CHECKING:
         SubagentTask,
         SubagentTaskHandle,
     )
-    from subagent_tracker._start_options import StartOptions
+    from subagent_tracker._options import StartOptions
 
 _T = TypeVar("_T")
 

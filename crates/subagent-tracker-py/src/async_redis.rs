@@ -13,14 +13,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyDict, PyTuple};
 use subagent_tracker_redis::RedisRegistry as CoreRegistry;
 
-use crate::arguments::{
-    Id, LeaseArgument, ReconcileIntervalArgument, Seconds, SessionTtlArgument, TimeoutArgument,
-    WorkerIdArgument,
-};
 use crate::errors::redis_error;
+use crate::keyword_options::registry_options;
 use crate::package_imports::deferred_function;
 use crate::redis_calls::{RegistryCalls, Waiting};
-use crate::redis_classes::{connect_options, redis_classes};
+use crate::redis_classes::redis_classes;
 use crate::redis_registry::{RedisSession, BLOCKING};
 use crate::runner_exit::runner_exit;
 use crate::runtime::MadeIn;
@@ -44,37 +41,13 @@ redis_classes! {
         /// `RedisRegistry(...)`; the connection starts once the coroutine is awaited, so no loop need run at the
         /// call (`asyncio.run(AsyncRedisRegistry.connect(url))` works).
         #[staticmethod]
-        // One parameter per Python keyword argument: the signature is the Python API.
-        #[allow(clippy::too_many_arguments)]
-        #[pyo3(signature = (
-            url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
-            key_prefix=None, cluster=None, wait_for_replicas=None, allow_eviction=None
-        ))]
+        #[pyo3(signature = (url, **options))]
         fn connect<'py>(
             py: Python<'py>,
             url: &Bound<'_, PyAny>,
-            worker_id: Option<Id<WorkerIdArgument>>,
-            lease: Option<Seconds<LeaseArgument>>,
-            reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
-            timeout: Option<Seconds<TimeoutArgument>>,
-            session_ttl: Option<Seconds<SessionTtlArgument>>,
-            key_prefix: Option<&Bound<'_, PyAny>>,
-            cluster: Option<bool>,
-            wait_for_replicas: Option<&Bound<'_, PyAny>>,
-            allow_eviction: Option<bool>,
+            options: Option<&Bound<'_, PyDict>>,
         ) -> PyResult<Bound<'py, PyAny>> {
-            let (url, options) = connect_options(
-                url,
-                worker_id,
-                lease,
-                reconcile_interval,
-                timeout,
-                session_ttl,
-                key_prefix,
-                cluster,
-                wait_for_replicas,
-                allow_eviction,
-            )?;
+            let (url, options) = registry_options(url, options, "AsyncRedisRegistry.connect")?;
             let start = PyCFunction::new_closure(py, None, None, move |arguments, _| {
                 let py = arguments.py();
                 let (url, options) = (url.clone(), options.clone());

@@ -114,7 +114,7 @@ fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartA
         key == "task_id" || START_OPTIONS.contains(&key) || (reserving && key == CLAIM_TIMEOUT)
     })?;
     let task_id = value("task_id")?.map(|value| value.extract()).transpose()?;
-    StartArguments::read(item.py(), task_id, value, false)
+    StartArguments::read(task_id, value, false)
 }
 
 /// A `TypeError` or `ValueError` about an item of a batch (a `task`, an `end`), its message saying which (by its

@@ -20,6 +20,7 @@ mod events;
 mod filter_arguments;
 mod handle;
 mod interpreter;
+mod keyword_options;
 mod loop_inbox;
 mod package_imports;
 mod python_types;
@@ -77,11 +78,15 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
     module.add_function(wrap_pyfunction!(errors::_cancel_wait_timeout, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    // The start options as the native sessions read them, for the test that holds `StartOptions` to them.
-    module.add(
-        "_START_OPTIONS",
-        pyo3::types::PyTuple::new(module.py(), start_arguments::START_OPTIONS)?,
-    )?;
+    // The keyword options as the native classes read them, for the test that holds the typed dicts of
+    // `subagent_tracker._options` to them.
+    for (name, options) in [
+        ("_START_OPTIONS", &start_arguments::START_OPTIONS[..]),
+        ("_SESSION_OPTIONS", &keyword_options::SESSION_OPTIONS[..]),
+        ("_REGISTRY_OPTIONS", &keyword_options::REGISTRY_OPTIONS[..]),
+    ] {
+        module.add(name, pyo3::types::PyTuple::new(module.py(), options)?)?;
+    }
     // The core's rule of which statuses are pending, for the Python enum and the dashboard's views.
     let pending: Vec<&str> = subagent_tracker::SubagentStatus::ALL
         .into_iter()

@@ -3,15 +3,8 @@
 //! (`async_redis`) each instantiate it with their class names and the few methods that differ between them. Every
 //! method here only reads its arguments and hands them to `redis_calls`, which decides what the call does.
 
-use pyo3::prelude::*;
-
-use crate::arguments::{
-    self, Id, LeaseArgument, ReconcileIntervalArgument, Seconds, SessionTtlArgument,
-    TimeoutArgument, WorkerIdArgument,
-};
 use crate::python_types::python_repr;
 use crate::redis_calls::HandleCalls;
-use subagent_tracker_redis::RedisOptions;
 
 /// Declares `$registry`, `$session` and `$handle`, the classes of one family, and `$delivery`, the
 /// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$export` and `$spawn` name the
@@ -85,33 +78,18 @@ macro_rules! redis_classes {
                 self.calls.registry.worker_id()
             }
 
-            /// The session `session_id`, created if no process has made it.
-            // One parameter per Python keyword argument: the signature is the Python API.
-            #[allow(clippy::too_many_arguments)]
-            #[pyo3(signature = (
-                session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None,
-                early_cancel_ttl=None, progress_log_size=None
-            ))]
+            /// The session `session_id`, created with these settings (`SessionOptions`) if no process has made
+            /// it (a session that exists keeps its own).
+            #[pyo3(signature = (session_id=None, **options))]
             fn session<'py>(
                 &self,
                 py: Python<'py>,
                 session_id: Option<$crate::arguments::Id<$crate::arguments::SessionIdArgument>>,
-                max_finished_tasks: Option<&Bound<'_, PyAny>>,
-                event_buffer: Option<&Bound<'_, PyAny>>,
-                max_finished_age: Option<
-                    $crate::arguments::Seconds<$crate::arguments::MaxFinishedAgeArgument>,
-                >,
-                early_cancel_ttl: Option<
-                    $crate::arguments::Seconds<$crate::arguments::EarlyCancelTtlArgument>,
-                >,
-                progress_log_size: Option<&Bound<'_, PyAny>>,
+                options: Option<&Bound<'_, pyo3::types::PyDict>>,
             ) -> PyResult<Bound<'py, PyAny>> {
-                let config = $crate::arguments::tracker_config(
-                    max_finished_tasks,
-                    event_buffer,
-                    max_finished_age,
-                    early_cancel_ttl,
-                    progress_log_size,
+                let config = $crate::keyword_options::session_config(
+                    options,
+                    concat!(stringify!($registry), ".session"),
                 )?;
                 self.calls
                     .session(py, session_id.map(|id| id.0.to_string()), config)
@@ -267,53 +245,6 @@ macro_rules! redis_classes {
 }
 
 pub(crate) use redis_classes;
-
-/// The URL and options of a registry, from the keyword arguments of `RedisRegistry(...)` and
-/// `AsyncRedisRegistry.connect(...)`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn connect_options(
-    url: &Bound<'_, PyAny>,
-    worker_id: Option<Id<WorkerIdArgument>>,
-    lease: Option<Seconds<LeaseArgument>>,
-    reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
-    timeout: Option<Seconds<TimeoutArgument>>,
-    session_ttl: Option<Seconds<SessionTtlArgument>>,
-    key_prefix: Option<&Bound<'_, PyAny>>,
-    cluster: Option<bool>,
-    wait_for_replicas: Option<&Bound<'_, PyAny>>,
-    allow_eviction: Option<bool>,
-) -> PyResult<(String, RedisOptions)> {
-    let url = arguments::text(&arguments::string(url, "url")?, "url")?.to_owned();
-    let mut options = RedisOptions::default();
-    if let Some(worker_id) = worker_id {
-        options = options.with_worker_id(&*worker_id.0);
-    }
-    if let Some(lease) = lease {
-        options = options.with_lease(lease.0);
-    }
-    if let Some(interval) = reconcile_interval {
-        options = options.with_reconcile_interval(interval.0);
-    }
-    if let Some(timeout) = timeout {
-        options = options.with_timeout(timeout.0);
-    }
-    if let Some(session_ttl) = session_ttl {
-        options = options.with_session_ttl(session_ttl.0);
-    }
-    if let Some(prefix) = arguments::optional_string(key_prefix, "key_prefix")? {
-        options = options.with_key_prefix(prefix);
-    }
-    if let Some(replicas) = wait_for_replicas {
-        options = options.with_wait_for_replicas(arguments::count(replicas, "wait_for_replicas")?);
-    }
-    if let Some(cluster) = cluster {
-        options = options.with_cluster(cluster);
-    }
-    if let Some(allowed) = allow_eviction {
-        options = options.with_eviction_allowed(allowed);
-    }
-    Ok((url, options))
-}
 
 /// `Class(task_id='…', session_id='…')`.
 pub(crate) fn handle_repr(class: &str, calls: &HandleCalls) -> String {

@@ -5,16 +5,14 @@
 //! Metadata and results cross processes as JSON.
 
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
 use subagent_tracker_redis::RedisRegistry as CoreRegistry;
 
-use crate::arguments::{
-    Id, LeaseArgument, ReconcileIntervalArgument, Seconds, SessionTtlArgument, TimeoutArgument,
-    WorkerIdArgument,
-};
 use crate::errors::redis_error;
+use crate::keyword_options::registry_options;
 use crate::ready::Ready;
 use crate::redis_calls::{RegistryCalls, Waiting};
-use crate::redis_classes::{connect_options, redis_classes};
+use crate::redis_classes::redis_classes;
 use crate::runner_exit::runner_exit;
 use crate::runtime::{block_on_interruptibly, MadeIn};
 
@@ -26,38 +24,15 @@ redis_classes! {
     /// that is not Redis's, a database the server lacks, a password it wants or refuses, a key prefix used by
     /// other data, another build of the server functions).
     registry RedisRegistry {
+        /// `options` are `RegistryOptions`.
         #[new]
-        // One parameter per Python keyword argument: the signature is the Python API.
-        #[allow(clippy::too_many_arguments)]
-        #[pyo3(signature = (
-            url, *, worker_id=None, lease=None, reconcile_interval=None, timeout=None, session_ttl=None,
-            key_prefix=None, cluster=None, wait_for_replicas=None, allow_eviction=None
-        ))]
+        #[pyo3(signature = (url, **options))]
         fn new(
             py: Python<'_>,
             url: &Bound<'_, PyAny>,
-            worker_id: Option<Id<WorkerIdArgument>>,
-            lease: Option<Seconds<LeaseArgument>>,
-            reconcile_interval: Option<Seconds<ReconcileIntervalArgument>>,
-            timeout: Option<Seconds<TimeoutArgument>>,
-            session_ttl: Option<Seconds<SessionTtlArgument>>,
-            key_prefix: Option<&Bound<'_, PyAny>>,
-            cluster: Option<bool>,
-            wait_for_replicas: Option<&Bound<'_, PyAny>>,
-            allow_eviction: Option<bool>,
+            options: Option<&Bound<'_, PyDict>>,
         ) -> PyResult<RedisRegistry> {
-            let (url, options) = connect_options(
-                url,
-                worker_id,
-                lease,
-                reconcile_interval,
-                timeout,
-                session_ttl,
-                key_prefix,
-                cluster,
-                wait_for_replicas,
-                allow_eviction,
-            )?;
+            let (url, options) = registry_options(url, options, "RedisRegistry")?;
             let made_in = MadeIn::here();
             // Connecting waits up to the timeout (and the check of the URL's scheme): Ctrl-C stops the wait.
             let connecting = async move { CoreRegistry::connect(&url, options).await };

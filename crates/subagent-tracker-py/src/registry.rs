@@ -6,10 +6,9 @@ use pyo3::types::PyDict;
 use pyo3::PyTraverseError;
 use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
 
-use crate::arguments::{
-    self, EarlyCancelTtlArgument, Id, MaxFinishedAgeArgument, Seconds, SessionIdArgument,
-};
+use crate::arguments::{Id, SessionIdArgument};
 use crate::errors::tracker_error;
+use crate::keyword_options::session_config;
 use crate::package_imports::session_class;
 use crate::python_types::{metadata_merge, PyValue};
 use crate::session::SessionState;
@@ -39,27 +38,15 @@ impl Registry {
         }
     }
 
-    /// The live session `session_id`, created with these settings if there is none.
-    // One parameter per Python keyword argument: the signature is the Python API.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, progress_log_size=None))]
+    /// The live session `session_id`, created with these settings (`SessionOptions`) if there is none.
+    #[pyo3(signature = (session_id=None, **options))]
     fn session(
         &self,
         py: Python<'_>,
         session_id: Option<Id<SessionIdArgument>>,
-        max_finished_tasks: Option<&Bound<'_, PyAny>>,
-        event_buffer: Option<&Bound<'_, PyAny>>,
-        max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
-        early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
-        progress_log_size: Option<&Bound<'_, PyAny>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
-        let config = arguments::tracker_config(
-            max_finished_tasks,
-            event_buffer,
-            max_finished_age,
-            early_cancel_ttl,
-            progress_log_size,
-        )?;
+        let config = session_config(options, "Registry.session")?;
         let tracker = self
             .registry
             .session(session_id.as_ref().map(|id| &*id.0), config)

@@ -7,8 +7,7 @@ use pyo3::PyTraverseError;
 use subagent_tracker::{EndTarget, InMemorySubagentTaskTracker, TaskFilter};
 
 use crate::arguments::{
-    self, ClaimTimeoutArgument, EarlyCancelTtlArgument, Id, MaxFinishedAgeArgument,
-    OlderThanArgument, Seconds, SessionIdArgument, TaskIdArgument,
+    self, ClaimTimeoutArgument, Id, OlderThanArgument, Seconds, SessionIdArgument, TaskIdArgument,
 };
 use crate::asyncio_waker::with_wake_batch;
 use crate::batch_arguments::batch_starts;
@@ -19,6 +18,7 @@ use crate::event_arguments::recorded_event;
 use crate::events::EventSubscription;
 use crate::filter_arguments::{holds, FilterArguments};
 use crate::handle::SubagentTaskHandle;
+use crate::keyword_options::session_config;
 use crate::python_types::{metadata_merge, python_repr, PyValue};
 use crate::snapshot::SubagentTask;
 use crate::snapshot_arguments::restored_snapshots;
@@ -56,33 +56,25 @@ fn snapshots(
 
 #[pymethods]
 impl Session {
+    /// `options` are `SessionOptions`; `_state` is what `Registry.session` builds the session around.
     #[new]
-    #[pyo3(signature = (session_id=None, *, max_finished_tasks=None, event_buffer=None, max_finished_age=None, early_cancel_ttl=None, progress_log_size=None, _state=None))]
-    // What `help(Session)` shows: the core's defaults, and not `_state`, which only `Registry.session` passes.
+    #[pyo3(signature = (session_id=None, *, _state=None, **options))]
+    // What `help(Session)` shows: the core's defaults, and not `_state`, which only `Registry.session` passes
+    // (a test holds these names to `SESSION_OPTIONS`).
     #[pyo3(
         text_signature = "(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096, max_finished_age=None, early_cancel_ttl=60, progress_log_size=16)"
     )]
     fn new(
         session_id: Option<Id<SessionIdArgument>>,
-        max_finished_tasks: Option<&Bound<'_, PyAny>>,
-        event_buffer: Option<&Bound<'_, PyAny>>,
-        max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
-        early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
-        progress_log_size: Option<&Bound<'_, PyAny>>,
         _state: Option<PyRef<'_, SessionState>>,
+        options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Session> {
         if let Some(state) = _state {
             return Ok(Session {
                 tracker: state.tracker.clone(),
             });
         }
-        let config = arguments::tracker_config(
-            max_finished_tasks,
-            event_buffer,
-            max_finished_age,
-            early_cancel_ttl,
-            progress_log_size,
-        )?;
+        let config = session_config(options, "Session")?;
         let tracker =
             InMemorySubagentTaskTracker::with_config(session_id.as_ref().map(|id| &*id.0), config);
         tracker.set_metadata_merge(metadata_merge());

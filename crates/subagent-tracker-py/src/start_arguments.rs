@@ -8,7 +8,6 @@
 
 use std::time::Duration;
 
-use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use subagent_tracker::TaskStart;
@@ -17,6 +16,7 @@ use crate::arguments::{
     self, ClaimTimeoutArgument, EpochDeadline, Id, JsonMetadata, Metadata, ParentIdArgument,
     Seconds, TaskIdArgument, TimeoutArgument,
 };
+use crate::keyword_options::{argument_error, keyword, keywords};
 use crate::python_types::PyValue;
 use crate::token::Tokens;
 
@@ -104,23 +104,15 @@ impl<'py> StartArguments<'py> {
         let Some(options) = options else {
             return Ok(StartArguments::new(task_id));
         };
-        for key in options.keys() {
-            let key = key.extract::<&str>()?;
-            let known = START_OPTIONS.contains(&key) || (reserving && key == CLAIM_TIMEOUT);
-            if !known {
-                return Err(PyTypeError::new_err(format!(
-                    "{call}() got an unexpected keyword argument '{key}'"
-                )));
-            }
-        }
-        StartArguments::read(options.py(), task_id, |key| options.get_item(key), true)
+        let known = |key: &str| START_OPTIONS.contains(&key) || (reserving && key == CLAIM_TIMEOUT);
+        let value = keywords(Some(options), known, call)?;
+        StartArguments::read(task_id, value, true)
     }
 
     /// The task `task_id` with the options that `value` gives (`None` for one not given): each read in the
     /// order of [`START_OPTIONS`], then the claim timeout. A given `None` means the default, but for the flags,
     /// which must be `bool`; with `as_arguments`, a `TypeError` names its argument as Python's own does.
     pub(crate) fn read(
-        py: Python<'py>,
         task_id: Option<Id<TaskIdArgument>>,
         value: impl Fn(&str) -> PyResult<Option<Bound<'py, PyAny>>>,
         as_arguments: bool,
@@ -128,44 +120,30 @@ impl<'py> StartArguments<'py> {
         let given = |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
             Ok(value(key)?.filter(|value| !value.is_none()))
         };
-        let named = |key: &'static str, error: PyErr| -> PyErr {
-            if as_arguments && error.get_type(py).is(py.get_type::<PyTypeError>()) {
-                let named = PyTypeError::new_err(format!("argument '{key}': {}", error.value(py)));
-                named.set_cause(py, error.cause(py));
-                named
-            } else {
-                error
-            }
+        let flag = |key: &str| -> PyResult<bool> {
+            let Some(value) = value(key)? else {
+                return Ok(false);
+            };
+            value.extract::<bool>().map_err(|error| {
+                if as_arguments {
+                    argument_error(value.py(), key, error)
+                } else {
+                    error
+                }
+            })
         };
-        macro_rules! extracted {
-            ($key:literal) => {
-                given($key)?
-                    .map(|value| value.extract())
-                    .transpose()
-                    .map_err(|error| named($key, error))?
-            };
-        }
-        macro_rules! flag {
-            ($key:literal) => {
-                value($key)?
-                    .map(|value| value.extract::<bool>())
-                    .transpose()
-                    .map_err(|error| named($key, error))?
-                    .unwrap_or(false)
-            };
-        }
         Ok(StartArguments {
             task_id,
-            parent_id: extracted!("parent_id"),
+            parent_id: keyword(value("parent_id")?, "parent_id", as_arguments)?,
             agent: given("agent")?,
             description: given("description")?,
             metadata: given("metadata")?,
-            timeout: extracted!("timeout"),
-            deadline: extracted!("deadline"),
-            detached: flag!("detached"),
-            structured: flag!("structured"),
-            linked: extracted!("linked"),
-            claim_timeout: extracted!("claim_timeout"),
+            timeout: keyword(value("timeout")?, "timeout", as_arguments)?,
+            deadline: keyword(value("deadline")?, "deadline", as_arguments)?,
+            detached: flag("detached")?,
+            structured: flag("structured")?,
+            linked: keyword(value("linked")?, "linked", as_arguments)?,
+            claim_timeout: keyword(value(CLAIM_TIMEOUT)?, CLAIM_TIMEOUT, as_arguments)?,
         })
     }
 

@@ -1,6 +1,6 @@
-"""The start options are declared once for Python (``StartOptions``) and once for the native sessions
-(``START_OPTIONS`` in the binding): the two lists are equal, every session takes each option by keyword and
-in a batch, and each refuses a name that is not one."""
+"""The keyword options are declared once for Python (the typed dicts of ``subagent_tracker._options``) and
+once for the native classes (the binding's lists): each pair is equal, every session and registry takes each
+option, and each refuses a name that is not one, as Python's own keyword parsing does."""
 
 from __future__ import annotations
 
@@ -10,12 +10,19 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis_support import RedisServer
 
 from subagent_tracker import (
+    AsyncRedisRegistry,
     AsyncSessionProtocol,
     AwaitableSession,
+    RedisRegistry,
+    RedisSession,
+    Registry,
+    RegistryOptions,
     ReserveOptions,
     Session,
+    SessionOptions,
     SessionProtocol,
     StartOptions,
     _native,
@@ -28,9 +35,66 @@ def _keys(options: type) -> set[str]:
     return set(options.__required_keys__ | options.__optional_keys__)  # type: ignore[attr-defined]
 
 
-def test_the_typed_options_are_the_native_sessions_options() -> None:
+def test_the_typed_options_are_the_native_classes_options() -> None:
     assert _keys(StartOptions) == set(_native._START_OPTIONS)
     assert _keys(ReserveOptions) == set(_native._START_OPTIONS) | {"claim_timeout"}
+    assert _keys(SessionOptions) == set(_native._SESSION_OPTIONS)
+    assert _keys(RegistryOptions) == set(_native._REGISTRY_OPTIONS)
+
+
+def test_every_session_setting_is_taken_by_a_session_and_by_every_registry(
+    module_redis_server: RedisServer,
+) -> None:
+    settings: dict[str, Any] = {
+        "max_finished_tasks": 7,
+        "event_buffer": 64,
+        "max_finished_age": 60.0,
+        "early_cancel_ttl": 5.0,
+        "progress_log_size": 3,
+    }
+    assert set(settings) == _keys(SessionOptions), "a new setting needs a value here"
+    sessions: list[Session | RedisSession] = [
+        Session("direct", **settings),
+        Registry().session("in-registry", **settings),
+        # A Redis session's events wait in its stream, not in a buffer per subscriber: it refuses the setting.
+        RedisRegistry(module_redis_server.url).session(
+            "settings", **{key: value for key, value in settings.items() if key != "event_buffer"}
+        ),
+    ]
+    for session in sessions:
+        assert session.max_finished_tasks == 7
+    # `help(Session)` shows each setting with its default (test_session_shape.py): the same names.
+    assert set(inspect.signature(Session).parameters) == {"session_id"} | _keys(SessionOptions)
+    with pytest.raises(TypeError, match=r"^Session\(\) got an unexpected keyword argument 'max_tasks'$"):
+        Session(max_tasks=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^Registry\.session\(\) got an unexpected keyword argument 'size'$"):
+        Registry().session("s", size=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^argument 'max_finished_age': "):
+        Session(max_finished_age="old")  # type: ignore[arg-type]
+
+
+def test_every_registry_option_is_taken_and_a_name_that_is_none_is_refused(
+    module_redis_server: RedisServer,
+) -> None:
+    options: dict[str, Any] = {
+        "worker_id": "worker-a",
+        "lease": 10.0,
+        "reconcile_interval": 2.0,
+        "timeout": 5.0,
+        "session_ttl": 3600.0,
+        "key_prefix": "options-test:",
+        "cluster": False,
+        "wait_for_replicas": 0,
+        "allow_eviction": False,
+    }
+    assert set(options) == _keys(RegistryOptions), "a new option needs a value here"
+    assert RedisRegistry(module_redis_server.url, **options).worker_id == "worker-a"
+    with pytest.raises(TypeError, match=r"^RedisRegistry\(\) got an unexpected keyword argument 'leases'$"):
+        RedisRegistry(module_redis_server.url, leases=3)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"^AsyncRedisRegistry\.connect\(\) got an unexpected keyword"):
+        AsyncRedisRegistry.connect(module_redis_server.url, leases=3)  # type: ignore[call-arg,unused-coroutine]
+    with pytest.raises(TypeError, match=r"^argument 'cluster': "):
+        RedisRegistry(module_redis_server.url, cluster="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -50,9 +114,14 @@ def test_the_typed_options_are_the_native_sessions_options() -> None:
         _native.Session.start_subagent_task,
         _native.RedisSession.reserve_subagent_task,
         _native.AsyncRedisSession.start_subagent_task,
+        _native.Registry.session,
+        _native.RedisRegistry,
+        _native.RedisRegistry.session,
+        _native.AsyncRedisRegistry.connect,
+        _native.AsyncRedisRegistry.session,
     ],
 )
-def test_every_start_signature_takes_the_options_as_one_declaration(function: Callable[..., Any]) -> None:
+def test_every_signature_takes_its_options_as_one_declaration(function: Callable[..., Any]) -> None:
     # An option written out in a signature is a copy that can drift: each takes them as `**options`.
     parameters = inspect.signature(function).parameters.values()
     keyword_only = {parameter.name for parameter in parameters if parameter.kind is parameter.KEYWORD_ONLY}
