@@ -22,7 +22,7 @@ import time
 from multiprocessing.connection import Connection
 
 import redis
-from redis_bench import percentiles, publish_latency, start_server
+from redis_latency import percentiles, publish_latency, start_server
 
 os.environ["AGNO_TELEMETRY"] = "false"
 # Agno logs each cancel and each raise at INFO, in both processes (the run process inherits this).

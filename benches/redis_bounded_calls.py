@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import redis
-from redis_bench import percentiles, start_server
+from redis_latency import percentiles, start_server
 
 from subagent_tracker import RedisRegistry
 

@@ -25,7 +25,9 @@ def record(began: float, **entry: Any) -> None:
 def work(
     session_id: str, registry: RedisRegistry, name: str, until: float, rng: random.Random, prefix: str
 ) -> None:
-    session = registry.session(session_id)
+    # Started late on a busy machine, a process may first call while the slot moves: it calls again, as every
+    # call of the run does.
+    session = until_answered(partial(registry.session, session_id))
     running: list[tuple[str, RedisTaskHandle]] = []
     index = 0
     while time.monotonic() < until:
@@ -58,7 +60,7 @@ def work(
 
 
 def cancel(session_id: str, registry: RedisRegistry, until: float, rng: random.Random) -> None:
-    session = registry.session(session_id)
+    session = until_answered(partial(registry.session, session_id))
     while time.monotonic() < until:
         try:
             pending = session.pending_subagent_tasks()
@@ -84,7 +86,9 @@ def main() -> None:
     # twice the timeout after it was found.
     timeout = float(sys.argv[8]) if len(sys.argv) > 8 else 5.0
     key_prefix = sys.argv[9] if len(sys.argv) > 9 else "subagent-tracker:"
-    registry = RedisRegistry(url, worker_id=name, lease=5.0, timeout=timeout, key_prefix=key_prefix)
+    registry = until_answered(
+        partial(RedisRegistry, url, worker_id=name, lease=5.0, timeout=timeout, key_prefix=key_prefix)
+    )
     rng = random.Random(int(seed))
     until = time.monotonic() + float(seconds)
     if role == "worker":

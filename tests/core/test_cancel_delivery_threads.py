@@ -63,7 +63,9 @@ def test_ten_thousand_deadline_callbacks_run_on_a_bounded_set_of_threads() -> No
     session = Session(max_finished_tasks=20_000)
     callbacks = _Callbacks()
     before = _threads()
-    handles = [session.start_subagent_task(f"t{index}", timeout=0.05) for index in range(10_000)]
+    # Every callback is registered before its deadline, even on a loaded machine: one registered on a token
+    # that has fired runs at once in the registering thread, and 10,000 of them would each sleep there.
+    handles = [session.start_subagent_task(f"t{index}", timeout=2.0) for index in range(10_000)]
     for handle in handles:
         handle.token.on_cancel(callbacks.make())
     callbacks.wait_for(10_000, 60)
