@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrations"))
 
 from subagent_tracker import AsyncRedisRegistry, AsyncRedisSession, RedisRegistry, Session, SubagentStatus
 from subagent_tracker._demo_workers import start_redis

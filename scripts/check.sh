@@ -71,23 +71,24 @@ step "mypy (package, tests, examples, benchmarks) and stubtest, in the backgroun
 ) >target/mypy.log 2>&1 &
 mypy_pid=$!
 
-step "cargo test (built, then run beside the build of the loom model checks)"
+step "cargo test and the loom model checks of the core's concurrent transitions, built, then run side by side"
 cargo test --workspace --no-run
-# The Redis tests spend most of their time waiting on servers, the loom build on the cores: side by side.
-cargo test --workspace --quiet >target/cargo-test.log 2>&1 &
-cargo_test_pid=$!
+# Loom's own target directory: another cfg.
 loom() {
   RUSTFLAGS="--cfg subagent_tracker_loom" CARGO_TARGET_DIR=target/loom \
     cargo test --quiet --release -p subagent-tracker --test loom "$@"
 }
 loom --no-run
-step "cargo test's verdict"
+# The Rust tests spend most of their time waiting on Redis servers, the model checks on the cores.
+cargo test --workspace --quiet >target/cargo-test.log 2>&1 &
+cargo_test_pid=$!
+loom_status=0
+loom || loom_status=$?
 cargo_test_status=0
 wait "$cargo_test_pid" || cargo_test_status=$?
 cat target/cargo-test.log
 [ "$cargo_test_status" -eq 0 ] || { echo "cargo test failed"; exit "$cargo_test_status"; }
-step "loom model checks of the core's concurrent transitions (a target directory of their own: other cfg)"
-loom
+[ "$loom_status" -eq 0 ] || { echo "the loom model checks failed"; exit "$loom_status"; }
 
 step "mypy's verdict"
 mypy_status=0
@@ -95,11 +96,12 @@ wait "$mypy_pid" || mypy_status=$?
 cat target/mypy.log
 [ "$mypy_status" -eq 0 ] || { echo "mypy or stubtest failed"; exit "$mypy_status"; }
 
-step "pytest (against the installed wheel), in four processes"
-# Four workers on the two cores of the machines this runs on: most tests wait on servers, subprocesses and
-# timers, and the workers beyond two fill those waits (three took 389-409 s here, four 335 s). Each starts the
-# servers its tests need (Redis on free loopback ports, a cluster of its own), so none shares state with another.
-python -m pytest -n 4 --timeout 120 -p no:cacheprovider --durations=15 | tee target/pytest-summary.log
+step "pytest (against the installed wheel), in three processes"
+# Three workers on the two cores of the machines this runs on: most tests wait on servers, subprocesses and
+# timers, and a third worker fills those waits (about a fifth off the phase; a fourth took as long again, each
+# starting a cluster of its own). Each starts the servers its tests need (Redis on free loopback ports, a cluster
+# of its own), so none shares state with another.
+python -m pytest -n 3 --timeout 120 -p no:cacheprovider --durations=15 | tee target/pytest-summary.log
 
 # The smoke runs wait on servers and timers more than on the CPU: two lanes run beside each other.
 step "smoke runs, in two lanes (sizes for a smoke test; the figures are not judged)"
