@@ -98,7 +98,7 @@ cat target/mypy.log
 
 step "pytest (against the installed wheel), in three processes"
 # Three workers on the two cores of the machines this runs on: most tests wait on servers, subprocesses and
-# timers, and a third worker fills those waits (about a fifth off the phase; a fourth took as long again, each
+# timers, and a third worker fills those waits (about a fifth off the phase; a fourth was no faster, each
 # starting a cluster of its own). Each starts the servers its tests need (Redis on free loopback ports, a cluster
 # of its own), so none shares state with another.
 python -m pytest -n 3 --timeout 120 -p no:cacheprovider --durations=15 | tee target/pytest-summary.log

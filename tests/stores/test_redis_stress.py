@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from redis_support import RedisCluster, RedisServer, RedisTarget, SlotMigration, Worker, start_target
+from redis_support import (
+    RedisCluster,
+    RedisServer,
+    RedisTarget,
+    SlotMigration,
+    Worker,
+    start_target,
+    until_answered,
+)
 
 from subagent_tracker import (
     ORPHANED_RUN_ERROR,
@@ -70,6 +78,15 @@ def _start(
         arguments = [url, session_id, role, name, str(SECONDS), str(seed), prefix, str(timeout), key_prefix]
         started.append((subprocess.Popen([sys.executable, str(PROCESS), *arguments], stdout=output), output))
     return started
+
+
+def _until_working(session: RedisSession, seconds: float = 60) -> None:
+    """Waits for the run's first start: on a busy machine its processes may take longer to start than the
+    run's first third, and a fault injected before any call would meet none."""
+    deadline = time.monotonic() + seconds
+    while not until_answered(session.subagent_tasks):
+        assert time.monotonic() < deadline, "the run's processes never started a task"
+        time.sleep(0.05)
 
 
 def _collect(processes: list[tuple[subprocess.Popen[bytes], IO[str]]]) -> list[dict[str, Any]]:
@@ -175,8 +192,9 @@ def test_a_restore_to_older_state_part_way_keeps_every_rule_for_what_redis_kept(
     twice."""
     server = RedisServer()
     try:
-        RedisRegistry(server.url).session("stress", max_finished_tasks=1_000_000)
+        observer = RedisRegistry(server.url).session("stress", max_finished_tasks=1_000_000)
         processes = _start(server.url, "stress", timeout=0.5)
+        _until_working(observer)
         time.sleep(SECONDS / 3)
         snapshot_began = time.time()
         snapshot = server.save_snapshot()
@@ -215,8 +233,11 @@ def test_a_slot_migration_part_way_keeps_every_rule(redis_cluster: RedisCluster)
     again, and nothing is lost, so every rule holds for every task."""
     key_prefix = "migrating:"
     session_id = "stress-migration"
-    RedisRegistry(redis_cluster.url, key_prefix=key_prefix).session(session_id, max_finished_tasks=1_000_000)
+    observer = RedisRegistry(redis_cluster.url, key_prefix=key_prefix).session(
+        session_id, max_finished_tasks=1_000_000
+    )
     processes = _start(redis_cluster.url, session_id, timeout=1.0, key_prefix=key_prefix)
+    _until_working(observer)
     time.sleep(SECONDS / 3)
     migration = SlotMigration(redis_cluster, f"{key_prefix}v2:{{s:{session_id}}}:session")
     migration.finish(batch=10, pause=0.005)
