@@ -5,12 +5,29 @@ from __future__ import annotations
 import gc
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from redis_support import RedisCluster, RedisServer
 
 from subagent_tracker import RedisRegistry, Session
 from subagent_tracker.integrations._support import BlockingSession
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Spreads each folder's test files evenly through the run, each file's tests kept together (its module's
+    servers start once). pytest-xdist hands tests out in this order, and the store tests (servers, clusters,
+    subprocesses) run all at once on every worker would starve each other at the end of the run."""
+    files: dict[Path, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.path, []).append(item)
+    folders: dict[Path, list[Path]] = {}
+    for path in files:
+        folders.setdefault(path.parent, []).append(path)
+    position = {
+        path: (index + 0.5) / len(paths) for paths in folders.values() for index, path in enumerate(paths)
+    }
+    items[:] = [item for path in sorted(files, key=position.__getitem__) for item in files[path]]
 
 
 @pytest.fixture
