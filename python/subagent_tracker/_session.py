@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
 from subagent_tracker._native import (
     _EVENT_STREAM_BUSY,
-    _cancel_wait_timeout,
     _check_seconds,
     _quoted,  # how every message quotes an id: the core's rule
 )
@@ -115,58 +114,6 @@ class Session(_NativeSession):
 
     __slots__ = ()
 
-    async def wait_subagent_task(self, task_id: str, timeout: float | None = None) -> SubagentTask:
-        """Waits until the task is finished (its runner has stopped) and returns its final snapshot.
-
-        Raises ``TimeoutError`` if ``timeout`` seconds pass first, and ``UnknownTaskError`` for an unknown id.
-        A cancelled task whose runner still runs is not finished: this keeps waiting across that window.
-        """
-        _check_seconds(timeout, "timeout")
-        watch = self._watch(task_id)
-        finished = watch.finished_future()
-        if finished is not None:
-            try:
-                await asyncio.wait_for(finished, timeout)
-            except asyncio.TimeoutError:
-                raise TimeoutError(
-                    f"task {_quoted(task_id)} did not finish within {timeout} seconds; "
-                    "its runner is still running"
-                ) from None
-        return watch.snapshot()
-
-    async def cancel_subagent_task_and_wait(
-        self, task_id: str, reason: str | None = None, *, timeout: float | None = None
-    ) -> SubagentTask:
-        """Cancels the task and its pending descendants, as ``cancel_subagent_task`` does, then waits until
-        its runner has ended and every ``on_cancel`` handler of the task and of its descendants, sync or
-        async, has finished; returns the final snapshot. A task cancelled or finished before is waited for
-        all the same.
-
-        Raises ``UnknownTaskError`` for an unknown id, and ``TimeoutError`` naming what still runs if
-        ``timeout`` seconds pass first (the cancel stays made).
-        """
-        _check_seconds(timeout, "timeout")
-        _moved, watch, handlers = self._cancel_and_watch(task_id, reason)
-
-        async def cancel_done() -> None:
-            finished = watch.finished_future()
-            if finished is not None:
-                await finished
-            while (idle := handlers.future()) is not None:
-                await idle
-
-        try:
-            await asyncio.wait_for(cancel_done(), timeout)
-        except asyncio.TimeoutError:
-            assert timeout is not None  # only a wait with a timeout times out
-            message = _cancel_wait_timeout(
-                task_id, timeout, not watch.snapshot().finished, handlers.at_work()
-            )
-            if message is not None:
-                raise TimeoutError(message) from None
-            # Done as the time ran out.
-        return watch.snapshot()
-
     def export_snapshots(self) -> list[dict[str, Any]]:
         """The session's tasks, in start order, as records of JSON's types (as far as their metadata and
         results are), which ``restore_snapshots`` takes back: in another session, process or store."""
@@ -185,11 +132,6 @@ class Session(_NativeSession):
         more than its buffer behind gets one ``"lagged"`` event carrying ``missed``; producers never wait.
         """
         return EventStream(self._subscribe())
-
-    def is_closed(self) -> bool:
-        """Whether the session is closed: ``closed``, as the method that a ``RedisSession`` has too (where it
-        is a round trip)."""
-        return self.closed
 
     def __enter__(self) -> Session:
         return self

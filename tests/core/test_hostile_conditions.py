@@ -955,15 +955,16 @@ def test_a_cycle_through_a_snapshot_is_collected(through: str) -> None:
     assert dead() is None
 
 
-def test_a_cycle_through_a_watch_and_a_snapshot_is_collected() -> None:
-    """Defect 14(e): a list holding a snapshot, a task watch and itself, stored as the task's result."""
+def test_a_cycle_through_a_wait_and_a_snapshot_is_collected() -> None:
+    """Defect 14(e): a list holding a snapshot, a wait not yet awaited and itself, stored as the task's
+    result."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         session = Session()
         marker = Marker()
         dead = weakref.ref(marker)
         handle = session.start_subagent_task("a", metadata={"marker": marker})
-        box: list[object] = [handle.snapshot(), session._watch("a")]
+        box: list[object] = [handle.snapshot(), session.wait_subagent_task("a")]
         box.append(box)
         handle.complete(result=box)
         del session, marker, handle, box

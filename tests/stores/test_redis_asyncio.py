@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import inspect
 import os
 import time
 import warnings
@@ -196,7 +195,7 @@ def test_connect_checks_its_arguments_at_the_call_and_needs_a_loop_only_when_awa
     with pytest.raises(ValueError, match="worker_id"):
         _ = AsyncRedisRegistry.connect(redis_server.url, worker_id="")
     connecting = AsyncRedisRegistry.connect(redis_server.url, worker_id="run-by-asyncio-run")
-    assert inspect.iscoroutine(connecting)
+    assert asyncio.iscoroutine(connecting)
     registry = asyncio.run(connecting)
     assert isinstance(registry, AsyncRedisRegistry) and registry.worker_id == "run-by-asyncio-run"
 

@@ -10,17 +10,16 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyCFunction, PyDict, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 use subagent_tracker_redis::RedisRegistry as CoreRegistry;
 
 use crate::errors::redis_error;
 use crate::keyword_options::registry_options;
-use crate::package_imports::deferred_function;
 use crate::redis_calls::{RegistryCalls, Waiting};
 use crate::redis_classes::redis_classes;
 use crate::redis_registry::{RedisSession, BLOCKING};
-use crate::runner_exit::runner_exit;
 use crate::runtime::MadeIn;
+use crate::start_on_await::StartOnAwait;
 
 redis_classes! {
     delivery: ASYNCIO = Waiting::Asyncio;
@@ -48,8 +47,8 @@ redis_classes! {
             options: Option<&Bound<'_, PyDict>>,
         ) -> PyResult<Bound<'py, PyAny>> {
             let (url, options) = registry_options(url, options, "AsyncRedisRegistry.connect")?;
-            let start = PyCFunction::new_closure(py, None, None, move |arguments, _| {
-                let py = arguments.py();
+            StartOnAwait::coroutine(py, &py.None().into_bound(py), move |none| {
+                let py = none.py();
                 let (url, options) = (url.clone(), options.clone());
                 let made_in = MadeIn::here();
                 ASYNCIO
@@ -68,8 +67,7 @@ redis_classes! {
                         },
                     )
                     .map(Bound::unbind)
-            })?;
-            deferred_function(py)?.call1((start,))
+            })
         }
     }
 
@@ -81,24 +79,11 @@ redis_classes! {
         /// The same session with calls that block: for the few steps a framework makes synchronous (entering a
         /// streamed run that its API returns at once). Shares this session's connection.
         fn _blocking(&self) -> RedisSession {
-            RedisSession::new(self.calls.with_delivery(BLOCKING))
+            RedisSession::new(self.store.with_delivery(BLOCKING))
         }
     }
 
     /// Held by the code that runs a task kept in Redis, in an asyncio program: `async with handle:` ends the task
     /// from how the block exits, and its reports are awaited.
-    handle AsyncRedisTaskHandle {
-        /// Ends the task from how the block exits, as the blocking handle's `with` does; the exception, if any,
-        /// propagates.
-        #[pyo3(signature = (_exception_type, exception, _traceback))]
-        fn __aexit__<'py>(
-            &self,
-            py: Python<'py>,
-            _exception_type: &Bound<'_, PyAny>,
-            exception: &Bound<'_, PyAny>,
-            _traceback: &Bound<'_, PyAny>,
-        ) -> PyResult<Bound<'py, PyAny>> {
-            self.calls.exit(py, runner_exit(py, exception)?)
-        }
-    }
+    handle AsyncRedisTaskHandle {}
 }

@@ -16,27 +16,6 @@ pub(crate) fn _quoted(text: &str) -> String {
     format!("{text:?}")
 }
 
-/// `_cancel_wait_timeout(task_id, timeout, runner_running, handlers_at_work)`: the message of a cancel-and-wait
-/// that timed out, or `None` when nothing runs any more (the core's rule, which every store uses).
-#[pyfunction]
-pub(crate) fn _cancel_wait_timeout(
-    task_id: &str,
-    timeout: f64,
-    runner_running: bool,
-    handlers_at_work: Vec<String>,
-) -> Option<String> {
-    let at_work: Vec<std::sync::Arc<str>> = handlers_at_work
-        .iter()
-        .map(|id| id.as_str().into())
-        .collect();
-    subagent_tracker::cancel_wait_timeout_message(
-        task_id,
-        std::time::Duration::try_from_secs_f64(timeout).unwrap_or_default(),
-        runner_running,
-        &at_work,
-    )
-}
-
 /// The message of the `RuntimeError` raised by a second concurrent `__anext__` on one event stream, in memory
 /// and on Redis.
 pub(crate) const EVENT_STREAM_BUSY: &str =

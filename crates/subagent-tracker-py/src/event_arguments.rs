@@ -19,6 +19,8 @@ const FAILED_WITHOUT_ERROR: &str = "the task failed (its event gave no error)";
 pub(crate) trait StoredValue: StoredMetadata {
     fn result(value: &Bound<'_, PyAny>) -> PyResult<Self>;
     fn data(value: &Bound<'_, PyAny>) -> PyResult<Self>;
+    /// The value a paused task is resumed with.
+    fn resume_value(value: &Bound<'_, PyAny>) -> PyResult<Self>;
 }
 
 impl StoredValue for PyValue {
@@ -29,6 +31,10 @@ impl StoredValue for PyValue {
     fn data(value: &Bound<'_, PyAny>) -> PyResult<Self> {
         Ok(PyValue::new(arguments::frozen_copy(value, "data")?))
     }
+
+    fn resume_value(value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PyValue::new(value.clone().unbind()))
+    }
 }
 
 impl StoredValue for String {
@@ -38,6 +44,10 @@ impl StoredValue for String {
 
     fn data(value: &Bound<'_, PyAny>) -> PyResult<Self> {
         arguments::json_text(value, "data")
+    }
+
+    fn resume_value(value: &Bound<'_, PyAny>) -> PyResult<Self> {
+        arguments::json_text(value, "value")
     }
 }
 

@@ -12,16 +12,17 @@ mod asyncio_waker;
 mod batch_arguments;
 mod blocking_wait;
 mod cancel_callback;
-mod cancel_handlers;
 mod end_arguments;
 mod errors;
 mod event_arguments;
 mod events;
 mod filter_arguments;
 mod handle;
+mod handle_methods;
 mod interpreter;
 mod keyword_options;
 mod loop_inbox;
+mod memory_calls;
 mod package_imports;
 mod python_types;
 mod ready;
@@ -29,17 +30,19 @@ mod redis_calls;
 mod redis_classes;
 mod redis_events;
 mod redis_registry;
-mod redis_session_methods;
 mod registry;
 mod resume_wait;
 mod runner_exit;
 mod runtime;
 mod session;
+mod session_methods;
+mod session_store;
 mod snapshot;
 mod snapshot_arguments;
 mod start_arguments;
-mod task_watch;
+mod start_on_await;
 mod token;
+mod waits;
 
 use pyo3::prelude::*;
 
@@ -61,11 +64,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<snapshot::SubagentTask>()?;
     module.add_class::<events::SubagentEvent>()?;
     module.add_class::<events::EventSubscription>()?;
-    module.add_class::<task_watch::TaskWatch>()?;
     module.add_class::<ready::Ready>()?;
+    module.add_class::<start_on_await::StartOnAwait>()?;
     module.add_class::<cancel_callback::CancelCallbackRegistration>()?;
     module.add_class::<cancel_callback::HandlerCompletion>()?;
-    module.add_class::<cancel_handlers::CancelHandlers>()?;
     module.add_function(wrap_pyfunction!(pending_deadlines, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_interpreter_exiting, module)?)?;
     module.add_function(wrap_pyfunction!(interpreter::_before_fork, module)?)?;
@@ -76,7 +78,6 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
-    module.add_function(wrap_pyfunction!(errors::_cancel_wait_timeout, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The keyword options as the native classes read them, for the test that holds the typed dicts of
     // `subagent_tracker._options` to them.

@@ -21,24 +21,11 @@ pub(crate) fn checkpoints(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     module(py, &MODULE, "subagent_tracker._checkpoints")
 }
 
-/// A function of `subagent_tracker._pause`, which finishes the waits for a resume (shared by both stores'
-/// handles).
-pub(crate) fn pause_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    module(py, &MODULE, "subagent_tracker._pause")?.getattr(name)
-}
-
 /// A function of `subagent_tracker._snapshots`, which turns snapshots into the records `export_snapshots()`
 /// makes (shared by every session).
 pub(crate) fn snapshots_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     module(py, &MODULE, "subagent_tracker._snapshots")?.getattr(name)
-}
-
-/// `subagent_tracker._deferred.deferred`: the coroutine of a call that starts on a loop only once awaited.
-pub(crate) fn deferred_function(py: Python<'_>) -> PyResult<Bound<'_, PyAny>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    module(py, &MODULE, "subagent_tracker._deferred")?.getattr("deferred")
 }
 
 /// An exception class of `subagent_tracker._errors`.

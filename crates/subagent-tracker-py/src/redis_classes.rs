@@ -3,8 +3,15 @@
 //! (`async_redis`) each instantiate it with their class names and the few methods that differ between them. Every
 //! method here only reads its arguments and hands them to `redis_calls`, which decides what the call does.
 
+use std::hash::{Hash, Hasher};
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple};
+
+use crate::package_imports::spawn_function;
 use crate::python_types::python_repr;
-use crate::redis_calls::HandleCalls;
+use crate::redis_calls::{HandleCalls, SessionCalls};
+use crate::session_store::{Answer, HandleStore, SessionStore};
 
 /// Declares `$registry`, `$session` and `$handle`, the classes of one family, and `$delivery`, the
 /// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$export` and `$spawn` name the
@@ -19,7 +26,7 @@ macro_rules! redis_classes {
             export: $export:literal, spawn: $spawn:literal, handle_description: $handle_description:literal;
             $($session_methods:tt)*
         }
-        $(#[$handle_meta:meta])* handle $handle:ident { $($handle_methods:tt)* }
+        $(#[$handle_meta:meta])* handle $handle:ident $($with:ident)? { $($handle_methods:tt)* }
     ) => {
         /// How this family hands back the outcome of a call, and which of its classes wrap sessions and handles.
         pub(crate) const $delivery: $crate::redis_calls::Delivery = $crate::redis_calls::Delivery {
@@ -37,12 +44,12 @@ macro_rules! redis_classes {
         $(#[$session_meta])*
         #[pyclass(frozen, module = "subagent_tracker._native")]
         pub(crate) struct $session {
-            calls: $crate::redis_calls::SessionCalls,
+            store: $crate::redis_calls::SessionCalls,
         }
 
         impl $session {
-            pub(crate) fn new(calls: $crate::redis_calls::SessionCalls) -> $session {
-                $session { calls }
+            pub(crate) fn new(store: $crate::redis_calls::SessionCalls) -> $session {
+                $session { store }
             }
 
             fn into_object(
@@ -60,6 +67,11 @@ macro_rules! redis_classes {
         }
 
         impl $handle {
+            /// The handle as a batch of ends names it.
+            fn batch_handle(handle: &Bound<'_, $handle>) -> $crate::redis_calls::BatchHandle {
+                handle.get().calls.batch_handle()
+            }
+
             fn into_object(
                 py: Python<'_>,
                 calls: $crate::redis_calls::HandleCalls,
@@ -86,7 +98,7 @@ macro_rules! redis_classes {
                 py: Python<'py>,
                 session_id: Option<$crate::arguments::Id<$crate::arguments::SessionIdArgument>>,
                 options: Option<&Bound<'_, pyo3::types::PyDict>>,
-            ) -> PyResult<Bound<'py, PyAny>> {
+            ) -> $crate::session_store::Answer<'py> {
                 let config = $crate::keyword_options::session_config(
                     options,
                     concat!(stringify!($registry), ".session"),
@@ -100,12 +112,12 @@ macro_rules! redis_classes {
                 &self,
                 py: Python<'py>,
                 session_id: $crate::arguments::Id<$crate::arguments::SessionIdArgument>,
-            ) -> PyResult<Bound<'py, PyAny>> {
+            ) -> $crate::session_store::Answer<'py> {
                 self.calls.get_session(py, session_id.0.to_string())
             }
 
             /// The ids of the live sessions.
-            fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+            fn sessions<'py>(&self, py: Python<'py>) -> $crate::session_store::Answer<'py> {
                 self.calls.sessions(py)
             }
 
@@ -117,128 +129,54 @@ macro_rules! redis_classes {
             }
         }
 
-        $crate::redis_session_methods::redis_session_methods! {
-            $session, $handle, $export, $spawn, $handle_description, { $($session_methods)* }
+        $crate::session_methods::session_methods! {
+            $session, $handle, $handle_description, {
+                $($session_methods)*
+
+                /// The session's tasks as JSON-serialisable mappings, in start order, for `restore_snapshots`.
+                fn export_snapshots<'py>(slf: &Bound<'py, Self>) -> $crate::session_store::Answer<'py> {
+                    $crate::package_imports::snapshots_function(slf.py(), $export)?.call1((slf,))
+                }
+
+                /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as
+                /// `Session.spawn_subagent_task` does (the same code runs both); on the asyncio classes, awaiting
+                /// this call gives the `SpawnedSubagent` once the task has started.
+                #[pyo3(signature = (*args, **kwargs))]
+                fn spawn_subagent_task<'py>(
+                    slf: &Bound<'py, Self>,
+                    args: &Bound<'py, pyo3::types::PyTuple>,
+                    kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+                ) -> $crate::session_store::Answer<'py> {
+                    $crate::redis_classes::spawn(slf.as_any(), args, kwargs, $spawn)
+                }
+
+                /// An async iterator of the session's lifecycle events from the subscription on, whichever
+                /// process makes them: the `EventStream` that in-memory sessions hand out, reading from Redis (on
+                /// the asyncio classes, awaiting this call subscribes and gives it).
+                fn events<'py>(&self, py: Python<'py>) -> $crate::session_store::Answer<'py> {
+                    self.store.events(py)
+                }
+
+                fn __hash__(&self) -> u64 {
+                    $crate::redis_classes::session_hash(&self.store)
+                }
+
+                fn __repr__(&self) -> String {
+                    format!(
+                        concat!(stringify!($session), "(session_id={:?})"),
+                        $crate::session_store::SessionStore::session_id(&self.store)
+                    )
+                }
+            }
         }
 
-        #[pymethods]
-        impl $handle {
-            $($handle_methods)*
+        $crate::handle_methods::handle_methods! {
+            $handle, $($with,)? {
+                $($handle_methods)*
 
-            #[getter]
-            fn task_id(&self) -> &str {
-                &self.calls.task_id
-            }
-
-            #[getter]
-            fn session_id(&self) -> &str {
-                &self.calls.session_id
-            }
-
-            #[getter]
-            fn token(&self, py: Python<'_>) -> Py<$crate::token::CancellationToken> {
-                self.calls.token.clone_ref(py)
-            }
-
-            #[pyo3(signature = (message, *, data=None))]
-            fn progress<'py>(
-                &self,
-                py: Python<'py>,
-                message: &Bound<'_, PyAny>,
-                data: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                self.calls.progress(py, message, data)
-            }
-
-            #[pyo3(signature = (result=None))]
-            fn complete<'py>(
-                &self,
-                py: Python<'py>,
-                result: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                self.calls.complete(py, result)
-            }
-
-            /// Reports failure with a message or an exception, and the failure's type and code if given (an
-            /// exception's type defaults to its class name).
-            #[pyo3(signature = (error, *, error_type=None, error_code=None))]
-            fn fail<'py>(
-                &self,
-                py: Python<'py>,
-                error: &Bound<'_, PyAny>,
-                error_type: Option<&Bound<'_, PyAny>>,
-                error_code: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                self.calls.fail(py, error, error_type, error_code)
-            }
-
-            /// Pauses the running task (to wait for a person's approval, say), in Redis for every process and
-            /// here for the runner; snapshots show `reason` as `pause_reason`. False if the task is not running.
-            #[pyo3(signature = (reason=None))]
-            fn pause<'py>(
-                &self,
-                py: Python<'py>,
-                reason: Option<&Bound<'_, PyAny>>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                let reason = $crate::arguments::optional_string(reason, "reason")?;
-                self.calls.pause(py, reason)
-            }
-
-            /// `await handle.resumed()`: waits while the task is paused and returns the value the session
-            /// resumed it with, from any process; raises `TaskCancelledError` if the task is cancelled while
-            /// paused.
-            fn resumed<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-                $crate::package_imports::pause_function(slf.py(), "resumed")?.call1((slf,))
-            }
-
-            /// The blocking form of `resumed()`, for threads; raises `TimeoutError` if `timeout` seconds pass
-            /// first.
-            #[pyo3(signature = (timeout=None))]
-            fn wait_resumed<'py>(
-                slf: &Bound<'py, Self>,
-                timeout: Option<&Bound<'py, PyAny>>,
-            ) -> PyResult<Bound<'py, PyAny>> {
-                $crate::package_imports::pause_function(slf.py(), "wait_resumed")?.call1((slf, timeout))
-            }
-
-            fn _resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
-                self.calls.resume_future(py)
-            }
-
-            #[pyo3(signature = (timeout))]
-            fn _wait_for_resume(
-                &self,
-                py: Python<'_>,
-                timeout: Option<$crate::arguments::Seconds<$crate::arguments::TimeoutArgument>>,
-            ) -> PyResult<bool> {
-                self.calls
-                    .wait_for_resume(py, timeout.map(|timeout| timeout.0))
-            }
-
-            fn _resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {
-                self.calls.resumption(py)
-            }
-
-            /// Records that the runner did not stop within its grace period after a cancel and is being stopped
-            /// by force; snapshots show it as `escalated`.
-            fn record_escalation<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.calls.record_escalation(py)
-            }
-
-            fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-                self.calls.snapshot(py)
-            }
-
-            fn __aenter__(slf: Py<Self>, py: Python<'_>) -> PyResult<Py<$crate::ready::Ready>> {
-                $crate::ready::Ready::entered(py, slf.into_any())
-            }
-
-            fn __traverse__(&self, visit: pyo3::gc::PyVisit<'_>) -> Result<(), pyo3::PyTraverseError> {
-                visit.call(&self.calls.token)
-            }
-
-            fn __repr__(&self) -> String {
-                $crate::redis_classes::handle_repr(stringify!($handle), &self.calls)
+                fn __repr__(&self) -> String {
+                    $crate::redis_classes::handle_repr(stringify!($handle), &self.calls)
+                }
             }
         }
     };
@@ -250,7 +188,29 @@ pub(crate) use redis_classes;
 pub(crate) fn handle_repr(class: &str, calls: &HandleCalls) -> String {
     format!(
         "{class}(task_id={}, session_id={})",
-        python_repr(Some(&calls.task_id)),
-        python_repr(Some(&calls.session_id)),
+        python_repr(Some(calls.task_id())),
+        python_repr(Some(calls.session_id())),
     )
+}
+
+/// `function(session, *args, **kwargs)`, a spawn function of `subagent_tracker._session` that both kinds of
+/// session share with in-memory ones.
+pub(crate) fn spawn<'py>(
+    session: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    function: &str,
+) -> Answer<'py> {
+    let py = session.py();
+    let mut arguments = vec![session.clone()];
+    arguments.extend(args.iter());
+    let arguments = PyTuple::new(py, arguments)?;
+    spawn_function(py, function)?.call(arguments, kwargs)
+}
+
+/// A session's hash: its id's (equal sessions share an id).
+pub(crate) fn session_hash(store: &SessionCalls) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    store.session_id().hash(&mut hasher);
+    hasher.finish()
 }

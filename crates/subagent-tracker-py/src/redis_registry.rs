@@ -10,10 +10,8 @@ use subagent_tracker_redis::RedisRegistry as CoreRegistry;
 
 use crate::errors::redis_error;
 use crate::keyword_options::registry_options;
-use crate::ready::Ready;
 use crate::redis_calls::{RegistryCalls, Waiting};
 use crate::redis_classes::redis_classes;
-use crate::runner_exit::runner_exit;
 use crate::runtime::{block_on_interruptibly, MadeIn};
 
 redis_classes! {
@@ -73,34 +71,5 @@ redis_classes! {
 
     /// Held by the code that runs a task kept in Redis. Its token fires in this process when the task is
     /// cancelled from any process.
-    handle RedisTaskHandle {
-        fn __enter__(slf: Py<Self>) -> Py<Self> {
-            slf
-        }
-
-        #[pyo3(signature = (_exception_type, exception, _traceback))]
-        fn __exit__(
-            &self,
-            py: Python<'_>,
-            _exception_type: &Bound<'_, PyAny>,
-            exception: &Bound<'_, PyAny>,
-            _traceback: &Bound<'_, PyAny>,
-        ) -> PyResult<bool> {
-            self.calls.end(py, runner_exit(py, exception)?, None)?;
-            Ok(false)
-        }
-
-        /// `async with handle:` ends the task as `with` does (the end is one short call to Redis).
-        #[pyo3(signature = (_exception_type, exception, _traceback))]
-        fn __aexit__(
-            &self,
-            py: Python<'_>,
-            _exception_type: &Bound<'_, PyAny>,
-            exception: &Bound<'_, PyAny>,
-            _traceback: &Bound<'_, PyAny>,
-        ) -> PyResult<Py<Ready>> {
-            self.calls.end(py, runner_exit(py, exception)?, None)?;
-            Ready::exited(py)
-        }
-    }
+    handle RedisTaskHandle with {}
 }

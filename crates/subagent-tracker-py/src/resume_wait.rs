@@ -1,6 +1,5 @@
-//! What a handle needs to wait for its resume from Python (contract §5, pause and resume): the asyncio future
-//! of the latest `resumed()` with its registration, and the core's `Resumption` as Python sees it. The waits
-//! themselves are finished in Python (`subagent_tracker._pause`), the same for both stores.
+//! What a handle needs to wait for its resume (contract §5, pause and resume): the asyncio future of the latest
+//! `resumed()` with its registration, the blocking wait, and the core's `Resumption` as Python sees it.
 
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use subagent_tracker::{ResumeWatch, Resumption, WaitForResume};
 
 use crate::asyncio_waker::future_for;
 use crate::blocking_wait::wait_interruptibly;
+use crate::token::CancellationToken;
 
 /// The registration behind a handle's latest `resumed()` future, released when the next one replaces it or
 /// the handle goes.
@@ -46,19 +46,17 @@ pub(crate) fn wait_for_resume<V: Clone + Send + Sync>(
     })
 }
 
-/// `(state, value)` for `_pause._outcome`: the state's name, and the resume value (None unless resumed).
-pub(crate) fn resumption_for_python<V>(
+/// What `resumed()` gives once the pause of `resumption`'s task is over: the resume value, `None` for a task
+/// ended meanwhile, or `TaskCancelledError` (from `token`) for one cancelled while paused.
+pub(crate) fn resumed_value<V>(
     py: Python<'_>,
     resumption: Resumption<V>,
+    token: &CancellationToken,
     value: impl FnOnce(V) -> PyResult<Py<PyAny>>,
-) -> PyResult<(&'static str, Py<PyAny>)> {
-    Ok(match resumption {
-        Resumption::Paused => ("paused", py.None()),
-        Resumption::Resumed(resumed) => (
-            "resumed",
-            resumed.map(value).transpose()?.unwrap_or_else(|| py.None()),
-        ),
-        Resumption::Cancelled => ("cancelled", py.None()),
-        _ => ("ended", py.None()),
-    })
+) -> PyResult<Py<PyAny>> {
+    match resumption {
+        Resumption::Resumed(Some(resumed)) => value(resumed),
+        Resumption::Cancelled => token.check(py).map(|()| py.None()),
+        _ => Ok(py.None()),
+    }
 }

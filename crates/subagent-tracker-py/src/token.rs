@@ -43,6 +43,24 @@ struct PendingWaits {
 const FIRST_PRUNE: usize = 16;
 
 impl CancellationToken {
+    /// `TaskCancelledError` (with the cancel's reason) if the task is cancelled.
+    pub(crate) fn check(&self, py: Python<'_>) -> PyResult<()> {
+        if !self.token.is_cancelled() {
+            return Ok(());
+        }
+        let reason = self
+            .token
+            .reason()
+            .unwrap_or_else(|| subagent_tracker::DEFAULT_CANCEL_REASON.into());
+        let task_id = self
+            .token
+            .task_id()
+            .cloned()
+            .or_else(|| self.token.origin())
+            .unwrap_or_default();
+        Err(task_cancelled_error(py, &task_id, &reason))
+    }
+
     pub(crate) fn new(token: SubagentTaskToken) -> CancellationToken {
         CancellationToken {
             token,
@@ -77,20 +95,7 @@ impl CancellationToken {
 
     /// Raises `TaskCancelledError` if the task is cancelled.
     fn raise_if_cancelled(&self, py: Python<'_>) -> PyResult<()> {
-        if !self.token.is_cancelled() {
-            return Ok(());
-        }
-        let reason = self
-            .token
-            .reason()
-            .unwrap_or_else(|| subagent_tracker::DEFAULT_CANCEL_REASON.into());
-        let task_id = self
-            .token
-            .task_id()
-            .cloned()
-            .or_else(|| self.token.origin())
-            .unwrap_or_default();
-        Err(task_cancelled_error(py, &task_id, &reason))
+        self.check(py)
     }
 
     /// An asyncio future that completes once the task is cancelled (already done if it is).

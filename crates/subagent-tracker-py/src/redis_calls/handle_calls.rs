@@ -3,17 +3,21 @@
 
 use std::sync::Arc;
 
+use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
+use pyo3::PyTraverseError;
 use subagent_tracker::{ResumeWatch, Resumption};
 use subagent_tracker_redis::{RedisSession as CoreSession, RedisTaskHandle as CoreHandle};
 
-use super::{get_task, object, Delivery};
-use crate::arguments::{self, from_json_text, json_text};
+use super::{get_task, object, Delivery, Waiting};
+use crate::arguments::from_json_text;
 use crate::errors::redis_error;
-use crate::resume_wait::{resumption_for_python, wait_for_resume, ResumeWait};
+use crate::ready::Ready;
+use crate::resume_wait::{resumed_value, wait_for_resume, ResumeWait};
 use crate::runner_exit::RunnerExit;
 use crate::runtime::MadeIn;
+use crate::session_store::{Answer, HandleStore};
 use crate::token::CancellationToken;
 
 /// A runner's handle as a batch of ends names it: its task, and the core's handle.
@@ -27,11 +31,11 @@ pub(crate) struct HandleCalls {
     /// Locked while a call to Redis reports through it.
     handle: Arc<tokio::sync::Mutex<CoreHandle>>,
     session: CoreSession,
-    pub(crate) task_id: Arc<str>,
+    task_id: Arc<str>,
     /// The run this handle runs: its snapshot is of that run alone.
     run: Arc<str>,
-    pub(crate) session_id: String,
-    pub(crate) token: Py<CancellationToken>,
+    session_id: String,
+    token: Py<CancellationToken>,
     /// The runner's wait for a resume, which needs no lock on the handle (a pause may wait for long).
     resume_watch: Option<ResumeWatch<String>>,
     resume_wait: ResumeWait,
@@ -69,32 +73,13 @@ impl HandleCalls {
         }
     }
 
-    /// Reports the end; `result` is the completion's JSON, if any. Gives whether this call ended the task.
-    pub(crate) fn end<'py>(
-        &self,
-        py: Python<'py>,
-        ending: RunnerExit,
-        result: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.end_then(py, ending, result, |py, ended| ended.into_py_any(py))
-    }
-
-    /// Reports the end from how an `async with` block exited; gives `False`, so that its exception propagates.
-    pub(crate) fn exit<'py>(
-        &self,
-        py: Python<'py>,
-        ending: RunnerExit,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        self.end_then(py, ending, None, |py, _ended| object(py, false))
-    }
-
     fn end_then<'py>(
         &self,
         py: Python<'py>,
         ending: RunnerExit,
         result: Option<String>,
         give: fn(Python<'_>, bool) -> PyResult<Py<PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         // The core answers every end after the handle's reported one (`has_reported_end`): at once, with no
         // trip through the runtime. A handle locked by a call under way goes the usual way, after that call.
         if self
@@ -119,42 +104,40 @@ impl HandleCalls {
             move |py, ended| give(py, ended.map_err(|error| redis_error(py, error))?),
         )
     }
+}
 
-    pub(crate) fn complete<'py>(
-        &self,
-        py: Python<'py>,
-        result: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let result = match result.filter(|result| !result.is_none()) {
-            Some(result) => Some(json_text(result, "result")?),
-            None => None,
-        };
-        self.end(py, RunnerExit::Completed, result)
+impl HandleStore for HandleCalls {
+    type Value = String;
+
+    fn task_id(&self) -> &str {
+        &self.task_id
     }
 
-    pub(crate) fn fail<'py>(
-        &self,
-        py: Python<'py>,
-        error: &Bound<'_, PyAny>,
-        error_type: Option<&Bound<'_, PyAny>>,
-        error_code: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let failure = arguments::failure(error, error_type, error_code)?;
-        self.end(py, RunnerExit::Failed(failure), None)
+    fn session_id(&self) -> &str {
+        &self.session_id
     }
 
-    pub(crate) fn progress<'py>(
-        &self,
-        py: Python<'py>,
-        message: &Bound<'_, PyAny>,
-        data: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let message =
-            arguments::text(&arguments::string(message, "message")?, "message")?.to_owned();
-        let data = data
-            .filter(|data| !data.is_none())
-            .map(|data| json_text(data, "data"))
-            .transpose()?;
+    fn token(&self, py: Python<'_>) -> PyResult<Py<CancellationToken>> {
+        Ok(self.token.clone_ref(py))
+    }
+
+    /// Reports the end; `result` is the completion's JSON, if any.
+    fn end<'py>(&self, py: Python<'py>, ending: RunnerExit, result: Option<String>) -> Answer<'py> {
+        self.end_then(py, ending, result, |py, ended| ended.into_py_any(py))
+    }
+
+    fn end_async_block<'py>(&self, py: Python<'py>, ending: RunnerExit) -> Answer<'py> {
+        match self.delivery.waiting {
+            // `async with` on a blocking handle: the end is one short call to Redis.
+            Waiting::Blocking => {
+                self.end(py, ending, None)?;
+                Ok(Ready::exited(py)?.into_bound(py).into_any())
+            }
+            Waiting::Asyncio => self.end_then(py, ending, None, |py, _ended| object(py, false)),
+        }
+    }
+
+    fn progress<'py>(&self, py: Python<'py>, message: String, data: Option<String>) -> Answer<'py> {
         let handle = self.handle.clone();
         self.delivery.deliver(
             py,
@@ -170,11 +153,7 @@ impl HandleCalls {
         )
     }
 
-    pub(crate) fn pause<'py>(
-        &self,
-        py: Python<'py>,
-        reason: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn pause<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
         let handle = self.handle.clone();
         self.delivery.deliver(
             py,
@@ -184,14 +163,14 @@ impl HandleCalls {
         )
     }
 
-    pub(crate) fn resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+    fn resume_future(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
         match &self.resume_watch {
             Some(watch) => self.resume_wait.future(py, watch.wait_for_resume()),
             None => Ok(None),
         }
     }
 
-    pub(crate) fn wait_for_resume(
+    fn wait_for_resume(
         &self,
         py: Python<'_>,
         timeout: Option<std::time::Duration>,
@@ -203,15 +182,17 @@ impl HandleCalls {
     }
 
     /// The resume value decoded from JSON, as results are.
-    pub(crate) fn resumption(&self, py: Python<'_>) -> PyResult<(&'static str, Py<PyAny>)> {
+    fn resumed_value(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let resumption = match &self.resume_watch {
             Some(watch) => watch.resumption(),
             None => Resumption::Ended,
         };
-        resumption_for_python(py, resumption, |value| from_json_text(py, &value, false))
+        resumed_value(py, resumption, self.token.get(), |value| {
+            from_json_text(py, &value, false)
+        })
     }
 
-    pub(crate) fn record_escalation<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn record_escalation<'py>(&self, py: Python<'py>) -> Answer<'py> {
         let handle = self.handle.clone();
         self.delivery.deliver(
             py,
@@ -224,7 +205,7 @@ impl HandleCalls {
         )
     }
 
-    pub(crate) fn snapshot<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn snapshot<'py>(&self, py: Python<'py>) -> Answer<'py> {
         get_task(
             py,
             &self.session,
@@ -233,5 +214,9 @@ impl HandleCalls {
             self.task_id.clone(),
             Some(self.run.clone()),
         )
+    }
+
+    fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.token)
     }
 }

@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{
-    cancel_wait_timeout_message, check_batch_ends, EndTarget, RecordedEvent, SubagentTaskSnapshot,
-    TaskEnd, TaskFailure, TaskFilter, TaskStart,
+    check_batch_ends, EndTarget, RecordedEvent, SubagentTaskSnapshot, TaskEnd, TaskFailure,
+    TaskFilter, TaskStart,
 };
 use subagent_tracker_redis::{
     RedisSession as CoreSession, RedisTaskHandle as CoreHandle, RedisTrackerError,
@@ -21,13 +21,15 @@ use super::{get_task, object, snapshot, snapshots, Delivery, HandleCalls};
 use crate::arguments::{Id, TaskIdArgument};
 use crate::errors::redis_error;
 use crate::filter_arguments::FilterArguments;
-use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::package_imports::event_stream_class;
 use crate::redis_events::RedisEventReader;
 use crate::runtime::MadeIn;
+use crate::session_store::{Answer, CancelWork, SessionStore};
+use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
 
 /// A session's calls.
+#[derive(Clone)]
 pub(crate) struct SessionCalls {
     pub(crate) session: CoreSession,
     pub(crate) made_in: MadeIn,
@@ -41,7 +43,7 @@ impl SessionCalls {
     }
 
     /// Runs `call` on the session and hands over its value as a Python object: the shape of most calls.
-    fn value<'py, C, F, T>(&self, py: Python<'py>, call: C) -> PyResult<Bound<'py, PyAny>>
+    fn value<'py, C, F, T>(&self, py: Python<'py>, call: C) -> Answer<'py>
     where
         C: FnOnce(CoreSession) -> F,
         F: Future<Output = Result<T, RedisTrackerError>> + Send + 'static,
@@ -52,14 +54,6 @@ impl SessionCalls {
             .deliver(py, self.made_in, future, |py, value| {
                 object(py, value.map_err(|error| redis_error(py, error))?)
             })
-    }
-
-    pub(crate) fn session_id(&self) -> &str {
-        self.session.session_id()
-    }
-
-    pub(crate) fn same_session(&self, other: &SessionCalls) -> bool {
-        self.session.same_session(&other.session)
     }
 
     /// A runner's handle for `handle`, as the Python class of this delivery.
@@ -74,10 +68,6 @@ impl SessionCalls {
         (self.delivery.handle_class)(py, calls)
     }
 
-    fn twin(&self) -> SessionCalls {
-        self.with_delivery(self.delivery)
-    }
-
     /// The same session, its outcomes handed over by `delivery`.
     pub(crate) fn with_delivery(&self, delivery: Delivery) -> SessionCalls {
         SessionCalls {
@@ -87,32 +77,60 @@ impl SessionCalls {
         }
     }
 
-    pub(crate) fn start<'py>(
-        &self,
-        py: Python<'py>,
-        start: TaskStart<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (session, calls) = (self.session.clone(), self.twin());
+    /// The session's events from this call on, as an `EventStream`.
+    pub(crate) fn events<'py>(&self, py: Python<'py>) -> Answer<'py> {
+        let (session, made_in) = (self.session.clone(), self.made_in);
         self.delivery.deliver(
             py,
             self.made_in,
-            async move { session.start(start).await },
+            async move { session.subscribe().await },
+            move |py, subscription| {
+                let subscription = subscription.map_err(|error| redis_error(py, error))?;
+                let reader = RedisEventReader::start(subscription, made_in)?;
+                Ok(event_stream_class(py)?.call1((reader,))?.unbind())
+            },
+        )
+    }
+}
+
+impl SessionStore for SessionCalls {
+    type Value = String;
+    type BatchHandle = BatchHandle;
+    type Error = RedisTrackerError;
+    type CancelWork = RedisCancelWork;
+
+    fn session_id(&self) -> &str {
+        self.session.session_id()
+    }
+
+    fn same_session(&self, other: &SessionCalls) -> bool {
+        self.session.same_session(&other.session)
+    }
+
+    fn start<'py>(&self, session: &Bound<'py, PyAny>, start: TaskStart<String>) -> Answer<'py> {
+        let py = session.py();
+        let (core, calls) = (self.session.clone(), self.clone());
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { core.start(start).await },
             move |py, handle| {
                 calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
             },
         )
     }
 
-    pub(crate) fn start_batch<'py>(
+    fn start_batch<'py>(
         &self,
-        py: Python<'py>,
+        session: &Bound<'py, PyAny>,
         starts: Vec<TaskStart<String>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (session, calls) = (self.session.clone(), self.twin());
+    ) -> Answer<'py> {
+        let py = session.py();
+        let (core, calls) = (self.session.clone(), self.clone());
         self.delivery.deliver(
             py,
             self.made_in,
-            async move { session.start_batch(starts).await },
+            async move { core.start_batch(starts).await },
             move |py, handles| {
                 let handles = handles.map_err(|error| redis_error(py, error))?;
                 let objects = handles
@@ -124,11 +142,11 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn reserve_batch<'py>(
+    fn reserve_batch<'py>(
         &self,
         py: Python<'py>,
         reservations: Vec<(TaskStart<String>, Option<Duration>)>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
@@ -141,12 +159,12 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn reserve<'py>(
+    fn reserve<'py>(
         &self,
         py: Python<'py>,
         start: TaskStart<String>,
         claim_timeout: Option<Duration>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
@@ -156,29 +174,26 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn claim<'py>(
-        &self,
-        py: Python<'py>,
-        task_id: Id<TaskIdArgument>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let (session, calls) = (self.session.clone(), self.twin());
+    fn claim<'py>(&self, session: &Bound<'py, PyAny>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
+        let py = session.py();
+        let (core, calls) = (self.session.clone(), self.clone());
         self.delivery.deliver(
             py,
             self.made_in,
-            async move { session.claim(&task_id.0).await },
+            async move { core.claim(&task_id.0).await },
             move |py, handle| {
                 calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
             },
         )
     }
 
-    pub(crate) fn cancel_task<'py>(
+    fn cancel_task<'py>(
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
         reason: Option<String>,
         before_start: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         self.value(py, move |session| async move {
             if before_start {
                 session
@@ -190,21 +205,21 @@ impl SessionCalls {
         })
     }
 
-    pub(crate) fn restore<'py>(
+    fn restore<'py>(
         &self,
         py: Python<'py>,
         snapshots: Vec<SubagentTaskSnapshot<String>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         self.value(py, move |session| async move {
             session.restore(snapshots).await
         })
     }
 
-    pub(crate) fn record_event<'py>(
+    fn record_event<'py>(
         &self,
         py: Python<'py>,
         event: Option<RecordedEvent<String>>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         self.value(py, move |session| async move {
             match event {
                 Some(event) => session.record_event(event).await,
@@ -214,23 +229,23 @@ impl SessionCalls {
         })
     }
 
-    pub(crate) fn resume_task<'py>(
+    fn resume_task<'py>(
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
         value: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         self.value(py, move |session| async move {
             session.resume(&task_id.0, value.as_deref()).await
         })
     }
 
-    pub(crate) fn end_task<'py>(
+    fn end_task<'py>(
         &self,
         py: Python<'py>,
         task_id: Id<TaskIdArgument>,
         ended: Result<Option<String>, TaskFailure>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         self.value(py, move |session| async move {
             match &ended {
                 Ok(result) => session.end(&task_id.0, Ok(result.as_deref())).await,
@@ -241,15 +256,15 @@ impl SessionCalls {
 
     /// Ends the tasks of a batch in one round trip (`RedisSession::end_batch`); gives per end whether it moved
     /// its task.
-    pub(crate) fn end_batch<'py>(
+    fn end_batch<'py>(
         &self,
         py: Python<'py>,
         ends: Vec<(EndTarget<BatchHandle>, TaskEnd<String>)>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         // The core's rule for a batch, checked before any handle is locked: a handle named twice would wait for
         // itself. (Each handle's session is checked by the core, once locked.)
         check_batch_ends(
-            &Arc::from(self.session_id()),
+            &Arc::from(self.session.session_id()),
             &ends,
             |_| true,
             |handle| handle.task_id.clone(),
@@ -302,11 +317,11 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn cancel_matching<'py>(
+    fn cancel_matching<'py>(
         &self,
         py: Python<'py>,
         arguments: &FilterArguments<'py>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         let metadata = arguments.json_metadata()?;
         let (agent, status, reason) = (
             arguments.agent.clone(),
@@ -340,39 +355,27 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn cancel_all<'py>(
-        &self,
-        py: Python<'py>,
-        reason: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn cancel_all<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
         self.value(py, move |session| async move {
             session.cancel_all(reason.as_deref()).await
         })
     }
 
-    pub(crate) fn close<'py>(
-        &self,
-        py: Python<'py>,
-        reason: Option<String>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn close<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
         self.value(py, move |session| async move {
             session.close(reason.as_deref()).await
         })
     }
 
-    pub(crate) fn is_closed<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn is_closed<'py>(&self, py: Python<'py>) -> Answer<'py> {
         self.value(py, move |session| async move { session.is_closed().await })
     }
 
-    pub(crate) fn max_finished_tasks(&self) -> usize {
+    fn max_finished_tasks(&self) -> usize {
         self.session.max_finished_tasks()
     }
 
-    pub(crate) fn task<'py>(
-        &self,
-        py: Python<'py>,
-        task_id: Id<TaskIdArgument>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn task<'py>(&self, py: Python<'py>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
         get_task(
             py,
             &self.session,
@@ -383,11 +386,7 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn token<'py>(
-        &self,
-        py: Python<'py>,
-        task_id: Id<TaskIdArgument>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn token<'py>(&self, py: Python<'py>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
@@ -400,7 +399,7 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn tasks<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn tasks<'py>(&self, py: Python<'py>) -> Answer<'py> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
@@ -410,13 +409,13 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn tasks_page<'py>(
+    fn tasks_page<'py>(
         &self,
         py: Python<'py>,
         pending: bool,
         cursor: Option<String>,
         limit: usize,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    ) -> Answer<'py> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
@@ -429,17 +428,13 @@ impl SessionCalls {
         )
     }
 
-    pub(crate) fn forget_finished<'py>(
-        &self,
-        py: Python<'py>,
-        older_than: Duration,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn forget_finished<'py>(&self, py: Python<'py>, older_than: Duration) -> Answer<'py> {
         self.value(py, move |session| async move {
             session.forget_finished(older_than).await
         })
     }
 
-    pub(crate) fn pending<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    fn pending<'py>(&self, py: Python<'py>) -> Answer<'py> {
         let session = self.session.clone();
         self.delivery.deliver(
             py,
@@ -449,94 +444,67 @@ impl SessionCalls {
         )
     }
 
-    /// An asyncio future of the task's final snapshot, whichever the delivery: waiting is async in every
-    /// session. Cancelling the awaiting coroutine stops the wait.
-    pub(crate) fn wait_task<'py>(
-        &self,
-        py: Python<'py>,
-        task_id: Id<TaskIdArgument>,
-        timeout: Option<Duration>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let session = self.session.clone();
-        let wait = async move {
-            let finished = session.wait_finished(&task_id.0);
-            match timeout {
-                Some(timeout) => tokio::time::timeout(timeout, finished)
-                    .await
-                    .map_err(|_| (task_id.0.clone(), timeout)),
-                None => Ok(finished.await),
-            }
-        };
-        asyncio_future(
-            py,
-            self.made_in,
-            WhenAbandoned::Stop,
-            wait,
-            |py, outcome| match outcome {
-                Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
-                Ok(Err(error)) => Err(redis_error(py, error)),
-                Err((task_id, timeout)) => Err(pyo3::exceptions::PyTimeoutError::new_err(format!(
-                "task {task_id:?} did not finish within {} seconds; its runner is still running",
-                timeout.as_secs_f64()
-            ))),
-            },
-        )
+    fn made_in(&self) -> MadeIn {
+        self.made_in
     }
 
-    /// The session's events from this call on, as an `EventStream`.
-    /// An asyncio future of the final snapshot after a cancel whose work is done: the runner has ended and the
-    /// cancel handlers of the subtree are reported done, wherever they ran. A timeout names what still runs.
-    pub(crate) fn cancel_and_wait_task<'py>(
+    fn finished(
         &self,
-        py: Python<'py>,
-        task_id: Id<TaskIdArgument>,
+        _py: Python<'_>,
+        task_id: Arc<str>,
+    ) -> PyResult<
+        impl Future<Output = Result<SubagentTaskSnapshot<String>, RedisTrackerError>> + Send + 'static,
+    > {
+        let session = self.session.clone();
+        Ok(async move { session.wait_finished(&task_id).await })
+    }
+
+    fn cancel_work(
+        &self,
+        _py: Python<'_>,
+        task_id: Arc<str>,
         reason: Option<String>,
-        timeout: Option<Duration>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let session = self.session.clone();
-        let wait = async move {
-            let cancelled = session.cancel_and_wait(&task_id.0, reason.as_deref());
-            let Some(timeout) = timeout else {
-                return Ok(cancelled.await);
-            };
-            if let Ok(outcome) = tokio::time::timeout(timeout, cancelled).await {
-                return Ok(outcome);
-            }
-            let (runner_running, at_work) = match session.cancel_work(&task_id.0).await {
-                Ok(Some((finished, at_work))) => (!finished, at_work),
-                Ok(None) => (false, Vec::new()),
-                Err(error) => return Ok(Err(error)),
-            };
-            match cancel_wait_timeout_message(&task_id.0, timeout, runner_running, &at_work) {
-                Some(message) => Err(message),
-                // The work ended as the time ran out.
-                None => Ok(session.wait_finished(&task_id.0).await),
-            }
-        };
-        asyncio_future(
-            py,
-            self.made_in,
-            WhenAbandoned::Stop,
-            wait,
-            |py, outcome| match outcome {
-                Ok(Ok(task)) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
-                Ok(Err(error)) => Err(redis_error(py, error)),
-                Err(message) => Err(pyo3::exceptions::PyTimeoutError::new_err(message)),
-            },
-        )
+    ) -> PyResult<RedisCancelWork> {
+        Ok(RedisCancelWork {
+            session: self.session.clone(),
+            task_id,
+            reason,
+        })
     }
 
-    pub(crate) fn events<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let (session, made_in) = (self.session.clone(), self.made_in);
-        self.delivery.deliver(
-            py,
-            self.made_in,
-            async move { session.subscribe().await },
-            move |py, subscription| {
-                let subscription = subscription.map_err(|error| redis_error(py, error))?;
-                let reader = RedisEventReader::start(subscription, made_in)?;
-                Ok(event_stream_class(py)?.call1((reader,))?.unbind())
-            },
-        )
+    fn snapshot_object(
+        py: Python<'_>,
+        task: SubagentTaskSnapshot<String>,
+    ) -> PyResult<SubagentTask> {
+        snapshot(py, task)
+    }
+
+    fn error(py: Python<'_>, error: RedisTrackerError) -> PyErr {
+        redis_error(py, error)
+    }
+}
+
+/// A cancel of a task kept in Redis, made once the wait starts, and its work, wherever it runs.
+pub(crate) struct RedisCancelWork {
+    session: CoreSession,
+    task_id: Arc<str>,
+    reason: Option<String>,
+}
+
+impl CancelWork for RedisCancelWork {
+    type Value = String;
+    type Error = RedisTrackerError;
+
+    async fn done(&self) -> Result<SubagentTaskSnapshot<String>, RedisTrackerError> {
+        self.session
+            .cancel_and_wait(&self.task_id, self.reason.as_deref())
+            .await
+    }
+
+    async fn still_running(&self) -> Result<(bool, Vec<Arc<str>>), RedisTrackerError> {
+        Ok(match self.session.cancel_work(&self.task_id).await? {
+            Some((finished, at_work)) => (!finished, at_work),
+            None => (false, Vec::new()),
+        })
     }
 }

@@ -1,0 +1,211 @@
+//! `StartOnAwait`: the coroutine of a native call that checks its arguments at the call but needs an event loop
+//! only once awaited, so that `asyncio.run(call(...))` and `asyncio.create_task(call(...))` take it as they take
+//! a coroutine of `async def` (and `redis.asyncio`'s calls).
+//!
+//! It is a coroutine by the protocol asyncio checks (`__await__`, `send`, `throw`, `close`): the first `send`
+//! starts the call, which gives an asyncio future of the running loop (or none, with nothing to wait for), and
+//! every step after is that future's; its value is the future's, or what `finish` makes once it is done.
+
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyRuntimeError, PyStopIteration, PyTypeError};
+use pyo3::gc::PyVisit;
+use pyo3::prelude::*;
+use pyo3::types::PyType;
+use pyo3::{intern, PyTraverseError};
+
+/// What starts the call: given the coroutine's owner, the asyncio future to wait for, if any.
+type Start = Box<dyn Fn(&Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> + Send + Sync>;
+/// What makes the coroutine's value once the wait is over, from its owner.
+type Finish = Box<dyn Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync>;
+
+enum Step {
+    Unstarted,
+    /// The started call's future, as its `__await__` iterates it.
+    Awaiting(Py<PyAny>),
+    Done,
+}
+
+#[pyclass(frozen, module = "subagent_tracker._native")]
+pub(crate) struct StartOnAwait {
+    /// The object whose call this is (a session; None for a static method), held here where the garbage
+    /// collector sees it: `start` itself holds no Python object.
+    owner: Py<PyAny>,
+    start: Start,
+    finish: Option<Finish>,
+    step: Mutex<Step>,
+}
+
+impl StartOnAwait {
+    /// The coroutine of the call that `start` begins once awaited; its value is the call's.
+    pub(crate) fn coroutine<'py>(
+        py: Python<'py>,
+        owner: &Bound<'py, PyAny>,
+        start: impl Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync + 'static,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let start = move |owner: &Bound<'_, PyAny>| start(owner).map(Some);
+        StartOnAwait::make(py, owner, Box::new(start), None)
+    }
+
+    /// The coroutine that waits for the future `wait` gives (if any), then gives what `finish` makes.
+    pub(crate) fn then<'py>(
+        py: Python<'py>,
+        owner: &Bound<'py, PyAny>,
+        wait: impl Fn(&Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> + Send + Sync + 'static,
+        finish: impl Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync + 'static,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        StartOnAwait::make(py, owner, Box::new(wait), Some(Box::new(finish)))
+    }
+
+    fn make<'py>(
+        py: Python<'py>,
+        owner: &Bound<'py, PyAny>,
+        start: Start,
+        finish: Option<Finish>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let coroutine = StartOnAwait {
+            owner: owner.clone().unbind(),
+            start,
+            finish,
+            step: Mutex::new(Step::Unstarted),
+        };
+        Ok(Bound::new(py, coroutine)?.into_any())
+    }
+
+    /// The started call's iterator, starting the call on the first step; `None` once done.
+    fn iterator(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let mut step = self.step.lock();
+        match &*step {
+            Step::Awaiting(iterator) => return Ok(Some(iterator.clone_ref(py))),
+            Step::Done => return Ok(None),
+            Step::Unstarted => {}
+        }
+        // The call may fail, or have nothing to wait for; the coroutine is then done.
+        *step = Step::Done;
+        drop(step);
+        let Some(future) = (self.start)(self.owner.bind(py))? else {
+            return Err(self.finished(py));
+        };
+        let iterator = future
+            .bind(py)
+            .call_method0(intern!(py, "__await__"))?
+            .unbind();
+        *self.step.lock() = Step::Awaiting(iterator.clone_ref(py));
+        Ok(Some(iterator))
+    }
+
+    /// The `StopIteration` that ends the coroutine with `finish`'s value, or `finish`'s error.
+    fn finished(&self, py: Python<'_>) -> PyErr {
+        let value = match &self.finish {
+            Some(finish) => finish(self.owner.bind(py)),
+            None => Ok(py.None()),
+        };
+        match value {
+            Ok(value) => PyStopIteration::new_err((value,)),
+            Err(error) => error,
+        }
+    }
+
+    /// Marks the coroutine done when `outcome` ends it (a value, as `StopIteration`, or an exception); a wait
+    /// that ends gives `finish`'s value.
+    fn settle(&self, py: Python<'_>, outcome: PyResult<Bound<'_, PyAny>>) -> PyResult<Py<PyAny>> {
+        let Err(error) = outcome else {
+            return outcome.map(Bound::unbind);
+        };
+        let finished = std::mem::replace(&mut *self.step.lock(), Step::Done);
+        drop(finished);
+        if self.finish.is_some() && error.is_instance_of::<PyStopIteration>(py) {
+            return Err(self.finished(py));
+        }
+        Err(error)
+    }
+}
+
+#[pymethods]
+impl StartOnAwait {
+    fn __await__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.send(py, &py.None().into_bound(py))
+    }
+
+    #[pyo3(signature = (value, /))]
+    fn send(&self, py: Python<'_>, value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        let unstarted = matches!(*self.step.lock(), Step::Unstarted);
+        if unstarted && !value.is_none() {
+            return Err(PyTypeError::new_err(
+                "can't send non-None value to a just-started coroutine",
+            ));
+        }
+        let Some(iterator) = self.iterator(py)? else {
+            return Err(PyRuntimeError::new_err(
+                "cannot reuse already awaited coroutine",
+            ));
+        };
+        let iterator = iterator.bind(py);
+        let outcome = if value.is_none() {
+            iterator.call_method0(intern!(py, "__next__"))
+        } else {
+            iterator.call_method1(intern!(py, "send"), (value,))
+        };
+        self.settle(py, outcome)
+    }
+
+    /// Raises `exception` where the coroutine waits: in the started call's future, or at once if it has not
+    /// started (it never will).
+    #[pyo3(signature = (exception, value=None, traceback=None, /))]
+    fn throw(
+        &self,
+        py: Python<'_>,
+        exception: &Bound<'_, PyAny>,
+        value: Option<&Bound<'_, PyAny>>,
+        traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Py<PyAny>> {
+        let awaiting = match &*self.step.lock() {
+            Step::Awaiting(iterator) => Some(iterator.clone_ref(py)),
+            _ => None,
+        };
+        let Some(iterator) = awaiting else {
+            let finished = std::mem::replace(&mut *self.step.lock(), Step::Done);
+            drop(finished);
+            return Err(match exception.cast::<PyType>() {
+                Ok(class) => {
+                    PyErr::from_type(class.clone(), value.map(|value| value.clone().unbind()))
+                }
+                Err(_) => PyErr::from_value(exception.clone()),
+            });
+        };
+        let iterator = iterator.bind(py);
+        let outcome = match (value, traceback) {
+            (None, None) => iterator.call_method1(intern!(py, "throw"), (exception,)),
+            _ => iterator.call_method1(intern!(py, "throw"), (exception, value, traceback)),
+        };
+        self.settle(py, outcome)
+    }
+
+    /// Abandons the call: a started one's future is closed (which cancels a wait).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let step = std::mem::replace(&mut *self.step.lock(), Step::Done);
+        if let Step::Awaiting(iterator) = step {
+            iterator.bind(py).call_method0(intern!(py, "close"))?;
+        }
+        Ok(())
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.owner)?;
+        // Never waits: a step in progress holds the lock only for a moment, and its references are its own.
+        if let Some(step) = self.step.try_lock() {
+            if let Step::Awaiting(iterator) = &*step {
+                visit.call(iterator)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn __clear__(&self) {
+        let step = std::mem::replace(&mut *self.step.lock(), Step::Done);
+        drop(step);
+    }
+}

@@ -1,0 +1,113 @@
+"""The waits (``wait_subagent_task``, ``cancel_subagent_task_and_wait``) are coroutines on every store: their
+arguments are checked at the call, nothing starts until they are awaited, and ``asyncio.run`` and
+``asyncio.create_task`` take them as they take a coroutine of ``async def``."""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import threading
+import time
+
+import pytest
+
+from subagent_tracker import SubagentStatus, UnknownTaskError
+from subagent_tracker.integrations._support import BlockingSession
+
+
+@pytest.fixture
+def session(tracked_session: BlockingSession) -> BlockingSession:
+    return tracked_session
+
+
+def test_a_wait_is_a_coroutine_that_asyncio_run_takes(session: BlockingSession) -> None:
+    session.start_subagent_task("done").complete("result")
+    waiting = session.wait_subagent_task("done")
+    assert asyncio.iscoroutine(waiting)
+    assert isinstance(waiting, collections.abc.Coroutine)
+    assert asyncio.run(waiting).result == "result"
+    snapshot = asyncio.run(session.cancel_subagent_task_and_wait("done", timeout=5))
+    assert snapshot.status is SubagentStatus.COMPLETED
+
+
+def test_create_task_takes_a_wait(session: BlockingSession) -> None:
+    handle = session.start_subagent_task("running")
+
+    async def main() -> SubagentStatus:
+        waiting = asyncio.create_task(session.wait_subagent_task("running", timeout=5))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        handle.complete()
+        return (await waiting).status
+
+    assert asyncio.run(main()) is SubagentStatus.COMPLETED
+
+
+def test_nothing_starts_until_the_wait_is_awaited(session: BlockingSession) -> None:
+    handle = session.start_subagent_task("kept")
+    never_awaited = session.cancel_subagent_task_and_wait("kept")
+    never_awaited.close()
+    assert not handle.token.is_cancelled
+    snapshot = session.subagent_task("kept")
+    assert snapshot is not None and snapshot.status is SubagentStatus.RUNNING
+    handle.complete()
+
+
+def test_bad_arguments_raise_at_the_call_and_an_unknown_id_at_the_await(session: BlockingSession) -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        _ = session.wait_subagent_task("any", timeout=-1)
+    with pytest.raises(TypeError):
+        _ = session.cancel_subagent_task_and_wait("any", reason=3)  # type: ignore[arg-type]
+    unknown = session.wait_subagent_task("unknown")
+    with pytest.raises(UnknownTaskError):
+        asyncio.run(unknown)
+    with pytest.raises(UnknownTaskError):
+        asyncio.run(session.cancel_subagent_task_and_wait("unknown"))
+
+
+def test_a_wait_given_up_stops_and_a_new_one_still_sees_the_end(session: BlockingSession) -> None:
+    handle = session.start_subagent_task("long")
+
+    async def main() -> SubagentStatus:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(session.wait_subagent_task("long"), 0.05)
+        threading.Timer(0.05, handle.complete).start()
+        return (await session.wait_subagent_task("long", timeout=5)).status
+
+    assert asyncio.run(main()) is SubagentStatus.COMPLETED
+
+
+def test_the_timeout_names_the_runner_that_still_runs(session: BlockingSession) -> None:
+    handle = session.start_subagent_task("stubborn")
+    started = time.monotonic()
+    with pytest.raises(
+        TimeoutError, match=r'task "stubborn" was cancelled but did not stop within 0.1 seconds'
+    ):
+        asyncio.run(session.cancel_subagent_task_and_wait("stubborn", timeout=0.1))
+    assert time.monotonic() - started < 5
+    assert handle.token.is_cancelled
+    with pytest.raises(TimeoutError, match=r'task "stubborn" did not finish within 0.1 seconds'):
+        asyncio.run(session.wait_subagent_task("stubborn", timeout=0.1))
+    with handle:
+        pass
+
+
+def test_throw_and_close_follow_the_coroutine_protocol(session: BlockingSession) -> None:
+    session.start_subagent_task("x").complete()
+    unstarted = session.wait_subagent_task("x")
+    with pytest.raises(KeyError):
+        unstarted.throw(KeyError("raised where it waits"))
+    with pytest.raises(RuntimeError, match="already awaited"):
+        unstarted.send(None)
+    with pytest.raises(TypeError, match="non-None"):
+        session.wait_subagent_task("x").send(1)
+
+    async def close_while_waiting() -> None:
+        session.start_subagent_task("y")
+        waiting = session.wait_subagent_task("y")
+        waiting.send(None)  # started: it now waits on a future of this loop
+        waiting.close()
+        waiting.close()
+        session.end_subagent_task("y")
+
+    asyncio.run(close_while_waiting())
