@@ -9,18 +9,41 @@ Waiting for a task and iterating events are asynchronous in both.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+import types
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from subagent_tracker._native import CancellationToken, SubagentTask
-    from subagent_tracker._options import ReserveOptions, StartOptions
+    # The calls each session class makes, declared once with their types in the native module's stub.
+    from subagent_tracker._native import CancellationToken, SubagentTask, _AsyncSessionCalls, _SessionCalls
+    from subagent_tracker._options import StartOptions
     from subagent_tracker._session import EventStream, SpawnedSubagent
-    from subagent_tracker._status import SubagentStatus
 
 __all__ = ["AsyncSessionProtocol", "AsyncTaskHandleProtocol", "SessionProtocol", "TaskHandleProtocol"]
+
+if not TYPE_CHECKING:
+    from subagent_tracker import _native
+
+    _Handle = TypeVar("_Handle", covariant=True)
+
+    def _calls(name: str, *natives: type) -> type:
+        """At run time a protocol is the names of its members: here, the calls every native class of one
+        shape has, so that ``isinstance`` checks each of them as the stub's declarations would."""
+        shared = set.intersection(
+            *({name for name in vars(native) if not name.startswith("_")} for native in natives)
+        )
+        return types.new_class(
+            name,
+            (Protocol[_Handle],),
+            exec_body=lambda namespace: namespace.update(
+                {call: getattr(natives[0], call) for call in sorted(shared)}
+            ),
+        )
+
+    _SessionCalls = _calls("_SessionCalls", _native.Session, _native.RedisSession)
+    _AsyncSessionCalls = _calls("_AsyncSessionCalls", _native.AsyncRedisSession)
 
 
 @runtime_checkable
@@ -76,7 +99,7 @@ class AsyncTaskHandleProtocol(Protocol):
 
 
 @runtime_checkable
-class SessionProtocol(Protocol):
+class SessionProtocol(_SessionCalls[TaskHandleProtocol], Protocol):
     """A session's blocking API: ``Session`` (in memory) and ``RedisSession`` (across processes).
 
     ``max_finished_tasks`` is fixed for the session's life, so reading it never waits; ``is_closed()`` is a
@@ -84,65 +107,7 @@ class SessionProtocol(Protocol):
     closes an in-memory session when the block is left; a Redis session is shared by other processes, so
     leaving the block closes nothing there: call ``close()`` to close it for every process."""
 
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def max_finished_tasks(self) -> int: ...
-    def is_closed(self) -> bool: ...
-    def start_subagent_task(
-        self,
-        task_id: str | None = None,
-        **options: Unpack[StartOptions],
-    ) -> TaskHandleProtocol: ...
-    def reserve_subagent_task(
-        self,
-        task_id: str | None = None,
-        **options: Unpack[ReserveOptions],
-    ) -> str: ...
-    def start_subagent_tasks(self, tasks: Iterable[Mapping[str, Any]]) -> Sequence[TaskHandleProtocol]: ...
-    def reserve_subagent_tasks(
-        self, tasks: Iterable[Mapping[str, Any]], *, claim_timeout: float | None = None
-    ) -> list[str]: ...
-    def claim_subagent_task(self, task_id: str) -> TaskHandleProtocol: ...
-    def cancel_subagent_task(
-        self, task_id: str, reason: str | None = None, *, before_start: bool = False
-    ) -> bool: ...
     def export_snapshots(self) -> list[dict[str, Any]]: ...
-    def restore_snapshots(self, snapshots: Iterable[Mapping[str, Any]]) -> int: ...
-    def record_event(self, event: Mapping[str, Any]) -> bool: ...
-    def resume_subagent_task(self, task_id: str, value: Any = None) -> bool: ...
-    def end_subagent_task(
-        self,
-        task_id: str,
-        *,
-        result: Any = None,
-        error: str | BaseException | None = None,
-        error_type: str | None = None,
-        error_code: str | int | None = None,
-    ) -> bool: ...
-    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> list[bool]: ...
-    def cancel_subagent_tasks(
-        self,
-        *,
-        agent: str | None = None,
-        status: SubagentStatus | str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        reason: str | None = None,
-    ) -> list[str]: ...
-    def cancel(self, reason: str | None = None) -> int: ...
-    def close(self, reason: str | None = None) -> int: ...
-    def token(self, task_id: str) -> CancellationToken: ...
-    def subagent_task(self, task_id: str) -> SubagentTask | None: ...
-    def subagent_tasks(self) -> list[SubagentTask]: ...
-    def subagent_tasks_page(
-        self, cursor: str | None = None, *, limit: int | None = None, pending: bool = False
-    ) -> tuple[list[SubagentTask], str | None]: ...
-    def forget_finished(self, older_than: float) -> int: ...
-    def pending_subagent_tasks(self) -> list[SubagentTask]: ...
-    def wait_subagent_task(self, task_id: str, timeout: float | None = None) -> Awaitable[SubagentTask]: ...
-    def cancel_subagent_task_and_wait(
-        self, task_id: str, reason: str | None = None, *, timeout: float | None = None
-    ) -> Awaitable[SubagentTask]: ...
     def spawn_subagent_task(
         self,
         function: Callable[[Any], Awaitable[Any]],
@@ -157,71 +122,11 @@ class SessionProtocol(Protocol):
 
 
 @runtime_checkable
-class AsyncSessionProtocol(Protocol):
+class AsyncSessionProtocol(_AsyncSessionCalls[AsyncTaskHandleProtocol], Protocol):
     """A session's asyncio API, every call awaited: ``AsyncRedisSession`` (across processes, never blocking
     the event loop) and ``AwaitableSession`` (in memory; its calls complete at once)."""
 
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def max_finished_tasks(self) -> int: ...
-    def is_closed(self) -> Awaitable[bool]: ...
-    def start_subagent_task(
-        self,
-        task_id: str | None = None,
-        **options: Unpack[StartOptions],
-    ) -> Awaitable[AsyncTaskHandleProtocol]: ...
-    def reserve_subagent_task(
-        self,
-        task_id: str | None = None,
-        **options: Unpack[ReserveOptions],
-    ) -> Awaitable[str]: ...
-    def start_subagent_tasks(
-        self, tasks: Iterable[Mapping[str, Any]]
-    ) -> Awaitable[Sequence[AsyncTaskHandleProtocol]]: ...
-    def reserve_subagent_tasks(
-        self, tasks: Iterable[Mapping[str, Any]], *, claim_timeout: float | None = None
-    ) -> Awaitable[list[str]]: ...
-    def claim_subagent_task(self, task_id: str) -> Awaitable[AsyncTaskHandleProtocol]: ...
-    def cancel_subagent_task(
-        self, task_id: str, reason: str | None = None, *, before_start: bool = False
-    ) -> Awaitable[bool]: ...
     def export_snapshots(self) -> Awaitable[list[dict[str, Any]]]: ...
-    def restore_snapshots(self, snapshots: Iterable[Mapping[str, Any]]) -> Awaitable[int]: ...
-    def record_event(self, event: Mapping[str, Any]) -> Awaitable[bool]: ...
-    def resume_subagent_task(self, task_id: str, value: Any = None) -> Awaitable[bool]: ...
-    def end_subagent_task(
-        self,
-        task_id: str,
-        *,
-        result: Any = None,
-        error: str | BaseException | None = None,
-        error_type: str | None = None,
-        error_code: str | int | None = None,
-    ) -> Awaitable[bool]: ...
-    def end_subagent_tasks(self, ends: Iterable[Mapping[str, Any]]) -> Awaitable[list[bool]]: ...
-    def cancel_subagent_tasks(
-        self,
-        *,
-        agent: str | None = None,
-        status: SubagentStatus | str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        reason: str | None = None,
-    ) -> Awaitable[list[str]]: ...
-    def cancel(self, reason: str | None = None) -> Awaitable[int]: ...
-    def close(self, reason: str | None = None) -> Awaitable[int]: ...
-    def token(self, task_id: str) -> Awaitable[CancellationToken]: ...
-    def subagent_task(self, task_id: str) -> Awaitable[SubagentTask | None]: ...
-    def subagent_tasks(self) -> Awaitable[list[SubagentTask]]: ...
-    def subagent_tasks_page(
-        self, cursor: str | None = None, *, limit: int | None = None, pending: bool = False
-    ) -> Awaitable[tuple[list[SubagentTask], str | None]]: ...
-    def forget_finished(self, older_than: float) -> Awaitable[int]: ...
-    def pending_subagent_tasks(self) -> Awaitable[list[SubagentTask]]: ...
-    def wait_subagent_task(self, task_id: str, timeout: float | None = None) -> Awaitable[SubagentTask]: ...
-    def cancel_subagent_task_and_wait(
-        self, task_id: str, reason: str | None = None, *, timeout: float | None = None
-    ) -> Awaitable[SubagentTask]: ...
     def spawn_subagent_task(
         self,
         function: Callable[[Any], Awaitable[Any]],
