@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import os
 
-from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
 from subagent_tracker._checkpoints import (
     GuardedStream,
     ToolCall,
@@ -57,6 +56,8 @@ from subagent_tracker._native import (
     AsyncRedisRegistry,
     AsyncRedisSession,
     AsyncRedisTaskHandle,
+    AwaitableSession,
+    AwaitableTaskHandle,
     CancelCallbackRegistration,
     CancellationToken,
     RedisRegistry,

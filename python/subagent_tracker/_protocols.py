@@ -17,7 +17,12 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     # The calls each session class makes, declared once with their types in the native module's stub.
-    from subagent_tracker._native import CancellationToken, SubagentTask, _AsyncSessionCalls, _SessionCalls
+    from subagent_tracker._native import (
+        _AsyncHandleCalls,
+        _AsyncSessionCalls,
+        _HandleCalls,
+        _SessionCalls,
+    )
     from subagent_tracker._options import StartOptions
     from subagent_tracker._session import EventStream, SpawnedSubagent
 
@@ -28,7 +33,7 @@ if not TYPE_CHECKING:
 
     _Handle = TypeVar("_Handle", covariant=True)
 
-    def _calls(name: str, *natives: type) -> type:
+    def _calls(name: str, *natives: type) -> Any:
         """At run time a protocol is the names of its members: here, the calls every native class of one
         shape has, so that ``isinstance`` checks each of them as the stub's declarations would."""
         shared = set.intersection(
@@ -36,64 +41,28 @@ if not TYPE_CHECKING:
         )
         return types.new_class(
             name,
-            (Protocol[_Handle],),
+            (Protocol[_Handle],) if name.endswith("SessionCalls") else (Protocol,),
             exec_body=lambda namespace: namespace.update(
                 {call: getattr(natives[0], call) for call in sorted(shared)}
             ),
         )
 
     _SessionCalls = _calls("_SessionCalls", _native.Session, _native.RedisSession)
-    _AsyncSessionCalls = _calls("_AsyncSessionCalls", _native.AsyncRedisSession)
+    _AsyncSessionCalls = _calls("_AsyncSessionCalls", _native.AsyncRedisSession, _native.AwaitableSession)
+    _HandleCalls = _calls("_HandleCalls", _native.SubagentTaskHandle, _native.RedisTaskHandle)
+    _AsyncHandleCalls = _calls("_AsyncHandleCalls", _native.AsyncRedisTaskHandle, _native.AwaitableTaskHandle)
 
 
 @runtime_checkable
-class TaskHandleProtocol(Protocol):
+class TaskHandleProtocol(_HandleCalls, Protocol):
     """The runner's side of a task, blocking: ``SubagentTaskHandle`` and ``RedisTaskHandle``."""
 
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def token(self) -> CancellationToken: ...
-    def progress(self, message: str, *, data: Any = None) -> bool: ...
-    def complete(self, result: Any = None) -> bool: ...
-    def fail(
-        self,
-        error: str | BaseException,
-        *,
-        error_type: str | None = None,
-        error_code: str | int | None = None,
-    ) -> bool: ...
-    def pause(self, reason: str | None = None) -> bool: ...
-    def resumed(self) -> Awaitable[Any]: ...
-    def wait_resumed(self, timeout: float | None = None) -> Any: ...
-    def snapshot(self) -> SubagentTask | None: ...
-
 
 @runtime_checkable
-class AsyncTaskHandleProtocol(Protocol):
+class AsyncTaskHandleProtocol(_AsyncHandleCalls, Protocol):
     """The runner's side of a task, awaited: ``AsyncRedisTaskHandle`` and ``AwaitableTaskHandle``.
     ``async with handle:`` ends the task from how the block exits."""
 
-    @property
-    def task_id(self) -> str: ...
-    @property
-    def session_id(self) -> str: ...
-    @property
-    def token(self) -> CancellationToken: ...
-    def progress(self, message: str, *, data: Any = None) -> Awaitable[bool]: ...
-    def complete(self, result: Any = None) -> Awaitable[bool]: ...
-    def fail(
-        self,
-        error: str | BaseException,
-        *,
-        error_type: str | None = None,
-        error_code: str | int | None = None,
-    ) -> Awaitable[bool]: ...
-    def pause(self, reason: str | None = None) -> Awaitable[bool]: ...
-    def resumed(self) -> Awaitable[Any]: ...
-    def snapshot(self) -> Awaitable[SubagentTask | None]: ...
     def __aenter__(self) -> Awaitable[Any]: ...
     def __aexit__(self, exception_type: Any, exception: Any, traceback: Any, /) -> Awaitable[bool]: ...
 
@@ -139,10 +108,11 @@ class AsyncSessionProtocol(_AsyncSessionCalls[AsyncTaskHandleProtocol], Protocol
 
 
 if TYPE_CHECKING:
-    from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
     from subagent_tracker._native import (
         AsyncRedisSession,
         AsyncRedisTaskHandle,
+        AwaitableSession,
+        AwaitableTaskHandle,
         RedisSession,
         RedisTaskHandle,
         SubagentTaskHandle,

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from subagent_tracker._native import (
         AsyncRedisSession,
         AsyncRedisTaskHandle,
+        AwaitableSession,
+        AwaitableTaskHandle,
         EventSubscription,
         RedisEventReader,
         RedisSession,
@@ -87,7 +89,7 @@ def _spawn_subagent_task(
 
 
 async def _spawn_subagent_task_async(
-    session: AsyncRedisSession,
+    session: AsyncRedisSession | AwaitableSession,
     function: Callable[[Any], Awaitable[Any]],
     task_id: str | None = None,
     *,
@@ -148,7 +150,7 @@ class SpawnedSubagent:
 
     def __init__(
         self,
-        handle: SubagentTaskHandle | RedisTaskHandle | AsyncRedisTaskHandle,
+        handle: SubagentTaskHandle | RedisTaskHandle | AsyncRedisTaskHandle | AwaitableTaskHandle,
         function: Callable[[Any], Awaitable[Any]],
         grace: float,
         loop: asyncio.AbstractEventLoop,

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from subagent_tracker._native import AsyncRedisSession, RedisSession, SubagentTask
+    from subagent_tracker._native import AsyncRedisSession, AwaitableSession, RedisSession, SubagentTask
 
 #: The fields of a snapshot that a record keeps, in the snapshot's own order.
 FIELDS = (
@@ -79,6 +79,6 @@ def export_snapshots(session: RedisSession) -> list[dict[str, Any]]:
     return [snapshot_record(task) for task in session.subagent_tasks()]
 
 
-async def export_snapshots_async(session: AsyncRedisSession) -> list[dict[str, Any]]:
+async def export_snapshots_async(session: AsyncRedisSession | AwaitableSession) -> list[dict[str, Any]]:
     """An asyncio session's ``export_snapshots()``."""
     return [snapshot_record(task) for task in await session.subagent_tasks()]

@@ -20,6 +20,7 @@ from subagent_tracker import (
     RedisRegistry,
     Session,
     SubagentStatus,
+    SubagentTask,
     UnknownTaskError,
 )
 
@@ -174,8 +175,11 @@ def test_an_awaitable_session_ends_its_awaitable_handles_in_a_batch() -> None:
         assert await second.complete() is False
         return ended
 
+    async def tasks() -> list[SubagentTask]:
+        return await session.subagent_tasks()
+
     assert asyncio.run(scenario()) == [True, True]
-    statuses = [task.status for task in asyncio.run(session.subagent_tasks())]
+    statuses = [task.status for task in asyncio.run(tasks())]
     assert statuses == [SubagentStatus.COMPLETED, SubagentStatus.FAILED]
 
 

@@ -2,6 +2,15 @@
 //!
 //! This crate only translates: Python arguments into core calls, core results and errors into Python objects,
 //! and core wake-ups into asyncio futures. Every rule about tasks lives in the core crate.
+//!
+//! Its layers, each importing only the ones below it:
+//! - the classes: every session and handle class is declared once (`session_methods!`, `handle_methods!`), and
+//!   each reads its arguments (`arguments`, `start_arguments`, `keyword_options`, ...);
+//! - the compositions written once for every store (`waits`: the waits and their timeouts), as coroutines that
+//!   start once awaited (`start_on_await`);
+//! - the seam (`session_store`): what a class asks of its store, as two traits;
+//! - the stores behind it: `memory_calls` (the core's tracker, answered at once) and `redis_calls` (the Redis
+//!   store, its outcomes handed over by `Delivery`: blocking or asyncio).
 
 // PyO3 hands extracted arguments and the GC visitor over by value, whether or not a method consumes them.
 #![allow(clippy::needless_pass_by_value)]
@@ -9,6 +18,7 @@
 mod arguments;
 mod async_redis;
 mod asyncio_waker;
+mod awaitable;
 mod batch_arguments;
 mod blocking_wait;
 mod cancel_callback;
@@ -60,6 +70,8 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<async_redis::AsyncRedisSession>()?;
     module.add_class::<async_redis::AsyncRedisTaskHandle>()?;
     module.add_class::<handle::SubagentTaskHandle>()?;
+    module.add_class::<awaitable::AwaitableSession>()?;
+    module.add_class::<awaitable::AwaitableTaskHandle>()?;
     module.add_class::<token::CancellationToken>()?;
     module.add_class::<snapshot::SubagentTask>()?;
     module.add_class::<events::SubagentEvent>()?;

@@ -2,8 +2,10 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::PyType;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use subagent_tracker::SubagentStatus;
+
+use crate::session_store::Answer;
 
 fn module<'py>(
     py: Python<'py>,
@@ -111,4 +113,19 @@ fn session_module_attribute<'py>(
 pub(crate) fn json_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     module(py, &MODULE, "json")?.getattr(name)
+}
+
+/// `function(session, *args, **kwargs)`, a spawn function of `subagent_tracker._session` that both kinds of
+/// session share with in-memory ones.
+pub(crate) fn spawn<'py>(
+    session: &Bound<'py, PyAny>,
+    args: &Bound<'py, PyTuple>,
+    kwargs: Option<&Bound<'py, PyDict>>,
+    function: &str,
+) -> Answer<'py> {
+    let py = session.py();
+    let mut arguments = vec![session.clone()];
+    arguments.extend(args.iter());
+    let arguments = PyTuple::new(py, arguments)?;
+    spawn_function(py, function)?.call(arguments, kwargs)
 }

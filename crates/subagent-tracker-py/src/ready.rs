@@ -1,4 +1,5 @@
-//! An awaitable that is already done, for async methods whose work is synchronous.
+//! An awaitable that is already done, for async methods whose work is synchronous. It is a coroutine by the
+//! protocol asyncio checks (`send`, `throw`, `close`), so `asyncio.run` and `asyncio.create_task` take it.
 
 use pyo3::exceptions::PyStopIteration;
 use pyo3::gc::PyVisit;
@@ -41,6 +42,24 @@ impl Ready {
     fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         Err(PyStopIteration::new_err((self.value.clone_ref(py),)))
     }
+
+    #[pyo3(signature = (_value, /))]
+    fn send(&self, py: Python<'_>, _value: &Bound<'_, PyAny>) -> PyResult<Py<PyAny>> {
+        self.__next__(py)
+    }
+
+    /// Raises `exception`: nothing waits here to catch it.
+    #[pyo3(signature = (exception, value=None, _traceback=None, /))]
+    fn throw(
+        &self,
+        exception: &Bound<'_, PyAny>,
+        value: Option<&Bound<'_, PyAny>>,
+        _traceback: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        Err(crate::start_on_await::exception_of(exception, value))
+    }
+
+    fn close(&self) {}
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.value)

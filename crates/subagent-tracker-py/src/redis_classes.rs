@@ -5,13 +5,9 @@
 
 use std::hash::{Hash, Hasher};
 
-use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
-
-use crate::package_imports::spawn_function;
 use crate::python_types::python_repr;
 use crate::redis_calls::{HandleCalls, SessionCalls};
-use crate::session_store::{Answer, HandleStore, SessionStore};
+use crate::session_store::{HandleStore, SessionStore};
 
 /// Declares `$registry`, `$session` and `$handle`, the classes of one family, and `$delivery`, the
 /// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$export` and `$spawn` name the
@@ -142,12 +138,14 @@ macro_rules! redis_classes {
                 /// `Session.spawn_subagent_task` does (the same code runs both); on the asyncio classes, awaiting
                 /// this call gives the `SpawnedSubagent` once the task has started.
                 #[pyo3(signature = (*args, **kwargs))]
+        // What `help()` and `inspect.signature` show: the spawn function's own parameters.
+        #[pyo3(text_signature = "($self, function, task_id=None, *, grace=5.0, **options)")]
                 fn spawn_subagent_task<'py>(
                     slf: &Bound<'py, Self>,
                     args: &Bound<'py, pyo3::types::PyTuple>,
                     kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
                 ) -> $crate::session_store::Answer<'py> {
-                    $crate::redis_classes::spawn(slf.as_any(), args, kwargs, $spawn)
+                    $crate::package_imports::spawn(slf.as_any(), args, kwargs, $spawn)
                 }
 
                 /// An async iterator of the session's lifecycle events from the subscription on, whichever
@@ -191,21 +189,6 @@ pub(crate) fn handle_repr(class: &str, calls: &HandleCalls) -> String {
         python_repr(Some(calls.task_id())),
         python_repr(Some(calls.session_id())),
     )
-}
-
-/// `function(session, *args, **kwargs)`, a spawn function of `subagent_tracker._session` that both kinds of
-/// session share with in-memory ones.
-pub(crate) fn spawn<'py>(
-    session: &Bound<'py, PyAny>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-    function: &str,
-) -> Answer<'py> {
-    let py = session.py();
-    let mut arguments = vec![session.clone()];
-    arguments.extend(args.iter());
-    let arguments = PyTuple::new(py, arguments)?;
-    spawn_function(py, function)?.call(arguments, kwargs)
 }
 
 /// A session's hash: its id's (equal sessions share an id).

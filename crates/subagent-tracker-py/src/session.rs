@@ -25,6 +25,13 @@ pub(crate) struct Session {
     store: SessionCalls,
 }
 
+impl Session {
+    /// The core's tracker of this session.
+    pub(crate) fn tracker(&self) -> &InMemorySubagentTaskTracker<PyValue> {
+        &self.store.tracker
+    }
+}
+
 /// A session's shared state, handed by a registry to the `Session` object it builds around it.
 #[pyclass(frozen, module = "subagent_tracker._native", name = "_SessionState")]
 pub(crate) struct SessionState {
@@ -59,7 +66,10 @@ session_methods! {
                 }
             };
             Ok(Session {
-                store: SessionCalls { tracker },
+                store: SessionCalls {
+                    tracker,
+                    awaited: false,
+                },
             })
         }
 

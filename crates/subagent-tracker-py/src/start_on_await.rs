@@ -169,12 +169,7 @@ impl StartOnAwait {
         let Some(iterator) = awaiting else {
             let finished = std::mem::replace(&mut *self.step.lock(), Step::Done);
             drop(finished);
-            return Err(match exception.cast::<PyType>() {
-                Ok(class) => {
-                    PyErr::from_type(class.clone(), value.map(|value| value.clone().unbind()))
-                }
-                Err(_) => PyErr::from_value(exception.clone()),
-            });
+            return Err(exception_of(exception, value));
         };
         let iterator = iterator.bind(py);
         let outcome = match (value, traceback) {
@@ -207,5 +202,16 @@ impl StartOnAwait {
     fn __clear__(&self) {
         let step = std::mem::replace(&mut *self.step.lock(), Step::Done);
         drop(step);
+    }
+}
+
+/// The exception that `throw(exception, value)` raises: an exception object, or a class with its argument.
+pub(crate) fn exception_of(
+    exception: &Bound<'_, PyAny>,
+    value: Option<&Bound<'_, PyAny>>,
+) -> PyErr {
+    match exception.cast::<PyType>() {
+        Ok(class) => PyErr::from_type(class.clone(), value.map(|value| value.clone().unbind())),
+        Err(_) => PyErr::from_value(exception.clone()),
     }
 }

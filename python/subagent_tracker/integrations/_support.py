@@ -14,11 +14,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
 
-from subagent_tracker._awaitable import AwaitableSession, AwaitableTaskHandle
 from subagent_tracker._install import install_hint
 from subagent_tracker._native import (
     AsyncRedisSession,
     AsyncRedisTaskHandle,
+    AwaitableSession,
+    AwaitableTaskHandle,
     CancellationToken,
     RedisSession,
     RedisTaskHandle,
@@ -58,9 +59,7 @@ def blocking_twin(session: TrackedSession) -> BlockingSession:
     """The session with calls that block, for the steps a framework makes synchronous: an in-memory session's
     calls never wait, and an ``AsyncRedisSession``'s twin shares its connection (each such call blocks the
     event loop for one round trip)."""
-    if isinstance(session, AwaitableSession):
-        return session.session
-    if isinstance(session, AsyncRedisSession):
+    if isinstance(session, (AwaitableSession, AsyncRedisSession)):
         return session._blocking()
     return session
 

@@ -7,7 +7,7 @@ use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::PyTraverseError;
 
-use super::object;
+use super::answer;
 use crate::asyncio_waker::with_wake_batch;
 use crate::python_types::PyValue;
 use crate::ready::Ready;
@@ -26,18 +26,22 @@ pub(crate) struct HandleCalls {
     // (A std `OnceLock`, readable without the interpreter, as `__traverse__` must.)
     token: OnceLock<Py<CancellationToken>>,
     resume_wait: ResumeWait,
+    /// Whether the class that calls is seen through awaits (`AwaitableTaskHandle`).
+    awaited: bool,
 }
 
 impl HandleCalls {
     pub(crate) fn new(
         handle: subagent_tracker::SubagentTaskHandle<PyValue>,
         session: Py<PyAny>,
+        awaited: bool,
     ) -> HandleCalls {
         HandleCalls {
             handle,
             session,
             token: OnceLock::new(),
             resume_wait: ResumeWait::default(),
+            awaited,
         }
     }
 }
@@ -72,7 +76,7 @@ impl HandleStore for HandleCalls {
             Some(data) => self.handle.progress_with(&message, data),
             None => self.handle.progress(&message),
         })?;
-        object(py, recorded)
+        answer(py, self.awaited, recorded)
     }
 
     fn end<'py>(
@@ -86,7 +90,7 @@ impl HandleStore for HandleCalls {
             RunnerExit::Failed(failure) => self.handle.fail_with(failure),
             RunnerExit::Stopped(reason) => self.handle.stop_cancelled(reason.as_deref()),
         })?;
-        object(py, ended)
+        answer(py, self.awaited, ended)
     }
 
     fn end_async_block<'py>(&self, py: Python<'py>, ending: RunnerExit) -> Answer<'py> {
@@ -95,8 +99,9 @@ impl HandleStore for HandleCalls {
     }
 
     fn pause<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
-        object(
+        answer(
             py,
+            self.awaited,
             with_wake_batch(py, || self.handle.pause(reason.as_deref()))?,
         )
     }
@@ -119,15 +124,54 @@ impl HandleStore for HandleCalls {
 
     fn record_escalation<'py>(&self, py: Python<'py>) -> Answer<'py> {
         self.handle.record_escalation();
-        Ok(py.None().into_bound(py))
+        answer(py, self.awaited, py.None())
     }
 
     fn snapshot<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        object(py, SubagentTask::new(py, self.handle.snapshot()))
+        answer(
+            py,
+            self.awaited,
+            SubagentTask::new(py, self.handle.snapshot()),
+        )
     }
 
     fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
         visit.call(&self.session)?;
         visit.call(self.token.get())
+    }
+}
+
+impl Drop for HandleCalls {
+    /// A handle dropped before its task ended warns, as Python warns for a file that was never closed; the
+    /// core's handle then ends the task (`DROPPED_HANDLE_ERROR`), so nothing stays running with no runner.
+    fn drop(&mut self) {
+        let handle = &self.handle;
+        if handle.is_finished() {
+            return;
+        }
+        Python::try_attach(|py| {
+            // A handle is often dropped while an exception propagates (the temporary of a call that raised,
+            // as `session.start_subagent_task("a").progress(bad)`): that exception must survive the warning,
+            // as CPython's own destructors keep it, or the caller gets a `SystemError` instead.
+            let propagating = PyErr::take(py);
+            let message = format!(
+                "subagent task {:?} of session {:?} was never ended: its handle was dropped while the task was {}, \
+                 so the task is marked finished ({})",
+                handle.task_id(),
+                handle.session_id(),
+                handle.status(),
+                subagent_tracker::DROPPED_HANDLE_ERROR,
+            );
+            let category = py.get_type::<pyo3::exceptions::PyResourceWarning>();
+            // Ids may hold NUL characters, which a C string cannot.
+            let message = std::ffi::CString::new(message.replace('\0', "\\0")).unwrap_or_default();
+            if let Err(error) = PyErr::warn(py, &category, &message, 1) {
+                // Warnings turned into errors have nowhere to go from a destructor.
+                error.write_unraisable(py, None);
+            }
+            if let Some(propagating) = propagating {
+                propagating.restore(py);
+            }
+        });
     }
 }

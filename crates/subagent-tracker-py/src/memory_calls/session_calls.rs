@@ -9,18 +9,19 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use subagent_tracker::{
     CancelWait, EndTarget, InMemorySubagentTaskTracker, RecordedEvent, SubagentTaskSnapshot,
-    TaskEnd, TaskFailure, TaskFilter, TaskStart,
+    TaskFailure, TaskFilter, TaskStart,
 };
 
-use super::{object, HandleCalls};
+use super::{answer, HandleCalls};
 use crate::arguments::{Id, TaskIdArgument};
 use crate::asyncio_waker::with_wake_batch;
+use crate::awaitable::AwaitableTaskHandle;
 use crate::errors::tracker_error;
 use crate::filter_arguments::{holds, FilterArguments};
-use crate::handle::SubagentTaskHandle;
+use crate::handle::{core_handle, SubagentTaskHandle};
 use crate::python_types::PyValue;
 use crate::runtime::MadeIn;
-use crate::session_store::{Answer, CancelWork, SessionStore};
+use crate::session_store::{Answer, BatchEnds, CancelWork, SessionStore};
 use crate::snapshot::SubagentTask;
 use crate::token::CancellationToken;
 
@@ -28,14 +29,29 @@ use crate::token::CancellationToken;
 #[derive(Clone)]
 pub(crate) struct SessionCalls {
     pub(crate) tracker: InMemorySubagentTaskTracker<PyValue>,
+    /// Whether the class that calls is seen through awaits (`AwaitableSession`).
+    pub(crate) awaited: bool,
 }
 
-fn handle_object<'py>(
-    session: &Bound<'py, PyAny>,
-    handle: subagent_tracker::SubagentTaskHandle<PyValue>,
-) -> Answer<'py> {
-    let handle = SubagentTaskHandle::new(HandleCalls::new(handle, session.clone().unbind()));
-    Ok(Bound::new(session.py(), handle)?.into_any())
+impl SessionCalls {
+    fn answer<'py, T: IntoPyObject<'py>>(&self, py: Python<'py>, value: T) -> Answer<'py> {
+        answer(py, self.awaited, value)
+    }
+
+    /// The runner's handle object for `handle`, of the class this session's family hands out.
+    fn handle_object<'py>(
+        &self,
+        session: &Bound<'py, PyAny>,
+        handle: subagent_tracker::SubagentTaskHandle<PyValue>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = session.py();
+        let calls = HandleCalls::new(handle, session.clone().unbind(), self.awaited);
+        Ok(if self.awaited {
+            Bound::new(py, AwaitableTaskHandle::new(calls))?.into_any()
+        } else {
+            Bound::new(py, SubagentTaskHandle::new(calls))?.into_any()
+        })
+    }
 }
 
 fn snapshots(
@@ -54,7 +70,7 @@ fn ids(ids: &[Arc<str>]) -> Vec<&str> {
 
 impl SessionStore for SessionCalls {
     type Value = PyValue;
-    type BatchHandle = Py<SubagentTaskHandle>;
+    type BatchHandle = Py<PyAny>;
     type Error = Infallible;
     type CancelWork = CancelWait<PyValue>;
 
@@ -74,7 +90,7 @@ impl SessionStore for SessionCalls {
         let py = session.py();
         let handle = with_wake_batch(py, || self.tracker.start(start))?
             .map_err(|error| tracker_error(py, error))?;
-        handle_object(session, handle)
+        self.answer(py, self.handle_object(session, handle)?)
     }
 
     fn start_batch<'py>(
@@ -87,9 +103,9 @@ impl SessionStore for SessionCalls {
             .map_err(|error| tracker_error(py, error))?;
         let handles = handles
             .into_iter()
-            .map(|handle| handle_object(session, handle))
+            .map(|handle| self.handle_object(session, handle))
             .collect::<PyResult<Vec<_>>>()?;
-        Ok(PyList::new(py, handles)?.into_any())
+        self.answer(py, PyList::new(py, handles)?)
     }
 
     fn reserve<'py>(
@@ -100,7 +116,7 @@ impl SessionStore for SessionCalls {
     ) -> Answer<'py> {
         let reserved = with_wake_batch(py, || self.tracker.reserve(start, claim_timeout))?
             .map_err(|error| tracker_error(py, error))?;
-        object(py, &*reserved)
+        self.answer(py, &*reserved)
     }
 
     fn reserve_batch<'py>(
@@ -110,14 +126,14 @@ impl SessionStore for SessionCalls {
     ) -> Answer<'py> {
         let reserved = with_wake_batch(py, || self.tracker.reserve_batch(reservations))?
             .map_err(|error| tracker_error(py, error))?;
-        object(py, ids(&reserved))
+        self.answer(py, ids(&reserved))
     }
 
     fn claim<'py>(&self, session: &Bound<'py, PyAny>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
         let py = session.py();
         let handle = with_wake_batch(py, || self.tracker.claim(&task_id.0))?
             .map_err(|error| tracker_error(py, error))?;
-        handle_object(session, handle)
+        self.answer(py, self.handle_object(session, handle)?)
     }
 
     fn cancel_task<'py>(
@@ -135,7 +151,7 @@ impl SessionStore for SessionCalls {
                 self.tracker.cancel(&task_id.0, reason.as_deref())
             }
         })?;
-        object(py, moved)
+        self.answer(py, moved)
     }
 
     fn restore<'py>(
@@ -147,7 +163,7 @@ impl SessionStore for SessionCalls {
             .tracker
             .restore(snapshots)
             .map_err(|error| tracker_error(py, error))?;
-        object(py, restored)
+        self.answer(py, restored)
     }
 
     fn record_event<'py>(
@@ -156,11 +172,11 @@ impl SessionStore for SessionCalls {
         event: Option<RecordedEvent<PyValue>>,
     ) -> Answer<'py> {
         let Some(event) = event else {
-            return object(py, false);
+            return self.answer(py, false);
         };
         let changed = with_wake_batch(py, || self.tracker.record_event(event))?
             .map_err(|error| tracker_error(py, error))?;
-        object(py, changed)
+        self.answer(py, changed)
     }
 
     fn resume_task<'py>(
@@ -169,7 +185,7 @@ impl SessionStore for SessionCalls {
         task_id: Id<TaskIdArgument>,
         value: Option<PyValue>,
     ) -> Answer<'py> {
-        object(
+        self.answer(
             py,
             with_wake_batch(py, || self.tracker.resume(&task_id.0, value))?,
         )
@@ -185,26 +201,23 @@ impl SessionStore for SessionCalls {
             Ok(result) => self.tracker.end(&task_id.0, Ok(result)),
             Err(failure) => self.tracker.fail(&task_id.0, failure),
         })?;
-        object(py, moved)
+        self.answer(py, moved)
     }
 
-    fn end_batch<'py>(
-        &self,
-        py: Python<'py>,
-        ends: Vec<(EndTarget<Py<SubagentTaskHandle>>, TaskEnd<PyValue>)>,
-    ) -> Answer<'py> {
+    fn end_batch<'py>(&self, py: Python<'py>, ends: BatchEnds<Py<PyAny>, PyValue>) -> Answer<'py> {
         let (targets, ends): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
         let ends = targets
             .iter()
             .map(|target| match target {
-                EndTarget::Handle(handle) => EndTarget::Handle(handle.get().core()),
-                EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id.clone()),
+                EndTarget::Handle(handle) => core_handle(handle.bind(py)).map(EndTarget::Handle),
+                EndTarget::TaskId(task_id) => Ok(EndTarget::TaskId(task_id.clone())),
             })
             .zip(ends)
-            .collect();
+            .map(|(target, end)| Ok((target?, end)))
+            .collect::<PyResult<_>>()?;
         let moved = with_wake_batch(py, || self.tracker.end_batch(ends))?
             .map_err(|error| tracker_error(py, error))?;
-        object(py, moved)
+        self.answer(py, moved)
     }
 
     fn cancel_matching<'py>(
@@ -227,25 +240,25 @@ impl SessionStore for SessionCalls {
             self.tracker
                 .cancel_matching(&filter, arguments.reason.as_deref())
         })?;
-        object(py, ids(&moved))
+        self.answer(py, ids(&moved))
     }
 
     fn cancel_all<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
-        object(
+        self.answer(
             py,
             with_wake_batch(py, || self.tracker.cancel_all(reason.as_deref()))?,
         )
     }
 
     fn close<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
-        object(
+        self.answer(
             py,
             with_wake_batch(py, || self.tracker.close(reason.as_deref()))?,
         )
     }
 
     fn is_closed<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        object(py, self.tracker.is_closed())
+        self.answer(py, self.tracker.is_closed())
     }
 
     fn token<'py>(&self, py: Python<'py>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
@@ -253,7 +266,7 @@ impl SessionStore for SessionCalls {
             .tracker
             .token(&task_id.0)
             .map_err(|error| tracker_error(py, error))?;
-        object(py, CancellationToken::new(token))
+        self.answer(py, CancellationToken::new(token))
     }
 
     fn task<'py>(&self, py: Python<'py>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
@@ -261,11 +274,11 @@ impl SessionStore for SessionCalls {
             .tracker
             .get(&task_id.0)
             .map(|snapshot| SubagentTask::new(py, snapshot));
-        object(py, task)
+        self.answer(py, task)
     }
 
     fn tasks<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        snapshots(py, self.tracker.tasks())
+        self.answer(py, snapshots(py, self.tracker.tasks())?)
     }
 
     fn tasks_page<'py>(
@@ -279,15 +292,15 @@ impl SessionStore for SessionCalls {
             .tracker
             .tasks_page(pending, cursor.as_deref(), limit)
             .map_err(|error| tracker_error(py, error))?;
-        object(py, (snapshots(py, tasks)?, next))
+        self.answer(py, (snapshots(py, tasks)?, next))
     }
 
     fn forget_finished<'py>(&self, py: Python<'py>, older_than: Duration) -> Answer<'py> {
-        object(py, self.tracker.forget_finished(older_than))
+        self.answer(py, self.tracker.forget_finished(older_than))
     }
 
     fn pending<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        snapshots(py, self.tracker.pending())
+        self.answer(py, snapshots(py, self.tracker.pending())?)
     }
 
     fn made_in(&self) -> MadeIn {
