@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from subagent_tracker import SubagentStatus, UnknownTaskError
+from subagent_tracker import Session, SubagentStatus, UnknownTaskError
 from subagent_tracker.integrations._support import BlockingSession
 
 
@@ -103,11 +103,24 @@ def test_throw_and_close_follow_the_coroutine_protocol(session: BlockingSession)
         session.wait_subagent_task("x").send(1)
 
     async def close_while_waiting() -> None:
-        session.start_subagent_task("y")
+        handle = session.start_subagent_task("y")
         waiting = session.wait_subagent_task("y")
         waiting.send(None)  # started: it now waits on a future of this loop
         waiting.close()
         waiting.close()
-        session.end_subagent_task("y")
+        handle.complete()
 
     asyncio.run(close_while_waiting())
+
+
+def test_a_wait_already_over_is_answered_at_the_first_step(session: BlockingSession) -> None:
+    """A finished task's wait (and, in memory, a cancel whose handlers ran as it was made) needs no trip
+    through the loop: in memory its first step ends it."""
+    session.start_subagent_task("over").complete("done")
+    waiting = session.wait_subagent_task("over")
+    if isinstance(session, Session):
+        with pytest.raises(StopIteration) as stopped:
+            waiting.send(None)
+        assert stopped.value.value.result == "done"
+    else:
+        assert asyncio.run(waiting).result == "done"

@@ -44,6 +44,9 @@ pub(crate) trait SessionStore: 'static {
     type Error: Send + 'static;
     /// A cancel whose work the composition waits for.
     type CancelWork: CancelWork<Value = Self::Value, Error = Self::Error>;
+    /// Whether a wait that is already over is known without waiting (in memory; on Redis a wait asks the
+    /// server), so that the waits answer it at once.
+    const ANSWERS_AT_ONCE: bool;
 
     fn session_id(&self) -> &str;
 

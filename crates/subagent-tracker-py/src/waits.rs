@@ -3,11 +3,13 @@
 //! ([`SessionStore::finished`], [`SessionStore::cancel_work`]); the timeout, its message and the coroutine Python
 //! awaits are written here.
 //!
-//! Each session method gives a coroutine that starts the wait once awaited (`StartOnAwait`); the wait runs on the
-//! runtime, and cancelling the coroutine stops it (a wait changes nothing).
+//! Each session method gives a coroutine that starts the wait once awaited (`StartOnAwait`); a wait not over at
+//! once runs on the runtime, and cancelling the coroutine stops it (a wait changes nothing).
 
+use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use pyo3::exceptions::PyTimeoutError;
@@ -15,6 +17,8 @@ use pyo3::prelude::*;
 use subagent_tracker::{cancel_wait_timeout_message, SubagentTaskSnapshot};
 
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
+use crate::ready::Ready;
+use crate::runtime::runtime;
 use crate::session_store::{Answer, CancelWork, SessionStore};
 
 /// `wait_subagent_task`: the task's final snapshot once its runner has stopped; `TimeoutError` if `timeout`
@@ -39,13 +43,7 @@ pub(crate) fn wait_task<'py, S: SessionStore>(
                     }),
             }
     };
-    asyncio_future(
-        py,
-        store.made_in(),
-        WhenAbandoned::Stop,
-        wait,
-        final_snapshot::<S>,
-    )
+    deliver(store, py, timeout.is_some(), wait)
 }
 
 /// `cancel_subagent_task_and_wait`: cancels the task, then gives its final snapshot once its runner has ended
@@ -60,6 +58,38 @@ pub(crate) fn cancel_and_wait_task<'py, S: SessionStore>(
 ) -> Answer<'py> {
     let work = store.cancel_work(py, task_id.clone(), reason)?;
     let wait = async move { within(&work, &task_id, timeout).await };
+    deliver(store, py, timeout.is_some(), wait)
+}
+
+/// What a wait ends with: the final snapshot, the store's error, or the message of a timeout.
+type Outcome<S> = Result<
+    Result<SubagentTaskSnapshot<<S as SessionStore>::Value>, <S as SessionStore>::Error>,
+    String,
+>;
+
+/// An awaitable of `wait`'s outcome. A store that answers at once (memory) is asked first on this thread: a wait
+/// already over (a finished task; a cancel whose handlers ran as it was made) is answered with no trip through
+/// the runtime and the loop. Otherwise the wait runs on the runtime.
+fn deliver<'py, S, F>(store: &S, py: Python<'py>, timed: bool, wait: F) -> Answer<'py>
+where
+    S: SessionStore,
+    F: Future<Output = Outcome<S>> + Send + 'static,
+{
+    let mut wait = Box::pin(wait);
+    if S::ANSWERS_AT_ONCE {
+        // A timeout makes its timer on the first poll, on the runtime's clock (a wait without one starts no
+        // runtime when it is over at once).
+        let context = timed
+            .then(runtime)
+            .transpose()?
+            .map(|runtime| runtime.enter());
+        let polled = wait.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        drop(context);
+        if let Poll::Ready(outcome) = polled {
+            let snapshot = final_snapshot::<S>(py, outcome)?;
+            return Ok(Bound::new(py, Ready::new(snapshot))?.into_any());
+        }
+    }
     asyncio_future(
         py,
         store.made_in(),
@@ -93,10 +123,7 @@ async fn within<W: CancelWork>(
     }
 }
 
-fn final_snapshot<S: SessionStore>(
-    py: Python<'_>,
-    outcome: Result<Result<SubagentTaskSnapshot<S::Value>, S::Error>, String>,
-) -> PyResult<Py<PyAny>> {
+fn final_snapshot<S: SessionStore>(py: Python<'_>, outcome: Outcome<S>) -> PyResult<Py<PyAny>> {
     match outcome {
         Ok(Ok(snapshot)) => Ok(Py::new(py, S::snapshot_object(py, snapshot)?)?.into_any()),
         Ok(Err(error)) => Err(S::error(py, error)),

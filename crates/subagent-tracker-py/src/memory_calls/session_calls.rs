@@ -73,6 +73,7 @@ impl SessionStore for SessionCalls {
     type BatchHandle = Py<PyAny>;
     type Error = Infallible;
     type CancelWork = CancelWait<PyValue>;
+    const ANSWERS_AT_ONCE: bool = true;
 
     fn session_id(&self) -> &str {
         self.tracker.session_id()

@@ -98,6 +98,7 @@ impl SessionStore for SessionCalls {
     type BatchHandle = BatchHandle;
     type Error = RedisTrackerError;
     type CancelWork = RedisCancelWork;
+    const ANSWERS_AT_ONCE: bool = false;
 
     fn session_id(&self) -> &str {
         self.session.session_id()
