@@ -31,17 +31,12 @@ pub(crate) fn wait_task<'py, S: SessionStore>(
 ) -> Answer<'py> {
     let finished = store.finished(py, task_id.clone())?;
     let wait = async move {
-        match timeout {
-                None => Ok(finished.await),
-                Some(timeout) => tokio::time::timeout(timeout, finished)
-                    .await
-                    .map_err(|_| {
-                        format!(
-                            "task {task_id:?} did not finish within {} seconds; its runner is still running",
-                            timeout.as_secs_f64()
-                        )
-                    }),
-            }
+        let Some(timeout) = timeout else {
+            return Ok(finished.await);
+        };
+        tokio::time::timeout(timeout, finished)
+            .await
+            .map_err(|_| not_finished(&task_id, timeout))
     };
     deliver(store, py, timeout.is_some(), wait)
 }
@@ -59,6 +54,14 @@ pub(crate) fn cancel_and_wait_task<'py, S: SessionStore>(
     let work = store.cancel_work(py, task_id.clone(), reason)?;
     let wait = async move { within(&work, &task_id, timeout).await };
     deliver(store, py, timeout.is_some(), wait)
+}
+
+/// The message of a wait for a task's end that timed out.
+fn not_finished(task_id: &str, timeout: Duration) -> String {
+    format!(
+        "task {task_id:?} did not finish within {} seconds; its runner is still running",
+        timeout.as_secs_f64()
+    )
 }
 
 /// What a wait ends with: the final snapshot, the store's error, or the message of a timeout.
