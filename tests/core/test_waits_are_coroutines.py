@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import subprocess
+import sys
 import threading
 import time
 
@@ -117,10 +119,40 @@ def test_a_wait_already_over_is_answered_at_the_first_step(session: BlockingSess
     """A finished task's wait (and, in memory, a cancel whose handlers ran as it was made) needs no trip
     through the loop: in memory its first step ends it."""
     session.start_subagent_task("over").complete("done")
-    waiting = session.wait_subagent_task("over")
-    if isinstance(session, Session):
+
+    async def first_step() -> None:
+        waiting = session.wait_subagent_task("over")
         with pytest.raises(StopIteration) as stopped:
             waiting.send(None)
         assert stopped.value.value.result == "done"
+
+    if isinstance(session, Session):
+        asyncio.run(first_step())
     else:
-        assert asyncio.run(waiting).result == "done"
+        assert asyncio.run(session.wait_subagent_task("over")).result == "done"
+
+
+def test_an_in_memory_wait_without_a_timeout_starts_no_thread() -> None:
+    """In memory a wait is polled on the loop that awaits it, woken by the core as a token's waits are: a
+    fresh process that waits for live and finished tasks still runs one thread."""
+    script = """
+import asyncio, os, subagent_tracker
+session = subagent_tracker.Session()
+handle = session.start_subagent_task("live")
+session.start_subagent_task("done").complete()
+
+async def main():
+    waiting = asyncio.ensure_future(session.wait_subagent_task("live"))
+    await asyncio.sleep(0)
+    handle.complete("ok")
+    assert (await waiting).result == "ok"
+    assert (await session.wait_subagent_task("done")).finished
+    assert (await session.cancel_subagent_task_and_wait("done")).finished
+
+asyncio.run(main())
+print(len(os.listdir("/proc/self/task")))
+"""
+    ran = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert ran.stdout.strip() == "1", ran.stderr

@@ -46,7 +46,8 @@ impl StartOnAwait {
         StartOnAwait::make(py, owner, Box::new(start), None)
     }
 
-    /// The coroutine that waits for the future `wait` gives (if any), then gives what `finish` makes.
+    /// The coroutine that waits for each future `wait` gives, asking again once it is done, until `wait` gives
+    /// none; then it gives what `finish` makes.
     pub(crate) fn then<'py>(
         py: Python<'py>,
         owner: &Bound<'py, PyAny>,
@@ -114,9 +115,21 @@ impl StartOnAwait {
         let finished = std::mem::replace(&mut *self.step.lock(), Step::Done);
         drop(finished);
         if self.finish.is_some() && error.is_instance_of::<PyStopIteration>(py) {
-            return Err(self.finished(py));
+            return self.wait_again(py);
         }
         Err(error)
+    }
+
+    /// Once a wait's future is done: the next future to wait for, stepped once, or `finish`'s value when there
+    /// is none (the wait is over).
+    fn wait_again(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let Some(future) = (self.start)(self.owner.bind(py))? else {
+            return Err(self.finished(py));
+        };
+        let iterator = future.bind(py).call_method0(intern!(py, "__await__"))?;
+        *self.step.lock() = Step::Awaiting(iterator.clone().unbind());
+        let outcome = iterator.call_method0(intern!(py, "__next__"));
+        self.settle(py, outcome)
     }
 }
 

@@ -12,14 +12,17 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use pyo3::exceptions::PyTimeoutError;
+use parking_lot::Mutex;
+use pyo3::exceptions::{PyRuntimeError, PyTimeoutError};
 use pyo3::prelude::*;
 use subagent_tracker::{cancel_wait_timeout_message, SubagentTaskSnapshot};
 
+use crate::asyncio_waker::future_for;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
 use crate::ready::Ready;
 use crate::runtime::runtime;
 use crate::session_store::{Answer, CancelWork, SessionStore};
+use crate::start_on_await::StartOnAwait;
 
 /// `wait_subagent_task`: the task's final snapshot once its runner has stopped; `TimeoutError` if `timeout`
 /// passes first.
@@ -70,14 +73,18 @@ type Outcome<S> = Result<
     String,
 >;
 
-/// An awaitable of `wait`'s outcome. A store that answers at once (memory) is asked first on this thread: a wait
-/// already over (a finished task; a cancel whose handlers ran as it was made) is answered with no trip through
-/// the runtime and the loop. Otherwise the wait runs on the runtime.
+/// An awaitable of `wait`'s outcome. A store that answers at once (memory) waits on the loop that awaits, or,
+/// with a timeout (whose timer is the runtime's), is asked first on this thread: a wait already over (a finished
+/// task; a cancel whose handlers ran as it was made) is answered with no trip through the runtime and the loop.
+/// Otherwise the wait runs on the runtime.
 fn deliver<'py, S, F>(store: &S, py: Python<'py>, timed: bool, wait: F) -> Answer<'py>
 where
     S: SessionStore,
     F: Future<Output = Outcome<S>> + Send + 'static,
 {
+    if S::ANSWERS_AT_ONCE && !timed {
+        return on_the_loop::<S, F>(py, wait);
+    }
     let mut wait = Box::pin(wait);
     if S::ANSWERS_AT_ONCE {
         // A timeout makes its timer on the first poll, on the runtime's clock (a wait without one starts no
@@ -100,6 +107,32 @@ where
         wait,
         final_snapshot::<S>,
     )
+}
+
+/// `wait` polled on the loop that awaits it, woken by the core directly as a token's waits are: no runtime, no
+/// thread. Each poll that finds it pending gives a future of the loop that its next wake-up resolves.
+fn on_the_loop<'py, S, F>(py: Python<'py>, wait: F) -> Answer<'py>
+where
+    S: SessionStore,
+    F: Future<Output = Outcome<S>> + Send + 'static,
+{
+    let state = Arc::new(Mutex::new((Box::pin(wait), None)));
+    let polled = state.clone();
+    let poll = move |owner: &Bound<'_, PyAny>| {
+        let mut state = polled.lock();
+        let (wait, outcome) = &mut *state;
+        let pending = future_for(owner.py(), (), |(), context| {
+            wait.as_mut()
+                .poll(context)
+                .map(|ready| *outcome = Some(ready))
+        })?;
+        Ok(pending.map(|(future, ())| future))
+    };
+    let finish = move |owner: &Bound<'_, PyAny>| match state.lock().1.take() {
+        Some(outcome) => final_snapshot::<S>(owner.py(), outcome),
+        None => Err(PyRuntimeError::new_err("the wait gave its outcome already")),
+    };
+    StartOnAwait::then(py, &py.None().into_bound(py), poll, finish)
 }
 
 /// The cancel's work done within `timeout`: its final snapshot, the store's error, or the timeout's message.
