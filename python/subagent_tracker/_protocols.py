@@ -76,7 +76,6 @@ class SessionProtocol(_SessionCalls[TaskHandleProtocol], Protocol):
     closes an in-memory session when the block is left; a Redis session is shared by other processes, so
     leaving the block closes nothing there: call ``close()`` to close it for every process."""
 
-    def export_snapshots(self) -> list[dict[str, Any]]: ...
     def spawn_subagent_task(
         self,
         function: Callable[[Any], Awaitable[Any]],
@@ -95,7 +94,6 @@ class AsyncSessionProtocol(_AsyncSessionCalls[AsyncTaskHandleProtocol], Protocol
     """A session's asyncio API, every call awaited: ``AsyncRedisSession`` (across processes, never blocking
     the event loop) and ``AwaitableSession`` (in memory; its calls complete at once)."""
 
-    def export_snapshots(self) -> Awaitable[list[dict[str, Any]]]: ...
     def spawn_subagent_task(
         self,
         function: Callable[[Any], Awaitable[Any]],

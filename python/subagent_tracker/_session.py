@@ -16,7 +16,6 @@ from subagent_tracker._native import (
     _quoted,  # how every message quotes an id: the core's rule
 )
 from subagent_tracker._native import Session as _NativeSession
-from subagent_tracker._snapshots import snapshot_record
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -115,11 +114,6 @@ class Session(_NativeSession):
     """
 
     __slots__ = ()
-
-    def export_snapshots(self) -> list[dict[str, Any]]:
-        """The session's tasks, in start order, as records of JSON's types (as far as their metadata and
-        results are), which ``restore_snapshots`` takes back: in another session, process or store."""
-        return [snapshot_record(task) for task in self.subagent_tasks()]
 
     # The same function serves `RedisSession.spawn_subagent_task`.
     spawn_subagent_task = _spawn_subagent_task

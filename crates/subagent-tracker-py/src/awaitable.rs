@@ -12,7 +12,7 @@ use pyo3::PyTraverseError;
 use crate::handle::handle_repr;
 use crate::handle_methods::handle_methods;
 use crate::memory_calls::{HandleCalls, SessionCalls};
-use crate::package_imports::{event_stream_class, snapshots_function, spawn};
+use crate::package_imports::{event_stream_class, spawn};
 use crate::python_types::PyValue;
 use crate::ready::Ready;
 use crate::session::Session;
@@ -78,11 +78,6 @@ session_methods! {
         /// The same session with calls that do not await (they never waited).
         fn _blocking(&self, py: Python<'_>) -> Py<PyAny> {
             self.session.clone_ref(py)
-        }
-
-        /// The session's tasks as records of JSON's types, in start order, for `restore_snapshots`.
-        fn export_snapshots<'py>(slf: &Bound<'py, Self>) -> Answer<'py> {
-            snapshots_function(slf.py(), "export_snapshots_async")?.call1((slf,))
         }
 
         /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as

@@ -49,6 +49,7 @@ mod session_methods;
 mod session_store;
 mod snapshot;
 mod snapshot_arguments;
+mod snapshot_record;
 mod start_arguments;
 mod start_on_await;
 mod token;

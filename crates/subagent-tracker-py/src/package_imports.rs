@@ -23,13 +23,6 @@ pub(crate) fn checkpoints(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     module(py, &MODULE, "subagent_tracker._checkpoints")
 }
 
-/// A function of `subagent_tracker._snapshots`, which turns snapshots into the records `export_snapshots()`
-/// makes (shared by every session).
-pub(crate) fn snapshots_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    module(py, &MODULE, "subagent_tracker._snapshots")?.getattr(name)
-}
-
 /// An exception class of `subagent_tracker._errors`.
 pub(crate) fn error_class<'py>(
     py: Python<'py>,

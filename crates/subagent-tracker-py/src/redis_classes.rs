@@ -10,16 +10,16 @@ use crate::redis_calls::{HandleCalls, SessionCalls};
 use crate::session_store::{HandleStore, SessionStore};
 
 /// Declares `$registry`, `$session` and `$handle`, the classes of one family, and `$delivery`, the
-/// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$export` and `$spawn` name the
-/// package functions that export snapshots and spawn a task for this family; `$handle_description` is how
-/// `end_subagent_tasks` names the handle it expects. Each `{ ... }` block adds the methods only that class of the
-/// family has (the registry's constructor, `with`, `async with`).
+/// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$spawn` names the package
+/// function that spawns a task for this family; `$handle_description` is how `end_subagent_tasks` names the
+/// handle it expects. Each `{ ... }` block adds the methods only that class of the family has (the registry's
+/// constructor, `with`, `async with`).
 macro_rules! redis_classes {
     (
         delivery: $delivery:ident = $waiting:expr;
         $(#[$registry_meta:meta])* registry $registry:ident { $($registry_methods:tt)* }
         $(#[$session_meta:meta])* session $session:ident {
-            export: $export:literal, spawn: $spawn:literal, handle_description: $handle_description:literal;
+            spawn: $spawn:literal, handle_description: $handle_description:literal;
             $($session_methods:tt)*
         }
         $(#[$handle_meta:meta])* handle $handle:ident $($with:ident)? { $($handle_methods:tt)* }
@@ -128,11 +128,6 @@ macro_rules! redis_classes {
         $crate::session_methods::session_methods! {
             $session, $handle, $handle_description, {
                 $($session_methods)*
-
-                /// The session's tasks as JSON-serialisable mappings, in start order, for `restore_snapshots`.
-                fn export_snapshots<'py>(slf: &Bound<'py, Self>) -> $crate::session_store::Answer<'py> {
-                    $crate::package_imports::snapshots_function(slf.py(), $export)?.call1((slf,))
-                }
 
                 /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as
                 /// `Session.spawn_subagent_task` does (the same code runs both); on the asyncio classes, awaiting

@@ -133,6 +133,12 @@ macro_rules! session_methods {
                 $crate::session_store::SessionStore::restore(&self.store, py, restored)
             }
 
+            /// The session's retained tasks, in start order, as records of JSON's types (as far as their metadata
+            /// and results are), which `restore_snapshots` takes back: in another session, process or store.
+            fn export_snapshots<'py>(&self, py: Python<'py>) -> $crate::session_store::Answer<'py> {
+                $crate::session_store::SessionStore::export(&self.store, py)
+            }
+
             /// Records one event of another runtime's stream (a mapping with `kind` and `task_id`): `"started"`
             /// (with `parent_id`, `agent`, `description`, `metadata`), `"progress"` (`message`, `data`) or
             /// `"ended"` (`success`, and `result` or `error`). True when it changed the session: a repeat, an

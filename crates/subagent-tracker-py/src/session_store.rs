@@ -172,6 +172,9 @@ pub(crate) trait SessionStore: 'static {
     /// Snapshots of the pending tasks.
     fn pending<'py>(&self, py: Python<'py>) -> Answer<'py>;
 
+    /// Every retained task as a record of JSON's types (`snapshot_record::records`), for `restore_snapshots`.
+    fn export<'py>(&self, py: Python<'py>) -> Answer<'py>;
+
     /// The process whose runtime the store's waits run on.
     fn made_in(&self) -> MadeIn;
 

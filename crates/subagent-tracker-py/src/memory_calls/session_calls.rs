@@ -23,6 +23,7 @@ use crate::python_types::PyValue;
 use crate::runtime::MadeIn;
 use crate::session_store::{Answer, BatchEnds, CancelWork, SessionStore};
 use crate::snapshot::SubagentTask;
+use crate::snapshot_record::records;
 use crate::token::CancellationToken;
 
 /// A session kept in this process: the core's tracker, whose values are the Python objects themselves.
@@ -302,6 +303,10 @@ impl SessionStore for SessionCalls {
 
     fn pending<'py>(&self, py: Python<'py>) -> Answer<'py> {
         self.answer(py, snapshots(py, self.tracker.pending())?)
+    }
+
+    fn export<'py>(&self, py: Python<'py>) -> Answer<'py> {
+        self.answer(py, records(&snapshots(py, self.tracker.tasks())?)?)
     }
 
     fn made_in(&self) -> MadeIn {

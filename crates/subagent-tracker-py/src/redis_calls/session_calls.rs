@@ -26,6 +26,7 @@ use crate::redis_events::RedisEventReader;
 use crate::runtime::MadeIn;
 use crate::session_store::{Answer, CancelWork, SessionStore};
 use crate::snapshot::SubagentTask;
+use crate::snapshot_record::records;
 use crate::token::CancellationToken;
 
 /// A session's calls.
@@ -442,6 +443,19 @@ impl SessionStore for SessionCalls {
             self.made_in,
             async move { session.pending().await },
             |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+        )
+    }
+
+    fn export<'py>(&self, py: Python<'py>) -> Answer<'py> {
+        let session = self.session.clone();
+        self.delivery.deliver(
+            py,
+            self.made_in,
+            async move { session.tasks().await },
+            |py, listed| {
+                let tasks = snapshots(py, listed.map_err(|error| redis_error(py, error))?)?;
+                Ok(records(tasks.bind(py))?.into_any().unbind())
+            },
         )
     }
 
