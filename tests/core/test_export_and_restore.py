@@ -251,3 +251,27 @@ def test_a_close_racing_a_large_restore_comes_before_it_or_after_it(module_redis
             assert retained == 0, f"attempt {attempt}: a refused restore wrote nothing"
         else:
             assert (outcome[0], retained) == (640, 640), f"attempt {attempt}"
+
+
+def test_an_export_thaws_a_result_of_any_depth_without_recursing() -> None:
+    """A memory result may nest deeper than the interpreter's recursion limit: the export walks it with a
+    work list, and every read-only container comes out plain (mappings as dicts, tuples and frozensets as
+    lists)."""
+    session = Session()
+    deepest: list[object] = []
+    result = deepest
+    for _ in range(100_000):
+        inner: list[object] = []
+        deepest.append(inner)
+        deepest = inner
+    handle = session.start_subagent_task("deep", metadata={"k": (1, {"x": frozenset([2])})})
+    handle.progress("step", data={"d": (3,)})
+    handle.complete(result)
+    (record,) = session.export_snapshots()
+    assert record["metadata"] == {"k": [1, {"x": [2]}]}
+    assert record["progress_log"][0]["data"] == {"d": [3]}
+    assert record["status"] == "completed"
+    depth, level = 0, record["result"]
+    while level:
+        depth, level = depth + 1, level[0]
+    assert depth == 100_000

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from subagent_tracker import Session, SubagentStatus, UnknownTaskError
+from subagent_tracker import AwaitableSession, Session, SubagentStatus, UnknownTaskError
 from subagent_tracker.integrations._support import BlockingSession
 
 
@@ -156,3 +156,37 @@ print(len(os.listdir("/proc/self/task")))
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert ran.stdout.strip() == "1", ran.stderr
+
+
+def test_a_wait_keeps_waiting_while_a_cancelled_runner_still_runs(session: BlockingSession) -> None:
+    """Contract §2: a cancelled task is unfinished until its runner stops, and the wait waits across that
+    window, without a timeout too."""
+    handle = session.start_subagent_task("stopping")
+
+    async def main() -> SubagentStatus:
+        waiting = asyncio.create_task(session.wait_subagent_task("stopping"))
+        assert session.cancel_subagent_task("stopping")
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        with handle:
+            pass
+        return (await asyncio.wait_for(waiting, 10)).status
+
+    assert asyncio.run(main()) is SubagentStatus.CANCELLED
+
+
+def test_an_awaitable_session_s_calls_are_coroutines_that_run_when_made() -> None:
+    """An ``AwaitableSession`` call runs when it is made, as an ``AsyncRedisSession``'s does, and gives a done
+    awaitable that ``asyncio.run`` takes."""
+    session = Session()
+    awaitable = AwaitableSession(session)
+    handle = session.start_subagent_task("a")
+    cancelling = awaitable.cancel_subagent_task("a")
+    assert asyncio.iscoroutine(cancelling)
+    assert handle.token.is_cancelled
+    assert asyncio.run(cancelling) is True
+    listing = awaitable.subagent_tasks()
+    assert asyncio.iscoroutine(listing)
+    assert [task.task_id for task in asyncio.run(listing)] == ["a"]
+    with handle:
+        pass

@@ -65,7 +65,7 @@ macro_rules! handle_methods {
                 data: Option<&Bound<'_, PyAny>>,
             ) -> $crate::session_store::Answer<'py> {
                 let message = $crate::arguments::string(message, "message")?;
-                let message = $crate::arguments::text(&message, "message")?.to_owned();
+                let message = $crate::arguments::text(&message, "message")?;
                 let data = data
                     .filter(|data| !data.is_none())
                     .map($crate::event_arguments::StoredValue::data)

@@ -44,9 +44,9 @@ pub(crate) trait SessionStore: 'static {
     type Error: Send + 'static;
     /// A cancel whose work the composition waits for.
     type CancelWork: CancelWork<Value = Self::Value, Error = Self::Error>;
-    /// Whether a wait that is already over is known without waiting (in memory; on Redis a wait asks the
-    /// server), so that the waits answer it at once.
-    const ANSWERS_AT_ONCE: bool;
+    /// Whether the store's waits are woken in this process, by the transitions themselves (memory), so that
+    /// they are polled on the loop that awaits them; otherwise (Redis) they run on the runtime.
+    const WAITS_ON_THE_LOOP: bool;
 
     fn session_id(&self) -> &str;
 
@@ -238,7 +238,7 @@ pub(crate) trait HandleStore {
     fn progress<'py>(
         &self,
         py: Python<'py>,
-        message: String,
+        message: &str,
         data: Option<Self::Value>,
     ) -> Answer<'py>;
 

@@ -9,7 +9,6 @@
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -19,7 +18,6 @@ use subagent_tracker::{cancel_wait_timeout_message, SubagentTaskSnapshot};
 
 use crate::asyncio_waker::future_for;
 use crate::loop_inbox::{asyncio_future, WhenAbandoned};
-use crate::ready::Ready;
 use crate::runtime::runtime;
 use crate::session_store::{Answer, CancelWork, SessionStore};
 use crate::start_on_await::StartOnAwait;
@@ -73,32 +71,15 @@ type Outcome<S> = Result<
     String,
 >;
 
-/// An awaitable of `wait`'s outcome. A store that answers at once (memory) waits on the loop that awaits, or,
-/// with a timeout (whose timer is the runtime's), is asked first on this thread: a wait already over (a finished
-/// task; a cancel whose handlers ran as it was made) is answered with no trip through the runtime and the loop.
-/// Otherwise the wait runs on the runtime.
+/// An awaitable of `wait`'s outcome: polled on the loop that awaits it for a store whose waits are woken in
+/// this process (memory), run on the runtime otherwise (Redis).
 fn deliver<'py, S, F>(store: &S, py: Python<'py>, timed: bool, wait: F) -> Answer<'py>
 where
     S: SessionStore,
     F: Future<Output = Outcome<S>> + Send + 'static,
 {
-    if S::ANSWERS_AT_ONCE && !timed {
-        return on_the_loop::<S, F>(py, wait);
-    }
-    let mut wait = Box::pin(wait);
-    if S::ANSWERS_AT_ONCE {
-        // A timeout makes its timer on the first poll, on the runtime's clock (a wait without one starts no
-        // runtime when it is over at once).
-        let context = timed
-            .then(runtime)
-            .transpose()?
-            .map(|runtime| runtime.enter());
-        let polled = wait.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-        drop(context);
-        if let Poll::Ready(outcome) = polled {
-            let snapshot = final_snapshot::<S>(py, outcome)?;
-            return Ok(Bound::new(py, Ready::new(snapshot))?.into_any());
-        }
+    if S::WAITS_ON_THE_LOOP {
+        return on_the_loop::<S, F>(py, timed, wait);
     }
     asyncio_future(
         py,
@@ -109,9 +90,11 @@ where
     )
 }
 
-/// `wait` polled on the loop that awaits it, woken by the core directly as a token's waits are: no runtime, no
-/// thread. Each poll that finds it pending gives a future of the loop that its next wake-up resolves.
-fn on_the_loop<'py, S, F>(py: Python<'py>, wait: F) -> Answer<'py>
+/// `wait` polled on the loop that awaits it, woken by the core directly as a token's waits are: a wait already
+/// over ends at its first step, and one without a timeout needs no runtime and no thread. Each poll that finds it
+/// pending gives a future of the loop that its next wake-up resolves (a timeout's timer is the runtime's, entered
+/// while polling, and wakes it from there).
+fn on_the_loop<'py, S, F>(py: Python<'py>, timed: bool, wait: F) -> Answer<'py>
 where
     S: SessionStore,
     F: Future<Output = Outcome<S>> + Send + 'static,
@@ -119,6 +102,10 @@ where
     let state = Arc::new(Mutex::new((Box::pin(wait), None)));
     let polled = state.clone();
     let poll = move |owner: &Bound<'_, PyAny>| {
+        let context = timed
+            .then(runtime)
+            .transpose()?
+            .map(|runtime| runtime.enter());
         let mut state = polled.lock();
         let (wait, outcome) = &mut *state;
         let pending = future_for(owner.py(), (), |(), context| {
@@ -126,6 +113,7 @@ where
                 .poll(context)
                 .map(|ready| *outcome = Some(ready))
         })?;
+        drop(context);
         Ok(pending.map(|(future, ())| future))
     };
     let finish = move |owner: &Bound<'_, PyAny>| match state.lock().1.take() {

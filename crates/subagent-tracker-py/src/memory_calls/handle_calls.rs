@@ -66,15 +66,10 @@ impl HandleStore for HandleCalls {
         Ok(self.token.get_or_init(|| token).clone_ref(py))
     }
 
-    fn progress<'py>(
-        &self,
-        py: Python<'py>,
-        message: String,
-        data: Option<PyValue>,
-    ) -> Answer<'py> {
+    fn progress<'py>(&self, py: Python<'py>, message: &str, data: Option<PyValue>) -> Answer<'py> {
         let recorded = with_wake_batch(py, || match data {
-            Some(data) => self.handle.progress_with(&message, data),
-            None => self.handle.progress(&message),
+            Some(data) => self.handle.progress_with(message, data),
+            None => self.handle.progress(message),
         })?;
         answer(py, self.awaited, recorded)
     }

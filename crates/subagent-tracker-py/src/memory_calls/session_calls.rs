@@ -74,7 +74,7 @@ impl SessionStore for SessionCalls {
     type BatchHandle = Py<PyAny>;
     type Error = Infallible;
     type CancelWork = CancelWait<PyValue>;
-    const ANSWERS_AT_ONCE: bool = true;
+    const WAITS_ON_THE_LOOP: bool = true;
 
     fn session_id(&self) -> &str {
         self.tracker.session_id()

@@ -137,8 +137,8 @@ impl HandleStore for HandleCalls {
         }
     }
 
-    fn progress<'py>(&self, py: Python<'py>, message: String, data: Option<String>) -> Answer<'py> {
-        let handle = self.handle.clone();
+    fn progress<'py>(&self, py: Python<'py>, message: &str, data: Option<String>) -> Answer<'py> {
+        let (handle, message) = (self.handle.clone(), message.to_owned());
         self.delivery.deliver(
             py,
             self.made_in,

@@ -99,7 +99,7 @@ impl SessionStore for SessionCalls {
     type BatchHandle = BatchHandle;
     type Error = RedisTrackerError;
     type CancelWork = RedisCancelWork;
-    const ANSWERS_AT_ONCE: bool = false;
+    const WAITS_ON_THE_LOOP: bool = false;
 
     fn session_id(&self) -> &str {
         self.session.session_id()
