@@ -54,14 +54,11 @@ from subagent_tracker._native import (
     SESSION_LOST_REASON,
     WORKER_LOST_ERROR,
     AsyncRedisRegistry,
-    AsyncRedisSession,
     AsyncRedisTaskHandle,
-    AwaitableSession,
     AwaitableTaskHandle,
     CancelCallbackRegistration,
     CancellationToken,
     RedisRegistry,
-    RedisSession,
     RedisTaskHandle,
     Registry,
     SubagentEvent,
@@ -82,7 +79,15 @@ from subagent_tracker._protocols import (
     SessionProtocol,
     TaskHandleProtocol,
 )
-from subagent_tracker._session import DEFAULT_GRACE_SECONDS, EventStream, Session, SpawnedSubagent
+from subagent_tracker._session import (
+    DEFAULT_GRACE_SECONDS,
+    AsyncRedisSession,
+    AwaitableSession,
+    EventStream,
+    RedisSession,
+    Session,
+    SpawnedSubagent,
+)
 from subagent_tracker._status import SubagentStatus
 
 # Deadlines may pass while the interpreter shuts down; the core's threads must then leave Python alone.

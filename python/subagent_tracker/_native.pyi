@@ -69,6 +69,7 @@ __all__ = [
     "_after_fork_in_parent",
     "_before_fork",
     "_check_seconds",
+    "_hand_out_sessions_as",
     "_interpreter_exiting",
     "_quoted",
     "pending_deadlines",
@@ -81,6 +82,9 @@ def _after_fork_in_parent() -> None: ...
 def _after_fork_in_child() -> None: ...
 def _check_seconds(value: float | None, name: str) -> None: ...
 def _quoted(text: str) -> str: ...
+def _hand_out_sessions_as(
+    memory: type[Session], redis: type[RedisSession], async_redis: type[AsyncRedisSession]
+) -> None: ...
 
 @final
 class CancelCallbackRegistration:
@@ -469,7 +473,7 @@ class Session(_SessionCalls[SubagentTaskHandle]):
 
 @final
 class _SessionState:
-    """A session's shared state, handed by a registry to the ``Session`` it builds."""
+    """What a session is built around, handed by the binding to the session class it builds."""
 
 @final
 class Registry:
@@ -512,27 +516,16 @@ class RedisRegistry:
         self,
         session_id: str | None = None,
         **options: Unpack[SessionOptions],
-    ) -> RedisSession: ...
-    def get_session(self, session_id: str) -> RedisSession | None: ...
+    ) -> _session.RedisSession: ...
+    def get_session(self, session_id: str) -> _session.RedisSession | None: ...
     def sessions(self) -> list[str]: ...
 
-@final
+@disjoint_base
 class RedisSession(_SessionCalls[RedisTaskHandle]):
-    """A session kept in Redis, seen from this process: one incarnation of its id. Once that incarnation
-    has ended (closed and drained with its id opened again, swept after ``session_ttl``, or lost with a
-    server that restarted empty), its transitions, and its queries once its keys are gone, raise
-    ``SessionClosedError``. Metadata and results cross processes as JSON: mappings with ``str`` keys,
-    lists, tuples, ``str``, ``int``, ``float``, ``bool`` or ``None``, nested at most 64 deep."""
+    """A session kept in Redis (the native half of ``subagent_tracker.RedisSession``)."""
 
-    def spawn_subagent_task(
-        self,
-        function: Callable[[RedisTaskHandle], Awaitable[Any]],
-        task_id: str | None = None,
-        *,
-        grace: float = ...,
-        **options: Unpack[StartOptions],
-    ) -> _session.SpawnedSubagent: ...
-    def events(self) -> _session.EventStream: ...
+    def __new__(cls, *, _state: _SessionState) -> RedisSession: ...
+    def _subscribe(self) -> RedisEventReader: ...
     def __enter__(self) -> RedisSession: ...
     def __exit__(self, _exception_type: object, _exception: object, _traceback: object) -> bool: ...
 
@@ -576,24 +569,17 @@ class AsyncRedisRegistry:
         self,
         session_id: str | None = None,
         **options: Unpack[SessionOptions],
-    ) -> asyncio.Future[AsyncRedisSession]: ...
-    def get_session(self, session_id: str) -> asyncio.Future[AsyncRedisSession | None]: ...
+    ) -> asyncio.Future[_session.AsyncRedisSession]: ...
+    def get_session(self, session_id: str) -> asyncio.Future[_session.AsyncRedisSession | None]: ...
     def sessions(self) -> asyncio.Future[list[str]]: ...
 
-@final
+@disjoint_base
 class AsyncRedisSession(_AsyncSessionCalls[AsyncRedisTaskHandle]):
-    """A session kept in Redis, for asyncio programs: ``RedisSession`` with every call awaited."""
+    """A Redis session for asyncio programs (the native half of ``subagent_tracker.AsyncRedisSession``)."""
 
-    def spawn_subagent_task(
-        self,
-        function: Callable[[AsyncRedisTaskHandle], Awaitable[Any]],
-        task_id: str | None = None,
-        *,
-        grace: float = ...,
-        **options: Unpack[StartOptions],
-    ) -> Awaitable[_session.SpawnedSubagent]: ...
-    def events(self) -> asyncio.Future[_session.EventStream]: ...
-    def _blocking(self) -> RedisSession: ...
+    def __new__(cls, *, _state: _SessionState) -> AsyncRedisSession: ...
+    def _subscribe(self) -> asyncio.Future[RedisEventReader]: ...
+    def _blocking(self) -> _session.RedisSession: ...
 
 @final
 class AsyncRedisTaskHandle(_AsyncHandleCalls):
@@ -605,24 +591,15 @@ class AsyncRedisTaskHandle(_AsyncHandleCalls):
         self, _exception_type: object, exception: object, _traceback: object
     ) -> asyncio.Future[bool]: ...
 
-@final
+@disjoint_base
 class AwaitableSession(_AsyncSessionCalls[AwaitableTaskHandle]):
-    """``AwaitableSession(session)``: the in-memory ``session`` with every call awaited, as an
-    ``AsyncRedisSession``'s are. The calls complete at once."""
+    """An in-memory session, awaited (the native half of ``subagent_tracker.AwaitableSession``)."""
 
     def __new__(cls, session: _session.Session) -> AwaitableSession: ...
     @property
     def session(self) -> _session.Session: ...
     def _blocking(self) -> _session.Session: ...
-    def spawn_subagent_task(
-        self,
-        function: Callable[[AwaitableTaskHandle], Awaitable[Any]],
-        task_id: str | None = None,
-        *,
-        grace: float = ...,
-        **options: Unpack[StartOptions],
-    ) -> Awaitable[_session.SpawnedSubagent]: ...
-    def events(self) -> Ready[_session.EventStream]: ...
+    def _subscribe(self) -> EventSubscription: ...
     def __eq__(self, value: object, /) -> bool: ...
     def __hash__(self) -> int: ...
 

@@ -107,15 +107,12 @@ class AsyncSessionProtocol(_AsyncSessionCalls[AsyncTaskHandleProtocol], Protocol
 
 if TYPE_CHECKING:
     from subagent_tracker._native import (
-        AsyncRedisSession,
         AsyncRedisTaskHandle,
-        AwaitableSession,
         AwaitableTaskHandle,
-        RedisSession,
         RedisTaskHandle,
         SubagentTaskHandle,
     )
-    from subagent_tracker._session import Session
+    from subagent_tracker._session import AsyncRedisSession, AwaitableSession, RedisSession, Session
 
     # mypy proves here, on every lint run, that each class satisfies its protocol.
     def _blocking_sessions(session: Session | RedisSession) -> SessionProtocol:

@@ -1,4 +1,5 @@
-"""``Session``: the native session plus the parts that are best written in Python (awaiting, iterating)."""
+"""The session classes: each native session plus the parts that are best written in Python (a spawned
+subagent's asyncio task, the event stream's async iteration)."""
 
 from __future__ import annotations
 
@@ -6,28 +7,25 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from subagent_tracker import _native
 from subagent_tracker._errors import TaskCancelledError, UnknownTaskError
 from subagent_tracker._native import (
     _EVENT_STREAM_BUSY,
     _check_seconds,
     _quoted,  # how every message quotes an id: the core's rule
 )
-from subagent_tracker._native import Session as _NativeSession
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
     from subagent_tracker._native import (
-        AsyncRedisSession,
         AsyncRedisTaskHandle,
-        AwaitableSession,
         AwaitableTaskHandle,
         EventSubscription,
         RedisEventReader,
-        RedisSession,
         RedisTaskHandle,
         SubagentEvent,
         SubagentTask,
@@ -66,7 +64,7 @@ DEFAULT_GRACE_SECONDS = 5.0
 
 
 def _spawn_subagent_task(
-    session: Session | RedisSession,
+    session: _native.Session | _native.RedisSession,
     function: Callable[[Any], Awaitable[Any]],
     task_id: str | None = None,
     *,
@@ -88,7 +86,7 @@ def _spawn_subagent_task(
 
 
 async def _spawn_subagent_task_async(
-    session: AsyncRedisSession | AwaitableSession,
+    session: _native.AsyncRedisSession | _native.AwaitableSession,
     function: Callable[[Any], Awaitable[Any]],
     task_id: str | None = None,
     *,
@@ -102,7 +100,7 @@ async def _spawn_subagent_task_async(
     return SpawnedSubagent(handle, function, grace, loop)
 
 
-class Session(_NativeSession):
+class Session(_native.Session):
     """A scope that owns subagent tasks: start them, cancel one, a subtree or all, query them, await them.
 
     ``Session(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096, max_finished_age=None,
@@ -115,7 +113,6 @@ class Session(_NativeSession):
 
     __slots__ = ()
 
-    # The same function serves `RedisSession.spawn_subagent_task`.
     spawn_subagent_task = _spawn_subagent_task
 
     def events(self) -> EventStream:
@@ -135,6 +132,55 @@ class Session(_NativeSession):
     def __exit__(self, *_exception: object) -> None:
         """Leaving ``with session:`` closes the session: it lives in this process alone."""
         self.close()
+
+
+class RedisSession(_native.RedisSession):
+    """A session kept in Redis, seen from this process: one incarnation of its id. Once that incarnation
+    has ended (closed and drained with its id opened again, swept after ``session_ttl``, or lost with a
+    server that restarted empty), its transitions, and its queries once its keys are gone, raise
+    ``SessionClosedError``. Metadata and results cross processes as JSON: mappings with ``str`` keys,
+    lists, tuples, ``str``, ``int``, ``float``, ``bool`` or ``None``, nested at most 64 deep."""
+
+    __slots__ = ()
+
+    spawn_subagent_task = _spawn_subagent_task
+
+    def events(self) -> EventStream:
+        """``Session.events()``, with the events of every process that shares the session."""
+        return EventStream(self._subscribe())
+
+
+class AsyncRedisSession(_native.AsyncRedisSession):
+    """A session kept in Redis, for asyncio programs: ``RedisSession`` with every call awaited."""
+
+    __slots__ = ()
+
+    spawn_subagent_task = _spawn_subagent_task_async
+
+    def events(self) -> Coroutine[Any, Any, EventStream]:
+        """``RedisSession.events()``, awaited; the subscription starts at this call."""
+        return _event_stream(self._subscribe())
+
+
+class AwaitableSession(_native.AwaitableSession):
+    """``AwaitableSession(session)``: the in-memory ``session`` with every call awaited, as an
+    ``AsyncRedisSession``'s are. The calls complete at once."""
+
+    __slots__ = ()
+
+    spawn_subagent_task = _spawn_subagent_task_async
+
+    def events(self) -> Coroutine[Any, Any, EventStream]:
+        """``Session.events()``, awaited; the subscription starts at this call."""
+        return _event_stream(self._subscribe())
+
+
+async def _event_stream(subscription: EventSubscription | Awaitable[RedisEventReader]) -> EventStream:
+    return EventStream(await _resolved(subscription))
+
+
+# Every session a registry makes is one of these: the binding never calls back into this module.
+_native._hand_out_sessions_as(Session, RedisSession, AsyncRedisSession)
 
 
 class SpawnedSubagent:

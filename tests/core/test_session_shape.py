@@ -179,3 +179,37 @@ def test_help_shows_the_session_s_real_defaults_and_no_private_keyword() -> None
         "progress_log_size": 16,
     }
     assert "claimed" in (subagent_tracker.Session.events.__doc__ or "")
+
+
+def test_every_registry_hands_out_the_package_s_session_classes(module_redis_server: RedisServer) -> None:
+    """Spawning and the event stream are written in Python, on the package's subclass of each native session:
+    every registry builds its sessions as those classes, so these calls go into the binding and never back."""
+    url = module_redis_server.url
+
+    async def asyncio_sessions() -> tuple[object, object, object]:
+        session = await (await AsyncRedisRegistry.connect(url)).session(_fresh("classes"))
+        stream = await session.events()
+        stream.close()
+        return session, session._blocking(), stream
+
+    memory = subagent_tracker.Registry().session(_fresh("classes"))
+    redis = RedisRegistry(url).session(_fresh("classes"))
+    asyncio_session, blocking_twin, asyncio_stream = asyncio.run(asyncio_sessions())
+    assert type(memory) is Session
+    assert type(redis) is subagent_tracker.RedisSession
+    assert type(asyncio_session) is subagent_tracker.AsyncRedisSession
+    assert type(blocking_twin) is subagent_tracker.RedisSession
+    assert type(asyncio_stream) is subagent_tracker.EventStream
+    stream = redis.events()
+    assert type(stream) is subagent_tracker.EventStream
+    stream.close()
+    with pytest.raises(TypeError, match="_state"):
+        subagent_tracker.RedisSession()  # type: ignore[call-arg]
+
+
+def test_sessions_are_handed_out_only_as_subclasses_of_the_native_classes() -> None:
+    from subagent_tracker import _native
+
+    with pytest.raises(TypeError, match="must be a subclass of RedisSession"):
+        _native._hand_out_sessions_as(Session, Session, subagent_tracker.AsyncRedisSession)  # type: ignore[arg-type]
+    assert type(subagent_tracker.Registry().session()) is Session, "a refused call changes nothing"

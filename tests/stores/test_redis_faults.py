@@ -421,7 +421,8 @@ def test_a_cancel_no_replica_confirms_took_effect_and_says_so(redis_server: Redi
     assert not isinstance(unconfirmed.value, ConnectionError), "a retry would not cancel it again"
     # Read back by a client that does not wait for replicas: every call of the first waits too.
     unreplicated = RedisRegistry(redis_server.url, timeout=5).session("s")
-    assert unreplicated.subagent_task("job").status == "cancelled", "it took effect"
+    cancelled = unreplicated.subagent_task("job")
+    assert cancelled is not None and cancelled.status == "cancelled", "it took effect"
     assert handle.token.wait(2)
     handle.complete()
 

@@ -17,7 +17,7 @@ use crate::errors::redis_error;
 use crate::keyword_options::registry_options;
 use crate::redis_calls::{RegistryCalls, Waiting};
 use crate::redis_classes::redis_classes;
-use crate::redis_registry::{RedisSession, BLOCKING};
+use crate::redis_registry::BLOCKING;
 use crate::runtime::MadeIn;
 use crate::start_on_await::StartOnAwait;
 
@@ -73,13 +73,13 @@ redis_classes! {
 
     /// A session kept in Redis, for asyncio programs: the `RedisSession` whose calls are awaited.
     session AsyncRedisSession {
-        spawn: "_spawn_subagent_task_async",
+        handed_out_as: async_redis,
         handle_description: "an AsyncRedisTaskHandle";
 
         /// The same session with calls that block: for the few steps a framework makes synchronous (entering a
         /// streamed run that its API returns at once). Shares this session's connection.
-        fn _blocking(&self) -> RedisSession {
-            RedisSession::new(self.store.with_delivery(BLOCKING))
+        fn _blocking(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+            self.store.with_delivery(BLOCKING).into_object(py)
         }
     }
 

@@ -6,22 +6,19 @@
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyTraverseError;
 
+use crate::events::EventSubscription;
 use crate::handle::handle_repr;
 use crate::handle_methods::handle_methods;
 use crate::memory_calls::{HandleCalls, SessionCalls};
-use crate::package_imports::{event_stream_class, spawn};
 use crate::python_types::PyValue;
-use crate::ready::Ready;
 use crate::session::Session;
 use crate::session_methods::session_methods;
-use crate::session_store::Answer;
 
 /// `AwaitableSession(session)`: the in-memory `session` with every call awaited, as an `AsyncRedisSession`'s
 /// are. The calls complete at once.
-#[pyclass(frozen, module = "subagent_tracker._native")]
+#[pyclass(subclass, frozen, module = "subagent_tracker._native")]
 pub(crate) struct AwaitableSession {
     store: SessionCalls,
     /// The `Session` object seen through awaits, for its blocking calls.
@@ -80,24 +77,9 @@ session_methods! {
             self.session.clone_ref(py)
         }
 
-        /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as
-        /// `Session.spawn_subagent_task` does; awaiting this call gives the `SpawnedSubagent`.
-        #[pyo3(signature = (*args, **kwargs))]
-        // What `help()` and `inspect.signature` show: the spawn function's own parameters.
-        #[pyo3(text_signature = "($self, function, task_id=None, *, grace=5.0, **options)")]
-        fn spawn_subagent_task<'py>(
-            slf: &Bound<'py, Self>,
-            args: &Bound<'py, PyTuple>,
-            kwargs: Option<&Bound<'py, PyDict>>,
-        ) -> Answer<'py> {
-            spawn(slf.as_any(), args, kwargs, "_spawn_subagent_task_async")
-        }
-
-        /// An awaitable of the session's `EventStream`, subscribed at this call.
-        fn events<'py>(&self, py: Python<'py>) -> Answer<'py> {
-            let subscription = crate::events::EventSubscription::new(self.store.tracker.subscribe());
-            let stream = event_stream_class(py)?.call1((subscription,))?;
-            Ok(Bound::new(py, Ready::new(stream.unbind()))?.into_any())
+        /// Subscribes to the session's lifecycle events from this call on: what the package's `events()` reads.
+        fn _subscribe(&self) -> EventSubscription {
+            EventSubscription::new(self.store.tracker.subscribe())
         }
 
         fn __hash__(&self) -> usize {

@@ -45,6 +45,7 @@ mod resume_wait;
 mod runner_exit;
 mod runtime;
 mod session;
+mod session_classes;
 mod session_methods;
 mod session_store;
 mod snapshot;
@@ -61,7 +62,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<session::Session>()?;
-    module.add_class::<session::SessionState>()?;
+    module.add_class::<session_classes::SessionState>()?;
     module.add_class::<registry::Registry>()?;
     module.add_class::<redis_registry::RedisRegistry>()?;
     module.add_class::<redis_registry::RedisSession>()?;
@@ -91,6 +92,10 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
+    module.add_function(wrap_pyfunction!(
+        session_classes::_hand_out_sessions_as,
+        module
+    )?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The keyword options as the native classes read them, for the test that holds the typed dicts of
     // `subagent_tracker._options` to them.

@@ -2,10 +2,8 @@
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::types::PyType;
 use subagent_tracker::SubagentStatus;
-
-use crate::session_store::Answer;
 
 fn module<'py>(
     py: Python<'py>,
@@ -67,58 +65,8 @@ pub(crate) fn progress_entry_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>
         .bind(py))
 }
 
-/// `subagent_tracker.Session`, which registries hand out.
-pub(crate) fn session_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    session_module_attribute(py, &CLASS, "Session")
-}
-
-/// `subagent_tracker.EventStream`, which Redis sessions hand out as in-memory ones do.
-pub(crate) fn event_stream_class(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
-    static CLASS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-    session_module_attribute(py, &CLASS, "EventStream")
-}
-
-/// A function of `subagent_tracker._session` that spawns a subagent: Redis sessions share them with in-memory
-/// ones.
-pub(crate) fn spawn_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
-    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    module(py, &MODULE, "subagent_tracker._session")?.getattr(name)
-}
-
-fn session_module_attribute<'py>(
-    py: Python<'py>,
-    class: &'static PyOnceLock<Py<PyAny>>,
-    name: &str,
-) -> PyResult<&'py Bound<'py, PyAny>> {
-    Ok(class
-        .get_or_try_init(py, || {
-            Ok::<_, PyErr>(
-                py.import("subagent_tracker._session")?
-                    .getattr(name)?
-                    .unbind(),
-            )
-        })?
-        .bind(py))
-}
-
 /// `json.dumps` or `json.loads`: metadata and results cross processes as JSON.
 pub(crate) fn json_function<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
     module(py, &MODULE, "json")?.getattr(name)
-}
-
-/// `function(session, *args, **kwargs)`, a spawn function of `subagent_tracker._session` that both kinds of
-/// session share with in-memory ones.
-pub(crate) fn spawn<'py>(
-    session: &Bound<'py, PyAny>,
-    args: &Bound<'py, PyTuple>,
-    kwargs: Option<&Bound<'py, PyDict>>,
-    function: &str,
-) -> Answer<'py> {
-    let py = session.py();
-    let mut arguments = vec![session.clone()];
-    arguments.extend(args.iter());
-    let arguments = PyTuple::new(py, arguments)?;
-    spawn_function(py, function)?.call(arguments, kwargs)
 }

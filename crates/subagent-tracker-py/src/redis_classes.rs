@@ -10,16 +10,16 @@ use crate::redis_calls::{HandleCalls, SessionCalls};
 use crate::session_store::{HandleStore, SessionStore};
 
 /// Declares `$registry`, `$session` and `$handle`, the classes of one family, and `$delivery`, the
-/// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$spawn` names the package
-/// function that spawns a task for this family; `$handle_description` is how `end_subagent_tasks` names the
-/// handle it expects. Each `{ ... }` block adds the methods only that class of the family has (the registry's
+/// [`Delivery`](crate::redis_calls::Delivery) that makes its sessions and handles. `$handed_out` names the
+/// package's subclass of `$session` that sessions are handed out as (`session_classes`); `$handle_description` is
+/// how `end_subagent_tasks` names the handle it expects. Each `{ ... }` block adds the methods only that class of the family has (the registry's
 /// constructor, `with`, `async with`).
 macro_rules! redis_classes {
     (
         delivery: $delivery:ident = $waiting:expr;
         $(#[$registry_meta:meta])* registry $registry:ident { $($registry_methods:tt)* }
         $(#[$session_meta:meta])* session $session:ident {
-            spawn: $spawn:literal, handle_description: $handle_description:literal;
+            handed_out_as: $handed_out:ident, handle_description: $handle_description:literal;
             $($session_methods:tt)*
         }
         $(#[$handle_meta:meta])* handle $handle:ident $($with:ident)? { $($handle_methods:tt)* }
@@ -38,21 +38,21 @@ macro_rules! redis_classes {
         }
 
         $(#[$session_meta])*
-        #[pyclass(frozen, module = "subagent_tracker._native")]
+        #[pyclass(subclass, frozen, module = "subagent_tracker._native")]
         pub(crate) struct $session {
             store: $crate::redis_calls::SessionCalls,
         }
 
         impl $session {
-            pub(crate) fn new(store: $crate::redis_calls::SessionCalls) -> $session {
-                $session { store }
-            }
-
             fn into_object(
                 py: Python<'_>,
                 calls: $crate::redis_calls::SessionCalls,
             ) -> PyResult<Py<PyAny>> {
-                Py::new(py, $session::new(calls)).map(Py::into_any)
+                $crate::session_classes::session_object(
+                    py,
+                    |classes| &classes.$handed_out,
+                    $crate::session_classes::SessionOfStore::Redis(calls),
+                )
             }
         }
 
@@ -129,25 +129,18 @@ macro_rules! redis_classes {
             $session, $handle, $handle_description, {
                 $($session_methods)*
 
-                /// Starts a task and runs `await function(handle)` as an asyncio task of the running loop, as
-                /// `Session.spawn_subagent_task` does (the same code runs both); on the asyncio classes, awaiting
-                /// this call gives the `SpawnedSubagent` once the task has started.
-                #[pyo3(signature = (*args, **kwargs))]
-        // What `help()` and `inspect.signature` show: the spawn function's own parameters.
-        #[pyo3(text_signature = "($self, function, task_id=None, *, grace=5.0, **options)")]
-                fn spawn_subagent_task<'py>(
-                    slf: &Bound<'py, Self>,
-                    args: &Bound<'py, pyo3::types::PyTuple>,
-                    kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
-                ) -> $crate::session_store::Answer<'py> {
-                    $crate::package_imports::spawn(slf.as_any(), args, kwargs, $spawn)
+                /// Only the binding builds a session (`session_classes`).
+                #[new]
+                #[pyo3(signature = (*, _state))]
+                fn new(_state: PyRef<'_, $crate::session_classes::SessionState>) -> PyResult<Self> {
+                    let store = $crate::session_classes::redis_calls(&_state)?;
+                    Ok($session { store })
                 }
 
-                /// An async iterator of the session's lifecycle events from the subscription on, whichever
-                /// process makes them: the `EventStream` that in-memory sessions hand out, reading from Redis (on
-                /// the asyncio classes, awaiting this call subscribes and gives it).
-                fn events<'py>(&self, py: Python<'py>) -> $crate::session_store::Answer<'py> {
-                    self.store.events(py)
+                /// Subscribes to the session's lifecycle events, whichever process makes them, from this call on:
+                /// what the package's `events()` reads (on the asyncio classes, awaiting this call subscribes).
+                fn _subscribe<'py>(&self, py: Python<'py>) -> $crate::session_store::Answer<'py> {
+                    self.store.subscribe(py)
                 }
 
                 fn __hash__(&self) -> u64 {

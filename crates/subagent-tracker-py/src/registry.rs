@@ -9,9 +9,8 @@ use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
 use crate::arguments::{Id, SessionIdArgument};
 use crate::errors::tracker_error;
 use crate::keyword_options::session_config;
-use crate::package_imports::session_class;
 use crate::python_types::{metadata_merge, PyValue};
-use crate::session::SessionState;
+use crate::session_classes::{self, SessionOfStore};
 
 /// The live sessions of this process, by id.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -24,9 +23,11 @@ fn session_object(
     py: Python<'_>,
     tracker: InMemorySubagentTaskTracker<PyValue>,
 ) -> PyResult<Py<PyAny>> {
-    let keywords = PyDict::new(py);
-    keywords.set_item("_state", SessionState { tracker })?;
-    Ok(session_class(py)?.call((), Some(&keywords))?.unbind())
+    session_classes::session_object(
+        py,
+        |classes| &classes.memory,
+        SessionOfStore::Memory(tracker),
+    )
 }
 
 #[pymethods]

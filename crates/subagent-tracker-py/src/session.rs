@@ -1,6 +1,7 @@
 //! `Session`: one scope of subagent tasks, backed by the core's in-memory tracker. Its methods are every
 //! session's (`session_methods!`); this file holds what only an in-memory session has.
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -13,9 +14,11 @@ use crate::handle::SubagentTaskHandle;
 use crate::keyword_options::session_config;
 use crate::memory_calls::SessionCalls;
 use crate::python_types::{metadata_merge, python_repr, PyValue};
+use crate::session_classes::{SessionOfStore, SessionState};
 use crate::session_methods::session_methods;
 
-/// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds what is best written in Python.
+/// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds what is best written in Python
+/// (`session_classes`).
 ///
 /// It owns the Python references its tasks hold (metadata and results): it shows them to the garbage
 /// collector, and clears them when the collector finds it unreachable in a cycle. Handles keep it alive, so
@@ -30,12 +33,6 @@ impl Session {
     pub(crate) fn tracker(&self) -> &InMemorySubagentTaskTracker<PyValue> {
         &self.store.tracker
     }
-}
-
-/// A session's shared state, handed by a registry to the `Session` object it builds around it.
-#[pyclass(frozen, module = "subagent_tracker._native", name = "_SessionState")]
-pub(crate) struct SessionState {
-    pub(crate) tracker: InMemorySubagentTaskTracker<PyValue>,
 }
 
 session_methods! {
@@ -53,8 +50,9 @@ session_methods! {
             _state: Option<PyRef<'_, SessionState>>,
             options: Option<&Bound<'_, PyDict>>,
         ) -> PyResult<Session> {
-            let tracker = match _state {
-                Some(state) => state.tracker.clone(),
+            let tracker = match _state.as_deref() {
+                Some(SessionState(SessionOfStore::Memory(tracker))) => tracker.clone(),
+                Some(_) => return Err(PyTypeError::new_err("a Session is built around an in-memory session")),
                 None => {
                     let config = session_config(options, "Session")?;
                     let tracker = InMemorySubagentTaskTracker::with_config(

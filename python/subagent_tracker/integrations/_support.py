@@ -16,17 +16,21 @@ from typing import Any, ParamSpec, TypeAlias, TypeVar, cast
 
 from subagent_tracker._install import install_hint
 from subagent_tracker._native import (
-    AsyncRedisSession,
     AsyncRedisTaskHandle,
-    AwaitableSession,
     AwaitableTaskHandle,
     CancellationToken,
-    RedisSession,
     RedisTaskHandle,
     SubagentTaskHandle,
     _check_seconds,
 )
-from subagent_tracker._session import Session, _in_background, _resolved
+from subagent_tracker._session import (
+    AsyncRedisSession,
+    AwaitableSession,
+    RedisSession,
+    Session,
+    _in_background,
+    _resolved,
+)
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")

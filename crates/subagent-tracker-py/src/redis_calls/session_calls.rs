@@ -21,7 +21,6 @@ use super::{get_task, object, snapshot, snapshots, Delivery, HandleCalls};
 use crate::arguments::{Id, TaskIdArgument};
 use crate::errors::redis_error;
 use crate::filter_arguments::FilterArguments;
-use crate::package_imports::event_stream_class;
 use crate::redis_events::RedisEventReader;
 use crate::runtime::MadeIn;
 use crate::session_store::{Answer, CancelWork, SessionStore};
@@ -39,7 +38,7 @@ pub(crate) struct SessionCalls {
 
 impl SessionCalls {
     /// The session as the Python class of its delivery.
-    pub(super) fn into_object(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    pub(crate) fn into_object(self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         (self.delivery.session_class)(py, self)
     }
 
@@ -78,8 +77,8 @@ impl SessionCalls {
         }
     }
 
-    /// The session's events from this call on, as an `EventStream`.
-    pub(crate) fn events<'py>(&self, py: Python<'py>) -> Answer<'py> {
+    /// A reader of the session's events from this call on.
+    pub(crate) fn subscribe<'py>(&self, py: Python<'py>) -> Answer<'py> {
         let (session, made_in) = (self.session.clone(), self.made_in);
         self.delivery.deliver(
             py,
@@ -87,8 +86,7 @@ impl SessionCalls {
             async move { session.subscribe().await },
             move |py, subscription| {
                 let subscription = subscription.map_err(|error| redis_error(py, error))?;
-                let reader = RedisEventReader::start(subscription, made_in)?;
-                Ok(event_stream_class(py)?.call1((reader,))?.unbind())
+                Ok(Py::new(py, RedisEventReader::start(subscription, made_in)?)?.into_any())
             },
         )
     }
