@@ -18,10 +18,12 @@ from __future__ import annotations
 import atexit
 import os
 
+from subagent_tracker import _errors, _native
 from subagent_tracker._checkpoints import (
     GuardedStream,
     ToolCall,
     ToolOutcome,
+    run_cancel_handler,
     run_tool_calls,
     run_until_cancelled,
 )
@@ -89,6 +91,20 @@ from subagent_tracker._session import (
     SpawnedSubagent,
 )
 from subagent_tracker._status import SubagentStatus
+
+# What the binding uses of this half, handed over before any session exists: the binding imports no module of
+# the package, so every call goes one way, from here into the binding.
+_native._bind_python_half(
+    errors=_errors,
+    status=SubagentStatus,
+    progress_entry=ProgressEntry,
+    guarded_stream=GuardedStream,
+    run_until_cancelled=run_until_cancelled,
+    run_cancel_handler=run_cancel_handler,
+    session=Session,
+    redis_session=RedisSession,
+    async_redis_session=AsyncRedisSession,
+)
 
 # Deadlines may pass while the interpreter shuts down; the core's threads must then leave Python alone.
 atexit.register(_interpreter_exiting)

@@ -11,6 +11,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from types import ModuleType
 from typing import Any, Final, Literal, Protocol, TypeVar, final, type_check_only
 
 from typing_extensions import Unpack, disjoint_base
@@ -68,8 +69,8 @@ __all__ = [
     "_after_fork_in_child",
     "_after_fork_in_parent",
     "_before_fork",
+    "_bind_python_half",
     "_check_seconds",
-    "_hand_out_sessions_as",
     "_interpreter_exiting",
     "_quoted",
     "pending_deadlines",
@@ -82,8 +83,17 @@ def _after_fork_in_parent() -> None: ...
 def _after_fork_in_child() -> None: ...
 def _check_seconds(value: float | None, name: str) -> None: ...
 def _quoted(text: str) -> str: ...
-def _hand_out_sessions_as(
-    memory: type[Session], redis: type[RedisSession], async_redis: type[AsyncRedisSession]
+def _bind_python_half(
+    *,
+    errors: ModuleType,
+    status: type[SubagentStatus],
+    progress_entry: type[ProgressEntry],
+    guarded_stream: type[GuardedStream[Any]],
+    run_until_cancelled: Callable[[CancellationToken, Awaitable[Any]], Coroutine[Any, Any, Any]],
+    run_cancel_handler: Callable[[Awaitable[object], HandlerCompletion], Coroutine[Any, Any, None]],
+    session: type[_session.Session],
+    redis_session: type[_session.RedisSession],
+    async_redis_session: type[_session.AsyncRedisSession],
 ) -> None: ...
 
 @final

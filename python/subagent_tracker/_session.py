@@ -179,10 +179,6 @@ async def _event_stream(subscription: EventSubscription | Awaitable[RedisEventRe
     return EventStream(await _resolved(subscription))
 
 
-# Every session a registry makes is one of these: the binding never calls back into this module.
-_native._hand_out_sessions_as(Session, RedisSession, AsyncRedisSession)
-
-
 class SpawnedSubagent:
     """A subagent running as an asyncio task; ``await`` it for its final snapshot."""
 

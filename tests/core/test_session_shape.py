@@ -205,11 +205,3 @@ def test_every_registry_hands_out_the_package_s_session_classes(module_redis_ser
     stream.close()
     with pytest.raises(TypeError, match="_state"):
         subagent_tracker.RedisSession()  # type: ignore[call-arg]
-
-
-def test_sessions_are_handed_out_only_as_subclasses_of_the_native_classes() -> None:
-    from subagent_tracker import _native
-
-    with pytest.raises(TypeError, match="must be a subclass of RedisSession"):
-        _native._hand_out_sessions_as(Session, Session, subagent_tracker.AsyncRedisSession)  # type: ignore[arg-type]
-    assert type(subagent_tracker.Registry().session()) is Session, "a refused call changes nothing"

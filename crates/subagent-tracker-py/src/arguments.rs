@@ -14,7 +14,6 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, Py
 use subagent_tracker::{TaskFailure, TrackerError};
 
 use crate::errors::tracker_error;
-use crate::package_imports::json_function;
 
 /// The name of an argument, for messages.
 pub(crate) trait ArgumentName {
@@ -269,14 +268,17 @@ pub(crate) fn frozen_copy(value: &Bound<'_, PyAny>, what: &'static str) -> PyRes
 /// `value` (a task's result, or metadata) as JSON text, under the rules of [`JsonMetadata`].
 pub(crate) fn json_text(value: &Bound<'_, PyAny>, what: &'static str) -> PyResult<String> {
     let plain = nested_copy(value, what, Copy::Json, 0)?;
-    json_function(value.py(), "dumps")?
+    static DUMPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    DUMPS
+        .import(value.py(), "json", "dumps")?
         .call1((plain,))?
         .extract()
 }
 
 /// The value JSON text stands for; as read-only as [`Metadata`] keeps it when `frozen`.
 pub(crate) fn from_json_text(py: Python<'_>, text: &str, frozen: bool) -> PyResult<Py<PyAny>> {
-    let value = json_function(py, "loads")?.call1((text,))?;
+    static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let value = LOADS.import(py, "json", "loads")?.call1((text,))?;
     Ok(if frozen {
         nested_copy(&value, "metadata", Copy::Frozen, 0)?.unbind()
     } else {

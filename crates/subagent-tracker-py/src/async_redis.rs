@@ -73,7 +73,7 @@ redis_classes! {
 
     /// A session kept in Redis, for asyncio programs: the `RedisSession` whose calls are awaited.
     session AsyncRedisSession {
-        handed_out_as: async_redis,
+        handed_out_as: async_redis_session,
         handle_description: "an AsyncRedisTaskHandle";
 
         /// The same session with calls that block: for the few steps a framework makes synchronous (entering a

@@ -11,7 +11,7 @@ use subagent_tracker::HandlerDone;
 
 use crate::asyncio_waker::{defer_interrupt, flush_wake_batch, running_loop};
 use crate::interpreter::with_python;
-use crate::package_imports::checkpoints;
+use crate::python_half::python_half;
 
 /// A registered cancel callback; `remove()` unregisters it if it has not run.
 #[pyclass(frozen, module = "subagent_tracker._native")]
@@ -91,8 +91,9 @@ impl PythonCallback {
         };
         let scheduled = (|| {
             let completion = Py::new(py, HandlerCompletion(Mutex::new(None)))?;
-            let tracked = checkpoints(py)?
-                .getattr("run_cancel_handler")?
+            let tracked = python_half(py)?
+                .run_cancel_handler
+                .bind(py)
                 .call1((outcome.bind(py), completion.bind(py)))?;
             let create_task = event_loop.getattr(py, "create_task")?;
             event_loop.call_method1(py, "call_soon_threadsafe", (create_task, &tracked))?;

@@ -6,7 +6,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use subagent_tracker::TrackerError;
 
-use crate::package_imports::error_class;
+use crate::python_half::error_class;
 
 /// `_quoted(text)`: `text` as the core's messages quote an id (`{:?}`: in double quotes, with quotes,
 /// backslashes and every character that does not print escaped), so that the Python layer's messages quote ids

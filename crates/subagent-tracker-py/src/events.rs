@@ -4,7 +4,7 @@ use parking_lot::Mutex;
 use pyo3::prelude::*;
 
 use crate::asyncio_waker::{future_for, with_wake_batch};
-use crate::package_imports::status_member;
+use crate::python_half::status_member;
 use crate::python_types::python_repr;
 
 /// One lifecycle event: `started`, `progress`, `cancelled`, `ended`, or `lagged` when events were missed.

@@ -33,7 +33,7 @@ mod interpreter;
 mod keyword_options;
 mod loop_inbox;
 mod memory_calls;
-mod package_imports;
+mod python_half;
 mod python_types;
 mod ready;
 mod redis_calls;
@@ -92,10 +92,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(interpreter::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(arguments::_check_seconds, module)?)?;
     module.add_function(wrap_pyfunction!(errors::_quoted, module)?)?;
-    module.add_function(wrap_pyfunction!(
-        session_classes::_hand_out_sessions_as,
-        module
-    )?)?;
+    module.add_function(wrap_pyfunction!(python_half::_bind_python_half, module)?)?;
     module.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // The keyword options as the native classes read them, for the test that holds the typed dicts of
     // `subagent_tracker._options` to them.

@@ -50,7 +50,7 @@ redis_classes! {
     /// ended, its transitions, and its queries once its keys are gone, raise `SessionClosedError`. Metadata and
     /// results cross processes as JSON: mappings with str keys, lists, tuples, str, int, float, bool or None.
     session RedisSession {
-        handed_out_as: redis, handle_description: "a RedisTaskHandle";
+        handed_out_as: redis_session, handle_description: "a RedisTaskHandle";
 
         fn __enter__(slf: Py<Self>) -> Py<Self> {
             slf

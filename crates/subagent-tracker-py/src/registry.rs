@@ -25,7 +25,7 @@ fn session_object(
 ) -> PyResult<Py<PyAny>> {
     session_classes::session_object(
         py,
-        |classes| &classes.memory,
+        |classes| &classes.session,
         SessionOfStore::Memory(tracker),
     )
 }

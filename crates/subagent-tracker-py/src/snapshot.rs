@@ -6,7 +6,7 @@ use pyo3::types::PyList;
 use pyo3::PyTraverseError;
 use subagent_tracker::SubagentTaskSnapshot;
 
-use crate::package_imports::{progress_entry_class, status_member};
+use crate::python_half::{progress_entry_class, status_member};
 use crate::python_types::{python_repr, PyValue};
 
 /// An immutable snapshot of one subagent task, taken atomically. It owns its references to the metadata and

@@ -13,7 +13,7 @@ use crate::asyncio_waker::future_for;
 use crate::blocking_wait::wait_interruptibly;
 use crate::cancel_callback::{CancelCallbackRegistration, PythonCallback};
 use crate::errors::task_cancelled_error;
-use crate::package_imports::checkpoints;
+use crate::python_half::python_half;
 use crate::python_types::python_repr;
 
 /// Fires when its task becomes cancelled, and never after the task completed or failed.
@@ -161,8 +161,9 @@ impl CancellationToken {
         slf: &Bound<'py, Self>,
         stream: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        checkpoints(slf.py())?
-            .getattr("GuardedStream")?
+        python_half(slf.py())?
+            .guarded_stream
+            .bind(slf.py())
             .call1((slf, stream))
     }
 
@@ -172,8 +173,9 @@ impl CancellationToken {
         slf: &Bound<'py, Self>,
         awaitable: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        checkpoints(slf.py())?
-            .getattr("run_until_cancelled")?
+        python_half(slf.py())?
+            .run_until_cancelled
+            .bind(slf.py())
             .call1((slf, awaitable))
     }
 
