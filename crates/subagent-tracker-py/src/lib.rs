@@ -11,6 +11,11 @@
 //! - the seam (`session_store`): what a class asks of its store, as two traits;
 //! - the stores behind it: `memory_calls` (the core's tracker, answered at once) and `redis_calls` (the Redis
 //!   store, its outcomes handed over by `Delivery`: blocking or asyncio).
+//!
+//! The package's Python half (its exceptions, the status enum, the async checkpoints, and its subclasses of the
+//! session classes, which add spawning and the event stream) is handed to the binding once, at import
+//! (`python_half`): the binding imports no module of the package, so a call goes from Python into the binding
+//! and never back by an import.
 
 // PyO3 hands extracted arguments and the GC visitor over by value, whether or not a method consumes them.
 #![allow(clippy::needless_pass_by_value)]
