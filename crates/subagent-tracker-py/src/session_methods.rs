@@ -32,13 +32,19 @@ macro_rules! session_methods {
                 task_id: Option<$crate::arguments::Id<$crate::arguments::TaskIdArgument>>,
                 options: Option<&Bound<'_, pyo3::types::PyDict>>,
             ) -> $crate::session_store::Answer<'py> {
-                let (start, _) = $crate::start_arguments::StartArguments::from_keywords(
-                    task_id,
-                    options,
-                    false,
-                    concat!(stringify!($session), ".start_subagent_task"),
-                )?
-                .into_start()?;
+                let start = match options {
+                    None => $crate::start_arguments::StartArguments::bare_start(task_id),
+                    Some(_) => {
+                        $crate::start_arguments::StartArguments::from_keywords(
+                            task_id,
+                            options,
+                            false,
+                            concat!(stringify!($session), ".start_subagent_task"),
+                        )?
+                        .into_start()?
+                        .0
+                    }
+                };
                 $crate::session_store::SessionStore::start(&slf.get().store, slf.as_any(), start)
             }
 

@@ -92,6 +92,15 @@ impl<'py> StartArguments<'py> {
         }
     }
 
+    /// The start of the task `task_id` with every option at its default: the call users repeat most, which
+    /// needs no options read.
+    pub(crate) fn bare_start<V>(task_id: Option<Id<TaskIdArgument>>) -> TaskStart<V> {
+        match task_id {
+            Some(task_id) => TaskStart::new().task_id(task_id.0),
+            None => TaskStart::new(),
+        }
+    }
+
     /// The task `task_id` with the keyword arguments `options` of the call `call` (`Class.method`), which
     /// `reserving` lets name a claim timeout. Errors read as Python's own keyword parsing words them: an
     /// unknown keyword first, then a value of the wrong type as `argument 'name': ...`.
