@@ -1,6 +1,7 @@
 //! The pure-Python half of the package, as the binding uses it: handed over once by the package when it is
-//! imported (`_bind_python_half`, the last step of `subagent_tracker/__init__.py`), so that the binding imports
-//! no module of the package and every call goes one way: from the package into the binding, never back.
+//! imported (`_bind_python_half`, in `subagent_tracker/__init__.py`, before any session exists), so that the
+//! binding imports no module of the package and every call goes one way: from the package into the binding,
+//! never back.
 //!
 //! The package's half is what is best written in Python: its exception classes, the `SubagentStatus` enum and
 //! `ProgressEntry` that snapshots hold, the async checkpoints, and the session classes that add spawning and the
