@@ -13,10 +13,6 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use subagent_tracker::SubagentStatus;
 
-use crate::async_redis::AsyncRedisSession;
-use crate::redis_registry::RedisSession;
-use crate::session::Session;
-
 /// What the package hands over.
 pub(crate) struct PythonHalf {
     /// `subagent_tracker._errors`, whose classes the binding raises by name.
@@ -38,10 +34,11 @@ static PYTHON_HALF: PyOnceLock<PythonHalf> = PyOnceLock::new();
 
 /// Takes the package's half; the package calls it once, when it is imported (a later call, from a reload,
 /// changes nothing).
-#[pyfunction]
+#[pyfunction(pass_module)]
 #[pyo3(signature = (*, errors, status, progress_entry, guarded_stream, run_until_cancelled, run_cancel_handler, session, redis_session, async_redis_session))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn _bind_python_half(
+    native: &Bound<'_, PyModule>,
     errors: Bound<'_, PyModule>,
     status: Bound<'_, PyAny>,
     progress_entry: Py<PyAny>,
@@ -53,16 +50,16 @@ pub(crate) fn _bind_python_half(
     async_redis_session: Bound<'_, PyType>,
 ) -> PyResult<()> {
     let py = errors.py();
-    for (class, native) in [
-        (&session, py.get_type::<Session>()),
-        (&redis_session, py.get_type::<RedisSession>()),
-        (&async_redis_session, py.get_type::<AsyncRedisSession>()),
+    // The native classes by name, from the module itself: this file stays below the classes it hands out.
+    for (class, native_name) in [
+        (&session, "Session"),
+        (&redis_session, "RedisSession"),
+        (&async_redis_session, "AsyncRedisSession"),
     ] {
-        if !class.is_subclass(&native)? {
+        if !class.is_subclass(&native.getattr(native_name)?)? {
             return Err(PyTypeError::new_err(format!(
-                "{} must be a subclass of {}",
-                class.name()?,
-                native.name()?
+                "{} must be a subclass of {native_name}",
+                class.name()?
             )));
         }
     }
