@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from subagent_tracker import Session, SubagentStatus
+from subagent_tracker import AwaitableSession, Session, SubagentStatus
 
 
 def test_events_follow_the_lifecycle_in_order() -> None:
@@ -40,6 +40,31 @@ def test_events_follow_the_lifecycle_in_order() -> None:
         ("a", "ended", SubagentStatus.CANCELLED),
         ("before", "ended", SubagentStatus.COMPLETED),
     ]
+
+
+def test_an_awaited_session_s_subscription_starts_at_the_call_not_at_the_await() -> None:
+    """``AwaitableSession.events()`` is awaited for its stream, but what happens between the call and the
+    ``await`` is not missed; what happened before the call is not seen."""
+    session = AwaitableSession(Session())
+
+    async def main() -> list[tuple[str | None, str]]:
+        await (await session.start_subagent_task("before")).complete()
+        subscribing = session.events()
+        await (await session.start_subagent_task("between")).complete()
+        seen: list[tuple[str | None, str]] = []
+
+        async def read() -> None:
+            async with await subscribing as events:
+                async for event in events:
+                    seen.append((event.task_id, event.kind))
+                    if event.kind == "ended":
+                        break
+
+        # A subscription made at the await would see nothing, and wait: the timeout fails the test instead.
+        await asyncio.wait_for(read(), 5)
+        return seen
+
+    assert asyncio.run(main()) == [("between", "started"), ("between", "ended")]
 
 
 def test_a_subscriber_awaiting_is_woken_by_events_from_another_thread() -> None:

@@ -3,8 +3,9 @@
 //! ([`SessionStore::finished`], [`SessionStore::cancel_work`]); the timeout, its message and the coroutine Python
 //! awaits are written here.
 //!
-//! Each session method gives a coroutine that starts the wait once awaited (`StartOnAwait`); a wait not over at
-//! once runs on the runtime, and cancelling the coroutine stops it (a wait changes nothing).
+//! Each session method gives a coroutine that starts the wait once awaited (`StartOnAwait`): in memory it is
+//! polled on the loop that awaits it, on Redis it runs on the runtime; cancelling the coroutine stops it (a wait
+//! changes nothing).
 
 use std::future::Future;
 use std::pin::pin;
