@@ -2,7 +2,8 @@
 (``StartOptions``, ``ReserveOptions``), a session's settings (``SessionOptions``) and a Redis registry's
 connection (``RegistryOptions``). Every signature that takes them does so as ``**options: Unpack[...]``, in
 the stubs of the native classes, the protocols and the Python sessions alike. The native classes read the same
-names (``keyword_options.rs`` and ``start_arguments.rs`` in the binding); a test holds each pair equal."""
+names (``keyword_options.rs`` and ``start_arguments.rs`` in the binding), a native start as keyword-only
+parameters in the binding's order; tests hold each pair equal, and a start's signature to its list."""
 
 from __future__ import annotations
 

@@ -100,20 +100,15 @@ def test_every_registry_option_is_taken_and_a_name_that_is_none_is_refused(
 @pytest.mark.parametrize(
     "function",
     [
-        SessionProtocol.start_subagent_task,
         SessionProtocol.reserve_subagent_task,
         SessionProtocol.spawn_subagent_task,
-        AsyncSessionProtocol.start_subagent_task,
         AsyncSessionProtocol.reserve_subagent_task,
         AsyncSessionProtocol.spawn_subagent_task,
-        AwaitableSession.start_subagent_task,
         AwaitableSession.reserve_subagent_task,
         AwaitableSession.spawn_subagent_task,
         _spawn_subagent_task,
         _spawn_subagent_task_async,
-        _native.Session.start_subagent_task,
         _native.RedisSession.reserve_subagent_task,
-        _native.AsyncRedisSession.start_subagent_task,
         _native.Registry.session,
         _native.RedisRegistry,
         _native.RedisRegistry.session,
@@ -122,12 +117,34 @@ def test_every_registry_option_is_taken_and_a_name_that_is_none_is_refused(
     ],
 )
 def test_every_signature_takes_its_options_as_one_declaration(function: Callable[..., Any]) -> None:
-    # An option written out in a signature is a copy that can drift: each takes them as `**options`.
+    # An option written out in a signature is a copy that can drift: each takes them as `**options` (but a
+    # start, whose list the test below holds to the binding's).
     parameters = inspect.signature(function).parameters.values()
     keyword_only = {parameter.name for parameter in parameters if parameter.kind is parameter.KEYWORD_ONLY}
     assert keyword_only <= {"grace"}
     var_keyword = [parameter.name for parameter in parameters if parameter.kind is parameter.VAR_KEYWORD]
     assert var_keyword == ["options"]
+
+
+@pytest.mark.parametrize(
+    "function",
+    [
+        SessionProtocol.start_subagent_task,
+        AsyncSessionProtocol.start_subagent_task,
+        AwaitableSession.start_subagent_task,
+        _native.Session.start_subagent_task,
+        _native.RedisSession.start_subagent_task,
+        _native.AsyncRedisSession.start_subagent_task,
+        _native.AwaitableSession.start_subagent_task,
+    ],
+)
+def test_a_start_names_the_start_options_in_the_binding_s_order(function: Callable[..., Any]) -> None:
+    # The call users repeat most takes each option by its own keyword, so that it is read without a dict: the
+    # names are the binding's one list, in its order, so a new option that misses the signature fails here.
+    parameters = inspect.signature(function).parameters.values()
+    keyword_only = [parameter.name for parameter in parameters if parameter.kind is parameter.KEYWORD_ONLY]
+    assert keyword_only == list(_native._START_OPTIONS)
+    assert not [parameter for parameter in parameters if parameter.kind is parameter.VAR_KEYWORD]
 
 
 #: A task of another session, whose token the tasks below are linked to.

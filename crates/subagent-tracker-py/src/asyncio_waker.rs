@@ -6,7 +6,7 @@
 //! runs on that loop, or through a single `call_soon_threadsafe` otherwise. A Python callback run by the call
 //! first flushes the batch collected so far, so that no wake-up waits on a callback.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -24,19 +24,57 @@ struct PendingFuture {
 
 struct AsyncioWaker(PendingFuture);
 
-/// What the Python-facing call running on a thread collects.
-#[derive(Default)]
-struct Collecting {
-    /// The futures its transitions woke.
-    woken: Vec<PendingFuture>,
-    /// A `KeyboardInterrupt` or `SystemExit` raised by one of its callbacks, for the call to raise once the
-    /// other callbacks have run.
-    interrupt: Option<PyErr>,
+/// What the Python-facing calls running on a thread collect. A call made from a callback of another runs one
+/// deeper; each entry carries the depth of the call that collected it, so every call takes back only its own.
+/// Entries are pushed in order of depth (a nested call takes its own back before the outer call goes on), so a
+/// call's own are the tail of each list.
+struct Calls {
+    /// How many collecting calls are running on this thread.
+    depth: Cell<usize>,
+    /// How many entries the two lists hold: a call that finds none has nothing to take (the common case).
+    collected: Cell<usize>,
+    /// The futures the running calls' transitions woke.
+    woken: RefCell<Vec<(usize, PendingFuture)>>,
+    /// The first `KeyboardInterrupt` or `SystemExit` that a callback raised in each running call, for that call
+    /// to raise once the other callbacks have run.
+    interrupts: RefCell<Vec<(usize, PyErr)>>,
 }
 
 thread_local! {
-    /// The innermost collecting call on this thread, if any.
-    static CALL: RefCell<Option<Collecting>> = const { RefCell::new(None) };
+    static CALLS: Calls = const {
+        Calls {
+            depth: Cell::new(0),
+            collected: Cell::new(0),
+            woken: RefCell::new(Vec::new()),
+            interrupts: RefCell::new(Vec::new()),
+        }
+    };
+}
+
+impl Calls {
+    /// Adds `entry` for the running call, if one is collecting on this thread; gives it back otherwise.
+    fn collect<T>(&self, list: &RefCell<Vec<(usize, T)>>, entry: T) -> Option<T> {
+        match self.depth.get() {
+            0 => Some(entry),
+            depth => {
+                list.borrow_mut().push((depth, entry));
+                self.collected.set(self.collected.get() + 1);
+                None
+            }
+        }
+    }
+
+    /// Takes the entries of the call at `depth` (and of any deeper one, which only a panic leaves) out of `list`.
+    fn take<T>(&self, list: &RefCell<Vec<(usize, T)>>, depth: usize) -> Vec<T> {
+        let mut list = list.borrow_mut();
+        let first = list
+            .iter()
+            .position(|(collected_at, _)| *collected_at >= depth)
+            .unwrap_or(list.len());
+        let taken: Vec<T> = list.drain(first..).map(|(_, entry)| entry).collect();
+        self.collected.set(self.collected.get() - taken.len());
+        taken
+    }
 }
 
 impl Wake for AsyncioWaker {
@@ -49,14 +87,7 @@ impl Wake for AsyncioWaker {
                     future: shared.0.future.clone_ref(py),
                 },
             };
-            let unbatched = CALL.with(|call| match call.borrow_mut().as_mut() {
-                Some(collecting) => {
-                    collecting.woken.push(pending);
-                    None
-                }
-                None => Some(pending),
-            });
-            if let Some(pending) = unbatched {
+            if let Some(pending) = CALLS.with(|calls| calls.collect(&calls.woken, pending)) {
                 // Woken outside a collecting call (a deadline's delivery thread, say): deliver on its own.
                 dispatch(py, vec![pending]);
             }
@@ -70,54 +101,81 @@ impl Wake for AsyncioWaker {
 /// Each call collects its own batch, even when nested in another's callback: a callback that cancels a task
 /// and then waits for that task's waiters must find them woken.
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
-    let outer = CALL.with(|state| state.borrow_mut().replace(Collecting::default()));
-    let scope = CallScope { outer: Some(outer) };
-    let result = call();
-    // One thread-local access to end the call, not two: each costs a `__tls_get_addr` in a shared library.
-    let Some(collected) = scope.close() else {
-        return Ok(result);
-    };
-    if !collected.woken.is_empty() {
-        dispatch(py, collected.woken);
-    }
-    match collected.interrupt {
-        Some(interrupt) => Err(interrupt),
-        None => Ok(result),
-    }
-}
-
-/// Puts back the enclosing call's collection when a call ends, even by a panic (which `PyO3` turns into an
-/// exception), so that a later call on this thread never collects into an abandoned one.
-struct CallScope {
-    outer: Option<Option<Collecting>>,
-}
-
-impl CallScope {
-    /// Ends the call normally: returns what it collected and puts back the enclosing call's.
-    fn close(mut self) -> Option<Collecting> {
-        let outer = self.outer.take().flatten();
-        CALL.with(|state| std::mem::replace(&mut *state.borrow_mut(), outer))
-    }
-}
-
-impl Drop for CallScope {
-    fn drop(&mut self) {
-        if let Some(outer) = self.outer.take() {
-            let abandoned = CALL.with(|state| std::mem::replace(&mut *state.borrow_mut(), outer));
-            drop(abandoned);
+    // One thread-local access for the whole call, and no list touched when nothing was collected: the calls
+    // users repeat most (a start, an end) wake nobody.
+    CALLS.with(|calls| {
+        let scope = CallScope::enter(calls);
+        let result = call();
+        match scope.close() {
+            None => Ok(result),
+            Some(collected) => collected.deliver(py).map(|()| result),
         }
+    })
+}
+
+/// A collecting call's depth on its thread. Leaving it by a panic (which `PyO3` turns into an exception) drops
+/// what the call collected, so a later call on this thread never collects into an abandoned one.
+struct CallScope<'a> {
+    calls: &'a Calls,
+    depth: usize,
+}
+
+impl<'a> CallScope<'a> {
+    fn enter(calls: &'a Calls) -> CallScope<'a> {
+        let depth = calls.depth.get() + 1;
+        calls.depth.set(depth);
+        CallScope { calls, depth }
+    }
+
+    /// Ends the call normally: what it collected, if anything.
+    fn close(self) -> Option<Collected> {
+        let calls = self.calls;
+        let depth = self.depth;
+        // Nothing left for `drop` to do.
+        std::mem::forget(self);
+        calls.depth.set(depth - 1);
+        (calls.collected.get() > 0).then(|| Collected {
+            woken: calls.take(&calls.woken, depth),
+            interrupt: calls.take(&calls.interrupts, depth).into_iter().next(),
+        })
+    }
+}
+
+impl Drop for CallScope<'_> {
+    fn drop(&mut self) {
+        // Dropped once no list is borrowed: dropping a future may run Python code that calls in again.
+        let abandoned = (
+            self.calls.take(&self.calls.woken, self.depth),
+            self.calls.take(&self.calls.interrupts, self.depth),
+        );
+        self.calls.depth.set(self.depth - 1);
+        drop(abandoned);
+    }
+}
+
+/// What one call collected.
+struct Collected {
+    woken: Vec<PendingFuture>,
+    interrupt: Option<PyErr>,
+}
+
+impl Collected {
+    /// Resolves the futures, then gives the interrupt to raise.
+    fn deliver(self, py: Python<'_>) -> PyResult<()> {
+        if !self.woken.is_empty() {
+            dispatch(py, self.woken);
+        }
+        self.interrupt.map_or(Ok(()), Err)
     }
 }
 
 /// Resolves the futures collected so far by the running call.
 pub(crate) fn flush_wake_batch(py: Python<'_>) {
-    let woken = CALL.with(|state| {
-        state
-            .borrow_mut()
-            .as_mut()
-            .map(|collecting| std::mem::take(&mut collecting.woken))
+    let woken = CALLS.with(|calls| match calls.depth.get() {
+        0 => Vec::new(),
+        depth => calls.take(&calls.woken, depth),
     });
-    if let Some(woken) = woken.filter(|woken| !woken.is_empty()) {
+    if !woken.is_empty() {
         dispatch(py, woken);
     }
 }
@@ -125,12 +183,19 @@ pub(crate) fn flush_wake_batch(py: Python<'_>) {
 /// Keeps a `KeyboardInterrupt` or `SystemExit` raised by a callback for the running call to raise (the first
 /// one wins). Returns it back when no call is collecting on this thread.
 pub(crate) fn defer_interrupt(error: PyErr) -> Option<PyErr> {
-    CALL.with(|state| match state.borrow_mut().as_mut() {
-        Some(collecting) => {
-            collecting.interrupt.get_or_insert(error);
-            None
+    CALLS.with(|calls| {
+        let depth = calls.depth.get();
+        let first = calls
+            .interrupts
+            .borrow()
+            .last()
+            .is_none_or(|(raised_in, _)| *raised_in != depth);
+        if depth > 0 && !first {
+            // A later one is dropped with no list borrowed (its traceback may hold anything).
+            drop(error);
+            return None;
         }
-        None => Some(error),
+        calls.collect(&calls.interrupts, error)
     })
 }
 

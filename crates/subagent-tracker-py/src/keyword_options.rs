@@ -1,9 +1,10 @@
 //! The keyword options of the calls that take many, each list declared once: a session's settings
 //! ([`SESSION_OPTIONS`]: `Session(...)` and every registry's `session(...)`), a Redis registry's connection
 //! ([`REGISTRY_OPTIONS`]: `RedisRegistry(...)`, `AsyncRedisRegistry.connect(...)`) and a task's start
-//! (`start_arguments::START_OPTIONS`). Each such call takes `**options` and reads them here; Python declares the
-//! same lists once too, as the typed dicts of `subagent_tracker._options` that the stubs unpack (a test holds
-//! each pair equal).
+//! (`start_arguments::START_OPTIONS`). Each such call takes `**options` and reads them here, but a start, which
+//! names each start option in its signature (`start_arguments::StartKeywords`); Python declares the same lists
+//! once too, as the typed dicts of `subagent_tracker._options` that the stubs unpack (a test holds each pair
+//! equal, and a start's signature to its list).
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;

@@ -24,26 +24,53 @@ macro_rules! session_methods {
                 $crate::session_store::SessionStore::max_finished_tasks(&self.store)
             }
 
-            /// Starts a task that this process runs, and returns the runner's handle; `options` are
-            /// `StartOptions`.
-            #[pyo3(signature = (task_id=None, **options))]
+            /// Starts a task that this process runs, and returns the runner's handle; the keyword arguments are
+            /// `StartOptions`, in the order of `start_arguments::START_OPTIONS`.
+            #[pyo3(signature = (
+                task_id=None,
+                *,
+                parent_id=None,
+                agent=None,
+                description=None,
+                metadata=None,
+                timeout=None,
+                deadline=None,
+                detached=$crate::start_arguments::FlagArgument::NotGiven,
+                structured=$crate::start_arguments::FlagArgument::NotGiven,
+                linked=None,
+            ))]
+            // As Python shows it: a flag's default is `False` (the signature's own is a "not given" marker).
+            #[pyo3(text_signature = "(self, /, task_id=None, *, parent_id=None, agent=None, description=None, \
+                metadata=None, timeout=None, deadline=None, detached=False, structured=False, linked=None)")]
+            #[allow(clippy::too_many_arguments)]
             fn start_subagent_task<'py>(
                 slf: &Bound<'py, Self>,
                 task_id: Option<$crate::arguments::Id<$crate::arguments::TaskIdArgument>>,
-                options: Option<&Bound<'_, pyo3::types::PyDict>>,
+                parent_id: Option<Bound<'py, PyAny>>,
+                agent: Option<Bound<'py, PyAny>>,
+                description: Option<Bound<'py, PyAny>>,
+                metadata: Option<Bound<'py, PyAny>>,
+                timeout: Option<Bound<'py, PyAny>>,
+                deadline: Option<Bound<'py, PyAny>>,
+                detached: $crate::start_arguments::FlagArgument<'py>,
+                structured: $crate::start_arguments::FlagArgument<'py>,
+                linked: Option<Bound<'py, PyAny>>,
             ) -> $crate::session_store::Answer<'py> {
-                let start = match options {
-                    None => $crate::start_arguments::StartArguments::bare_start(task_id),
-                    Some(_) => {
-                        $crate::start_arguments::StartArguments::from_keywords(
-                            task_id,
-                            options,
-                            false,
-                            concat!(stringify!($session), ".start_subagent_task"),
-                        )?
-                        .into_start()?
-                        .0
-                    }
+                let options = $crate::start_arguments::StartKeywords {
+                    parent_id,
+                    agent,
+                    description,
+                    metadata,
+                    timeout,
+                    deadline,
+                    detached,
+                    structured,
+                    linked,
+                };
+                let start = if options.are_defaults() {
+                    $crate::start_arguments::StartArguments::bare_start(task_id)
+                } else {
+                    options.into_start(task_id)?
                 };
                 $crate::session_store::SessionStore::start(&slf.get().store, slf.as_any(), start)
             }

@@ -3,8 +3,10 @@
 //! one mapping of a batch (`batch_arguments`).
 //!
 //! The start options are declared once, here ([`START_OPTIONS`], read by [`StartArguments::read`]): every
-//! native start and reservation takes them as `**options`, and Python declares them once too, as the
-//! `StartOptions` typed dict that the stubs and the protocols unpack (a test holds the two lists equal).
+//! native reservation takes them as `**options`, and Python declares them once too, as the `StartOptions`
+//! typed dict that the stubs and the protocols unpack (a test holds the two lists equal). A start names each
+//! in its signature instead ([`StartKeywords`], in the same order; a test holds its signature to the list):
+//! `PyO3` then reads a start's arguments without building a tuple and a dict, on the call users repeat most.
 
 use std::time::Duration;
 
@@ -74,6 +76,83 @@ impl StoredMetadata for String {
     }
 }
 
+/// The start options as `start_subagent_task` takes them: each by its own keyword, in the order of
+/// [`START_OPTIONS`], and each read as [`StartArguments::read`] reads it.
+pub(crate) struct StartKeywords<'py> {
+    pub(crate) parent_id: Option<Bound<'py, PyAny>>,
+    pub(crate) agent: Option<Bound<'py, PyAny>>,
+    pub(crate) description: Option<Bound<'py, PyAny>>,
+    pub(crate) metadata: Option<Bound<'py, PyAny>>,
+    pub(crate) timeout: Option<Bound<'py, PyAny>>,
+    pub(crate) deadline: Option<Bound<'py, PyAny>>,
+    pub(crate) detached: FlagArgument<'py>,
+    pub(crate) structured: FlagArgument<'py>,
+    pub(crate) linked: Option<Bound<'py, PyAny>>,
+}
+
+/// A flag as a signature takes it: a given `None` is a value (a flag must be a `bool`), not the default,
+/// which an `Option` parameter could not tell apart.
+pub(crate) enum FlagArgument<'py> {
+    NotGiven,
+    Given(Bound<'py, PyAny>),
+}
+
+impl<'py> FromPyObject<'_, 'py> for FlagArgument<'py> {
+    type Error = std::convert::Infallible;
+
+    fn extract(value: pyo3::Borrowed<'_, 'py, PyAny>) -> Result<Self, Self::Error> {
+        Ok(FlagArgument::Given(value.to_owned()))
+    }
+}
+
+impl<'py> FlagArgument<'py> {
+    fn value(self) -> Option<Bound<'py, PyAny>> {
+        match self {
+            FlagArgument::NotGiven => None,
+            FlagArgument::Given(value) => Some(value),
+        }
+    }
+}
+
+impl StartKeywords<'_> {
+    /// True when every option is at its default: the start is then [`StartArguments::bare_start`], which reads
+    /// none.
+    #[inline]
+    pub(crate) fn are_defaults(&self) -> bool {
+        matches!(self.detached, FlagArgument::NotGiven)
+            && matches!(self.structured, FlagArgument::NotGiven)
+            && self.parent_id.is_none()
+            && self.agent.is_none()
+            && self.description.is_none()
+            && self.metadata.is_none()
+            && self.timeout.is_none()
+            && self.deadline.is_none()
+            && self.linked.is_none()
+    }
+
+    /// The start of the task `task_id` with these options.
+    #[inline(never)]
+    pub(crate) fn into_start<V: StoredMetadata>(
+        self,
+        task_id: Option<Id<TaskIdArgument>>,
+    ) -> PyResult<TaskStart<V>> {
+        let arguments = StartArguments {
+            task_id,
+            parent_id: keyword(self.parent_id, "parent_id", true)?,
+            agent: self.agent,
+            description: self.description,
+            metadata: self.metadata,
+            timeout: keyword(self.timeout, "timeout", true)?,
+            deadline: keyword(self.deadline, "deadline", true)?,
+            detached: flag(self.detached.value(), "detached", true)?,
+            structured: flag(self.structured.value(), "structured", true)?,
+            linked: keyword(self.linked, "linked", true)?,
+            claim_timeout: None,
+        };
+        Ok(arguments.into_start()?.0)
+    }
+}
+
 impl<'py> StartArguments<'py> {
     /// The task `task_id` with every option at its default.
     pub(crate) fn new(task_id: Option<Id<TaskIdArgument>>) -> StartArguments<'py> {
@@ -129,18 +208,7 @@ impl<'py> StartArguments<'py> {
         let given = |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
             Ok(value(key)?.filter(|value| !value.is_none()))
         };
-        let flag = |key: &str| -> PyResult<bool> {
-            let Some(value) = value(key)? else {
-                return Ok(false);
-            };
-            value.extract::<bool>().map_err(|error| {
-                if as_arguments {
-                    argument_error(value.py(), key, error)
-                } else {
-                    error
-                }
-            })
-        };
+        let read_flag = |key: &str| flag(value(key)?, key, as_arguments);
         Ok(StartArguments {
             task_id,
             parent_id: keyword(value("parent_id")?, "parent_id", as_arguments)?,
@@ -149,8 +217,8 @@ impl<'py> StartArguments<'py> {
             metadata: given("metadata")?,
             timeout: keyword(value("timeout")?, "timeout", as_arguments)?,
             deadline: keyword(value("deadline")?, "deadline", as_arguments)?,
-            detached: flag("detached")?,
-            structured: flag("structured")?,
+            detached: read_flag("detached")?,
+            structured: read_flag("structured")?,
             linked: keyword(value("linked")?, "linked", as_arguments)?,
             claim_timeout: keyword(value(CLAIM_TIMEOUT)?, CLAIM_TIMEOUT, as_arguments)?,
         })
@@ -198,4 +266,19 @@ impl<'py> StartArguments<'py> {
         }
         Ok((start, self.claim_timeout.map(|seconds| seconds.0)))
     }
+}
+
+/// The flag `key` (`false` where it is not given): a `bool`, a given `None` included; with `as_argument`, a
+/// `TypeError` names the argument as Python's own keyword parsing names it.
+fn flag(value: Option<Bound<'_, PyAny>>, key: &str, as_argument: bool) -> PyResult<bool> {
+    let Some(value) = value else {
+        return Ok(false);
+    };
+    value.extract::<bool>().map_err(|error| {
+        if as_argument {
+            argument_error(value.py(), key, error)
+        } else {
+            error
+        }
+    })
 }

@@ -50,13 +50,16 @@
 //!    - a task's signal lock (`token::signal`); when the signal fires, the tokio-util token bridged to it is
 //!      cancelled by the delivery, never under the lock, since cancelling it wakes its waiters;
 //!    - a session's own locks (`tracker::engine`): a shard of its id map, a stripe of its pending index
-//!      (`tracker::pending_index`), its retention window (`tracker::retention`), its cancels recorded before
+//!      (`tracker::pending_index`), its retention window (`tracker::retention`; a run's place in the window is
+//!      read and written only under it, so it moves by plain loads and stores), its cancels recorded before
 //!      their tasks start (`tracker::early_cancels`);
 //!    - the deadline timer's map of scheduled deadlines;
 //!    - a registry's map of sessions (`registry`): a session leaves it with none of its own locks held, and
 //!      sessions that leave are dropped after the map's lock is released;
 //!    - the delivery pool's queue (`token::delivery_pool`): the hand-over of what a cancel owes to user code
 //!      to the bounded set of threads that deliver it, for the threads that serve everyone.
+//!
+//! A signal's last owner takes its state without the lock (`Drop` holds the only reference).
 //!
 //! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, but not the id
 //! map's shard locks (dashmap's own), so under a shard lock the core does nothing but the map operation, reads

@@ -33,5 +33,10 @@ mod loom_mutex {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
+
+        /// `parking_lot`'s `get_mut` needs no lock; loom has no lock-free access, so the model locks.
+        pub(crate) fn get_mut(&mut self) -> loom::sync::MutexGuard<'_, T> {
+            self.lock()
+        }
     }
 }

@@ -104,6 +104,8 @@ impl Delivery {
     }
 
     /// Wakes the waiters of a list taken out of a signal.
+    // Inlined: most transitions owe nothing, and the caller then skips the call and the empty list.
+    #[inline]
     pub(crate) fn wake_waiters(&mut self, waiters: Vec<(u64, Waker)>) {
         if !waiters.is_empty() {
             self.owed()
@@ -113,6 +115,7 @@ impl Delivery {
     }
 
     /// Runs the callbacks of a list taken out of a signal; `handlers` counts them at work from now on.
+    #[inline]
     pub(crate) fn run(&mut self, callbacks: Vec<(u64, Callback)>, handlers: &Arc<Handlers>) {
         if !callbacks.is_empty() {
             self.owed().callbacks.extend(
@@ -127,6 +130,7 @@ impl Delivery {
         self.owed().fired.push((dependent, source));
     }
 
+    #[inline]
     pub(crate) fn release_sources(&mut self, links: Vec<SourceLink>) {
         if !links.is_empty() {
             self.owed().unlinked.extend(links);
@@ -134,6 +138,7 @@ impl Delivery {
     }
 
     /// Keeps `released` (a list taken out of a signal) to drop once no lock is held.
+    #[inline]
     pub(crate) fn release<T: Send + 'static>(&mut self, released: Vec<T>) {
         if !released.is_empty() {
             self.owed().released.push(Box::new(released));
@@ -168,7 +173,14 @@ impl Delivery {
     ///
     /// Wakers go first, so that a callback that blocks (say, until another task's waiter has run) never holds
     /// up the wake-ups of the cancel that ran it.
+    #[inline]
     pub(crate) fn deliver(self) {
+        if self.owed.is_some() {
+            self.deliver_owed();
+        }
+    }
+
+    fn deliver_owed(self) {
         let Some(Owed {
             bridges,
             wakers,

@@ -551,8 +551,8 @@ impl Source for CancelSignal {
 impl Drop for CancelSignal {
     fn drop(&mut self) {
         // Unregister from the sources; a source whose last holder this was is dropped by the same loop, so
-        // a long chain of combined or linked tokens unwinds without recursion.
-        let mut pending = std::mem::take(&mut self.state.lock().sources);
+        // a long chain of combined or linked tokens unwinds without recursion. The last owner needs no lock.
+        let mut pending = std::mem::take(&mut self.state.get_mut().sources);
         while let Some(link) = pending.pop() {
             link.source.remove_dependent(link.registration);
             pending.append(&mut link.source.into_sources());

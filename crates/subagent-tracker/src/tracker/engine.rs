@@ -385,14 +385,17 @@ impl<V: Clone> TrackerShared<V> {
             parent.forget_child(entry.sequence);
         }
         self.settle_group(entry, &effects, delivery);
-        // A cancelled child needs no adopter: no cancel can reach it again.
-        let orphans: Vec<_> = effects
-            .orphans
-            .into_iter()
-            .filter(|orphan| orphan.status().is_pending())
-            .collect();
-        if !orphans.is_empty() {
-            self.adopt(effects.parent, orphans, delivery);
+        // A cancelled child needs no adopter: no cancel can reach it again. (Most tasks leave no child: they
+        // skip the filter.)
+        if !effects.orphans.is_empty() {
+            let orphans: Vec<_> = effects
+                .orphans
+                .into_iter()
+                .filter(|orphan| orphan.status().is_pending())
+                .collect();
+            if !orphans.is_empty() {
+                self.adopt(effects.parent, orphans, delivery);
+            }
         }
         #[cfg(all(test, not(subagent_tracker_loom)))]
         tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);

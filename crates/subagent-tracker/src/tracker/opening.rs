@@ -232,7 +232,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         let entry = Arc::new_cyclic(|_| {
             TaskEntry::new(
                 sequence,
-                task_id.clone(),
+                task_id,
                 parent.clone(),
                 start.agent,
                 start.description,
@@ -248,16 +248,15 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         });
         let mut delivery = Delivery::default();
         let mut replaced = Vec::new();
+        // The entry holds the id from here on: reading it there saves the reference count a copy would cost.
+        let task_id = &entry.task_id;
         // A cancel recorded for this id before it started: the task begins cancelled by it.
-        let early = self
-            .early_cancels
-            .peek(&task_id)
-            .map(|reason| CancelRecord {
-                reason,
-                origin: task_id.clone(),
-                cause: CancelCause::Requested,
-                at: entry.started_at,
-            });
+        let early = self.early_cancels.peek(task_id).map(|reason| CancelRecord {
+            reason,
+            origin: task_id.clone(),
+            cause: CancelCause::Requested,
+            at: entry.started_at,
+        });
         let begins_cancelled_early = early.is_some();
         let opened = entry.open(
             parent.as_ref(),
@@ -277,7 +276,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 delivery.deliver();
                 return Err(match refusal {
                     OpenRefusal::DuplicateTask => TrackerError::DuplicateTask {
-                        task_id,
+                        task_id: task_id.clone(),
                         session_id: self.session_id.clone(),
                     },
                     OpenRefusal::ParentFinished => TrackerError::ParentFinished {
@@ -292,7 +291,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         }
         // Taken now that the task is visible: a cancel recorded while it opened reaches it here, and one it began
         // cancelled by is used up.
-        if let Some(reason) = self.early_cancels.take(&task_id) {
+        if let Some(reason) = self.early_cancels.take(task_id) {
             if !begins_cancelled_early {
                 self.cancel_trees(
                     [entry.clone()],

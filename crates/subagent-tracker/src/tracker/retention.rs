@@ -13,7 +13,8 @@ pub const DEFAULT_MAX_FINISHED_TASKS: usize = 10_000;
 
 /// What the window holds: a run that knows its own place in it.
 pub(crate) trait Retained: Clone {
-    /// Where this run stands in the window: one of [`state`]'s values.
+    /// Where this run stands in the window: one of [`state`]'s values, read and written only under the
+    /// window's lock.
     fn retention(&self) -> &AtomicU8;
     /// When the run ended. Called with no lock of the window held: it may take the run's own lock.
     fn ended_at(&self) -> Option<SystemTime>;
@@ -67,23 +68,15 @@ impl<R: Retained> FinishedTasks<R> {
     pub(crate) fn record(&self, run: &R) -> Released<R> {
         let mut released = Released::default();
         let mut window = self.queue.lock();
-        if run
-            .retention()
-            .compare_exchange(
-                state::PENDING,
-                state::RETAINED,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_err()
-        {
+        if run.retention().load(Ordering::Acquire) != state::PENDING {
             return released;
         }
+        run.retention().store(state::RETAINED, Ordering::Release);
         window.order.push_back(run.clone());
         window.retained += 1;
         if window.retained > self.capacity {
             while let Some(oldest) = window.order.pop_front() {
-                if oldest.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+                if release(&oldest) == state::RETAINED {
                     window.retained -= 1;
                     released.evicted = Some(oldest);
                     break;
@@ -135,7 +128,7 @@ impl<R: Retained> FinishedTasks<R> {
                 // Evicted or replaced meanwhile: look again.
                 continue;
             }
-            if front.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+            if release(&front) == state::RETAINED {
                 window.retained -= 1;
                 if let Some(forgotten) = window.order.pop_front() {
                     released.forgotten.push(forgotten);
@@ -152,11 +145,20 @@ impl<R: Retained> FinishedTasks<R> {
     /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
     pub(crate) fn forget(&self, run: &R) {
         let mut window = self.queue.lock();
-        if run.retention().swap(state::RELEASED, Ordering::AcqRel) == state::RETAINED {
+        if release(run) == state::RETAINED {
             window.retained -= 1;
             window.stale += 1;
         }
     }
+}
+
+/// Marks `run` released and returns where it stood. Under the window's lock, which every change of a run's
+/// place takes (a run belongs to one session's window), so a load and a store do what a swap would, without
+/// its locked instruction.
+fn release<R: Retained>(run: &R) -> u8 {
+    let was = run.retention().load(Ordering::Acquire);
+    run.retention().store(state::RELEASED, Ordering::Release);
+    was
 }
 
 /// What [`FinishedTasks::record`] or [`FinishedTasks::forget_ended_before`] let go of, for the caller to drop

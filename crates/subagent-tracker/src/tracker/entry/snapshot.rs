@@ -42,7 +42,12 @@ impl<V: Clone> TaskEntry<V> {
                 deadline: self.deadline.map(|deadline| deadline.wall),
                 progress: record.progress.clone(),
                 progress_count: record.progress_count,
-                progress_log: record.progress_log.iter().cloned().collect(),
+                // Most tasks report no progress: an empty log allocates nothing, and skips the copy's setup.
+                progress_log: if record.progress_log.is_empty() {
+                    Box::default()
+                } else {
+                    record.progress_log.iter().cloned().collect()
+                },
                 result: record.result.clone(),
                 failure: record.failure.clone(),
             },

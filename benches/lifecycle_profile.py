@@ -1,0 +1,163 @@
+"""A Python lifecycle in instructions and atomic read-modify-writes (callgrind), ours beside the plain-Python
+reference (``reference_tracker.py``), in one run: a loop of ``session.start_subagent_task(id).complete()``.
+
+Each side runs the loop over two counts of prebuilt ids in processes of their own; both build the ids of the
+larger count before the loop, so the difference of the two totals over the difference of the counts is one
+lifecycle and nothing else: the interpreter's start-up, the import and the ids cancel out. String hashing is
+fixed (``PYTHONHASHSEED=0``), as dict probe lengths otherwise move the figure by 2-3%.
+
+Atomic read-modify-writes are callgrind's "global bus events" (``--collect-bus=yes``): every executed
+instruction with a ``lock`` prefix, or an ``xchg`` with memory, which is what an atomic increment, swap or
+compare-exchange compiles to on x86-64. ``--by-function`` names where ours are, per lifecycle, from the same
+runs (``--dump-instr=yes``, read by ``callgrind_annotate``).
+
+Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
+sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+LOOP = """
+import sys
+kind, count, built = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if kind == "ours":
+    from subagent_tracker import Session
+    session = Session(max_finished_tasks=10_000)
+else:
+    sys.path.insert(0, sys.argv[4])
+    from reference_tracker import ReferenceSession
+    session = ReferenceSession(max_finished_tasks=10_000)
+
+
+def loop(ids):
+    start = session.start_subagent_task
+    for task_id in ids:
+        start(task_id).complete()
+
+
+ids = [f"task-{index}" for index in range(built)]
+loop(ids[:count])
+"""
+
+
+@dataclass
+class Run:
+    instructions: int
+    atomics: int
+    profile: str
+
+
+@dataclass
+class Lifecycle:
+    instructions: float
+    atomics: float
+    atomics_by_function: list[tuple[float, str]]
+
+
+def run(kind: str, count: int, built: int, directory: str) -> Run:
+    """One process that runs the loop over ``count`` of ``built`` ids, under callgrind."""
+    output = os.path.join(directory, f"callgrind.{kind}.{count}.out")
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--collect-bus=yes",
+            "--dump-instr=yes",
+            f"--callgrind-out-file={output}",
+            sys.executable,
+            "-c",
+            LOOP,
+            kind,
+            str(count),
+            str(built),
+            str(Path(__file__).parent),
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
+    )
+    with open(output) as profile:
+        events = re.search(r"^events:\s+(.+)$", profile.read(), re.MULTILINE)
+    with open(output) as profile:
+        summary = re.search(r"^summary:\s+(.+)$", profile.read(), re.MULTILINE)
+    assert events is not None and summary is not None, "callgrind wrote no summary"
+    totals = dict(zip(events.group(1).split(), map(int, summary.group(1).split()), strict=True))
+    return Run(instructions=totals["Ir"], atomics=totals.get("Ge", 0), profile=output)
+
+
+def atomics_by_function(profile: str) -> dict[str, int]:
+    """Atomic read-modify-writes per function (its own, not its callees'), from ``callgrind_annotate``."""
+    report = subprocess.run(
+        ["callgrind_annotate", "--show=Ge", "--inclusive=no", "--threshold=100", profile],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    counts: dict[str, int] = {}
+    for line in report.splitlines():
+        row = re.match(r"\s*([\d,]+)\s+\([\s\d.]+%\)\s+(.+?)(?: \[.*\])?$", line)
+        if row and "PROGRAM TOTALS" not in line:
+            # "file:function": the file is the text before the first colon that is not half of a "::".
+            function = re.sub(r"^\S*?(?<!:):(?!:)", "", row.group(2))
+            counts[function] = counts.get(function, 0) + int(row.group(1).replace(",", ""))
+    return counts
+
+
+def lifecycle(kind: str, low: int, high: int, by_function: bool) -> Lifecycle:
+    with tempfile.TemporaryDirectory() as directory:
+        fewer, more = run(kind, low, high, directory), run(kind, high, high, directory)
+        lifecycles = high - low
+        rows: list[tuple[float, str]] = []
+        if by_function:
+            before, after = atomics_by_function(fewer.profile), atomics_by_function(more.profile)
+            for function in after.keys() | before.keys():
+                share = (after.get(function, 0) - before.get(function, 0)) / lifecycles
+                if share >= 0.5:
+                    rows.append((share, function))
+        return Lifecycle(
+            instructions=(more.instructions - fewer.instructions) / lifecycles,
+            atomics=(more.atomics - fewer.atomics) / lifecycles,
+            atomics_by_function=sorted(rows, reverse=True),
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check that the script runs")
+    parser.add_argument("--by-function", action="store_true", help="where ours makes its atomic operations")
+    arguments = parser.parse_args()
+    if shutil.which("valgrind") is None:
+        print("skipped: valgrind is not installed (Debian: apt-get install valgrind)")
+        return
+    low, high = (200, 600) if arguments.smoke else (20_000, 60_000)
+    ours = lifecycle("ours", low, high, arguments.by_function)
+    reference = lifecycle("reference", low, high, False)
+    print(
+        f"| per Python start + complete (callgrind, {high - low:,} lifecycles) | ours | reference "
+        "| reference / ours |"
+    )
+    print("|---|---|---|---|")
+    print(
+        f"| instructions | {ours.instructions:,.0f} | {reference.instructions:,.0f} "
+        f"| {reference.instructions / ours.instructions:.2f}x |"
+    )
+    print(f"| atomic read-modify-writes | {ours.atomics:.1f} | {reference.atomics:.1f} | |")
+    if arguments.by_function:
+        print("\n| ours: atomic read-modify-writes per lifecycle | function |")
+        print("|---|---|")
+        for share, function in ours.atomics_by_function:
+            print(f"| {share:.1f} | `{function}` |")
+
+
+if __name__ == "__main__":
+    main()
