@@ -9,7 +9,9 @@ fixed (``PYTHONHASHSEED=0``), as dict probe lengths otherwise move the figure by
 Atomic read-modify-writes are callgrind's "global bus events" (``--collect-bus=yes``): every executed
 instruction with a ``lock`` prefix, or an ``xchg`` with memory, which is what an atomic increment, swap or
 compare-exchange compiles to on x86-64. ``--by-function`` names where ours are, per lifecycle, from the same
-runs (``--dump-instr=yes``, read by ``callgrind_annotate``).
+runs (``--dump-instr=yes``, read by ``callgrind_annotate``); the names need an extension that keeps its symbols
+(the wheel strips them: ``cargo build --release -p subagent-tracker-py`` and its ``lib_native.so`` in place of the
+installed ``_native.abi3.so``), or they read as addresses.
 
 Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
 sizes.
@@ -98,7 +100,7 @@ def run(kind: str, count: int, built: int, directory: str) -> Run:
 def atomics_by_function(profile: str) -> dict[str, int]:
     """Atomic read-modify-writes per function (its own, not its callees'), from ``callgrind_annotate``."""
     report = subprocess.run(
-        ["callgrind_annotate", "--show=Ge", "--inclusive=no", "--threshold=100", profile],
+        ["callgrind_annotate", "--show=Ge", "--inclusive=no", "--auto=no", "--threshold=100", profile],
         check=True,
         capture_output=True,
         text=True,

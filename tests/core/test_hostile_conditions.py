@@ -1095,6 +1095,52 @@ def test_an_interrupt_in_a_callback_is_raised_after_the_cancel_took_effect(
     assert outcome == {"raised": exception, "calls": ["after", "before", "interrupt"], "status": "cancelled"}
 
 
+def test_an_interrupt_in_a_nested_cancel_s_callback_is_raised_by_the_nested_cancel_only() -> None:
+    """Each call collects its own: a callback of A's cancel cancels B, whose callback raises; the cancel of B
+    raises it (where A's callback can catch it), and A's cancel, whose callbacks all ran, raises nothing.
+
+    In a child process, so that a stray KeyboardInterrupt cannot stop the pytest run.
+    """
+    code = """
+    import json
+    from subagent_tracker import Session
+
+    session = Session()
+    a = session.start_subagent_task("a")
+    b = session.start_subagent_task("b")
+    calls = []
+
+    def interrupt():
+        calls.append("b interrupts")
+        raise KeyboardInterrupt
+
+    def cancel_b():
+        try:
+            session.cancel_subagent_task("b")
+        except KeyboardInterrupt:
+            calls.append("the cancel of b raised")
+
+    b.token.on_cancel(interrupt)
+    a.token.on_cancel(cancel_b)
+    a.token.on_cancel(lambda: calls.append("a's other callback"))
+    raised = None
+    try:
+        session.cancel_subagent_task("a")
+    except BaseException as error:
+        raised = type(error).__name__
+    statuses = [handle.snapshot().status.value for handle in (a, b)]
+    print(json.dumps({"raised": raised, "calls": calls, "statuses": statuses}))
+    """
+    finished = _run_child(code, timeout=10)
+    assert finished.returncode == 0, _describe(finished)
+    outcome = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert outcome == {
+        "raised": None,
+        "calls": ["b interrupts", "the cancel of b raised", "a's other callback"],
+        "statuses": ["cancelled", "cancelled"],
+    }
+
+
 # --- Defect 22: nested metadata is frozen
 
 
