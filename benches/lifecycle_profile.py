@@ -9,9 +9,9 @@ fixed (``PYTHONHASHSEED=0``), as dict probe lengths otherwise move the figure by
 Atomic read-modify-writes are callgrind's "global bus events" (``--collect-bus=yes``): every executed
 instruction with a ``lock`` prefix, or an ``xchg`` with memory, which is what an atomic increment, swap or
 compare-exchange compiles to on x86-64. ``--by-function`` names where ours are, per lifecycle, from the same
-runs (``--dump-instr=yes``, read by ``callgrind_annotate``); the names need an extension that keeps its symbols
-(the wheel strips them: ``cargo build --release -p subagent-tracker-py`` and its ``lib_native.so`` in place of the
-installed ``_native.abi3.so``), or they read as addresses.
+runs (``--dump-instr=yes``, read by ``callgrind_annotate``); the names need an extension that keeps its
+symbols (the wheel strips them: ``cargo build --release -p subagent-tracker-py`` and its ``lib_native.so`` in
+place of the installed ``_native.abi3.so``), or they read as addresses.
 
 Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
 sizes.
