@@ -31,8 +31,6 @@ struct AsyncioWaker(PendingFuture);
 struct Calls {
     /// How many collecting calls are running on this thread.
     depth: Cell<usize>,
-    /// How many entries the two lists hold: a call that finds none has nothing to take (the common case).
-    collected: Cell<usize>,
     /// The futures the running calls' transitions woke.
     woken: RefCell<Vec<(usize, PendingFuture)>>,
     /// The first `KeyboardInterrupt` or `SystemExit` that a callback raised in each running call, for that call
@@ -44,7 +42,6 @@ thread_local! {
     static CALLS: Calls = const {
         Calls {
             depth: Cell::new(0),
-            collected: Cell::new(0),
             woken: RefCell::new(Vec::new()),
             interrupts: RefCell::new(Vec::new()),
         }
@@ -58,7 +55,6 @@ impl Calls {
             0 => Some(entry),
             depth => {
                 list.borrow_mut().push((depth, entry));
-                self.collected.set(self.collected.get() + 1);
                 None
             }
         }
@@ -71,9 +67,12 @@ impl Calls {
             .iter()
             .position(|(collected_at, _)| *collected_at >= depth)
             .unwrap_or(list.len());
-        let taken: Vec<T> = list.drain(first..).map(|(_, entry)| entry).collect();
-        self.collected.set(self.collected.get() - taken.len());
-        taken
+        list.drain(first..).map(|(_, entry)| entry).collect()
+    }
+
+    /// True when no call on this thread has collected anything: the common case, with nothing to take.
+    fn is_empty(&self) -> bool {
+        self.woken.borrow().is_empty() && self.interrupts.borrow().is_empty()
     }
 }
 
@@ -101,8 +100,8 @@ impl Wake for AsyncioWaker {
 /// Each call collects its own batch, even when nested in another's callback: a callback that cancels a task
 /// and then waits for that task's waiters must find them woken.
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
-    // One thread-local access for the whole call, and no list touched when nothing was collected: the calls
-    // users repeat most (a start, an end) wake nobody.
+    // One thread-local access for the whole call, and two empty lists read when nothing was collected: the
+    // calls users repeat most (a start, an end) wake nobody.
     CALLS.with(|calls| {
         let scope = CallScope::enter(calls);
         let result = call();
@@ -134,7 +133,7 @@ impl<'a> CallScope<'a> {
         // Nothing left for `drop` to do.
         std::mem::forget(self);
         calls.depth.set(depth - 1);
-        (calls.collected.get() > 0).then(|| Collected {
+        (!calls.is_empty()).then(|| Collected {
             woken: calls.take(&calls.woken, depth),
             interrupt: calls.take(&calls.interrupts, depth).into_iter().next(),
         })
