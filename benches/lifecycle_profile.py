@@ -66,8 +66,9 @@ class Lifecycle:
     atomics_by_function: list[tuple[float, str]]
 
 
-def run(kind: str, count: int, built: int, directory: str) -> Run:
-    """One process that runs the loop over ``count`` of ``built`` ids, under callgrind."""
+def run(kind: str, count: int, built: int, directory: str, prelude: str) -> Run:
+    """One process that runs ``prelude`` (a statement), then the loop over ``count`` of ``built`` ids, under
+    callgrind."""
     output = os.path.join(directory, f"callgrind.{kind}.{count}.out")
     subprocess.run(
         [
@@ -78,7 +79,7 @@ def run(kind: str, count: int, built: int, directory: str) -> Run:
             f"--callgrind-out-file={output}",
             sys.executable,
             "-c",
-            LOOP,
+            f"{prelude}\n{LOOP}",
             kind,
             str(count),
             str(built),
@@ -115,9 +116,11 @@ def atomics_by_function(profile: str) -> dict[str, int]:
     return counts
 
 
-def lifecycle(kind: str, low: int, high: int, by_function: bool) -> Lifecycle:
+def lifecycle(kind: str, low: int, high: int, by_function: bool = False, prelude: str = "") -> Lifecycle:
+    """One lifecycle of ``kind`` (``ours`` or ``reference``): the runs over ``high`` and ``low`` ids, their
+    difference over ``high - low``; ``prelude`` runs first in both (an import whose cost is measured, say)."""
     with tempfile.TemporaryDirectory() as directory:
-        fewer, more = run(kind, low, high, directory), run(kind, high, high, directory)
+        fewer, more = run(kind, low, high, directory, prelude), run(kind, high, high, directory, prelude)
         lifecycles = high - low
         rows: list[tuple[float, str]] = []
         if by_function:
@@ -143,7 +146,7 @@ def main() -> None:
         return
     low, high = (200, 600) if arguments.smoke else (20_000, 60_000)
     ours = lifecycle("ours", low, high, arguments.by_function)
-    reference = lifecycle("reference", low, high, False)
+    reference = lifecycle("reference", low, high)
     print(
         f"| per Python start + complete (callgrind, {high - low:,} lifecycles) | ours | reference "
         "| reference / ours |"

@@ -182,6 +182,27 @@ def test_every_session_takes_every_option_by_keyword_and_in_a_batch(tracked_sess
         handle.complete()
 
 
+def test_the_flags_and_the_links_given_by_keyword_take_effect(tracked_session: BlockingSession) -> None:
+    # The snapshot shows neither a group nor a link: each is seen by what it does. (On Redis a token fires by
+    # notification, a moment after the call that cancelled it.)
+    def cancelled(handle: Any) -> bool:
+        deadline = time.monotonic() + 5
+        while not handle.token.is_cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return bool(handle.token.is_cancelled)
+
+    group = tracked_session.start_subagent_task("group", structured=True)
+    child = tracked_session.start_subagent_task("child", parent_id="group")
+    group.complete()
+    assert cancelled(child), "a group's end cancels its pending children"
+    source = tracked_session.start_subagent_task("source")
+    linked = tracked_session.start_subagent_task("linked", linked=[source.token])
+    tracked_session.cancel_subagent_task("source")
+    assert cancelled(linked), "a linked token's cancel reaches the task"
+    for handle in (child, source, linked):
+        handle.complete()
+
+
 def test_a_name_that_is_no_option_is_refused_by_keyword_and_in_a_batch(
     tracked_session: BlockingSession,
 ) -> None:

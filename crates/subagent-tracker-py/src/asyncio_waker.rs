@@ -60,20 +60,20 @@ impl Calls {
         }
     }
 
-    /// Takes the entries of the call at `depth` (and of any deeper one, which only a panic leaves) out of `list`.
-    fn take<T>(&self, list: &RefCell<Vec<(usize, T)>>, depth: usize) -> Vec<T> {
-        let mut list = list.borrow_mut();
-        let first = list
-            .iter()
-            .position(|(collected_at, _)| *collected_at >= depth)
-            .unwrap_or(list.len());
-        list.drain(first..).map(|(_, entry)| entry).collect()
-    }
-
     /// True when no call on this thread has collected anything: the common case, with nothing to take.
     fn is_empty(&self) -> bool {
         self.woken.borrow().is_empty() && self.interrupts.borrow().is_empty()
     }
+}
+
+/// Takes the entries of the call at `depth` (and of any deeper one, which only a panic leaves) out of `list`.
+fn take_own<T>(list: &RefCell<Vec<(usize, T)>>, depth: usize) -> Vec<T> {
+    let mut list = list.borrow_mut();
+    let first = list
+        .iter()
+        .position(|(collected_at, _)| *collected_at >= depth)
+        .unwrap_or(list.len());
+    list.drain(first..).map(|(_, entry)| entry).collect()
 }
 
 impl Wake for AsyncioWaker {
@@ -134,8 +134,8 @@ impl<'a> CallScope<'a> {
         std::mem::forget(self);
         calls.depth.set(depth - 1);
         (!calls.is_empty()).then(|| Collected {
-            woken: calls.take(&calls.woken, depth),
-            interrupt: calls.take(&calls.interrupts, depth).into_iter().next(),
+            woken: take_own(&calls.woken, depth),
+            interrupt: take_own(&calls.interrupts, depth).into_iter().next(),
         })
     }
 }
@@ -144,8 +144,8 @@ impl Drop for CallScope<'_> {
     fn drop(&mut self) {
         // Dropped once no list is borrowed: dropping a future may run Python code that calls in again.
         let abandoned = (
-            self.calls.take(&self.calls.woken, self.depth),
-            self.calls.take(&self.calls.interrupts, self.depth),
+            take_own(&self.calls.woken, self.depth),
+            take_own(&self.calls.interrupts, self.depth),
         );
         self.calls.depth.set(self.depth - 1);
         drop(abandoned);
@@ -172,7 +172,7 @@ impl Collected {
 pub(crate) fn flush_wake_batch(py: Python<'_>) {
     let woken = CALLS.with(|calls| match calls.depth.get() {
         0 => Vec::new(),
-        depth => calls.take(&calls.woken, depth),
+        depth => take_own(&calls.woken, depth),
     });
     if !woken.is_empty() {
         dispatch(py, woken);

@@ -130,26 +130,30 @@ impl StartKeywords<'_> {
             && self.linked.is_none()
     }
 
-    /// The start of the task `task_id` with these options.
+    /// The start of the task `task_id` with these options, read as [`StartArguments::read`] reads a call's
+    /// keywords.
     #[inline(never)]
     pub(crate) fn into_start<V: StoredMetadata>(
         self,
         task_id: Option<Id<TaskIdArgument>>,
     ) -> PyResult<TaskStart<V>> {
-        let arguments = StartArguments {
-            task_id,
-            parent_id: keyword(self.parent_id, "parent_id", true)?,
-            agent: self.agent,
-            description: self.description,
-            metadata: self.metadata,
-            timeout: keyword(self.timeout, "timeout", true)?,
-            deadline: keyword(self.deadline, "deadline", true)?,
-            detached: flag(self.detached.value(), "detached", true)?,
-            structured: flag(self.structured.value(), "structured", true)?,
-            linked: keyword(self.linked, "linked", true)?,
-            claim_timeout: None,
+        let (detached, structured) = (self.detached.value(), self.structured.value());
+        let value = |key: &str| {
+            Ok(match key {
+                "parent_id" => self.parent_id.clone(),
+                "agent" => self.agent.clone(),
+                "description" => self.description.clone(),
+                "metadata" => self.metadata.clone(),
+                "timeout" => self.timeout.clone(),
+                "deadline" => self.deadline.clone(),
+                "detached" => detached.clone(),
+                "structured" => structured.clone(),
+                "linked" => self.linked.clone(),
+                // A start has no claim timeout.
+                _ => None,
+            })
         };
-        Ok(arguments.into_start()?.0)
+        Ok(StartArguments::read(task_id, value, true)?.into_start()?.0)
     }
 }
 
@@ -208,7 +212,18 @@ impl<'py> StartArguments<'py> {
         let given = |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
             Ok(value(key)?.filter(|value| !value.is_none()))
         };
-        let read_flag = |key: &str| flag(value(key)?, key, as_arguments);
+        let flag = |key: &str| -> PyResult<bool> {
+            let Some(value) = value(key)? else {
+                return Ok(false);
+            };
+            value.extract::<bool>().map_err(|error| {
+                if as_arguments {
+                    argument_error(value.py(), key, error)
+                } else {
+                    error
+                }
+            })
+        };
         Ok(StartArguments {
             task_id,
             parent_id: keyword(value("parent_id")?, "parent_id", as_arguments)?,
@@ -217,8 +232,8 @@ impl<'py> StartArguments<'py> {
             metadata: given("metadata")?,
             timeout: keyword(value("timeout")?, "timeout", as_arguments)?,
             deadline: keyword(value("deadline")?, "deadline", as_arguments)?,
-            detached: read_flag("detached")?,
-            structured: read_flag("structured")?,
+            detached: flag("detached")?,
+            structured: flag("structured")?,
             linked: keyword(value("linked")?, "linked", as_arguments)?,
             claim_timeout: keyword(value(CLAIM_TIMEOUT)?, CLAIM_TIMEOUT, as_arguments)?,
         })
@@ -266,19 +281,4 @@ impl<'py> StartArguments<'py> {
         }
         Ok((start, self.claim_timeout.map(|seconds| seconds.0)))
     }
-}
-
-/// The flag `key` (`false` where it is not given): a `bool`, a given `None` included; with `as_argument`, a
-/// `TypeError` names the argument as Python's own keyword parsing names it.
-fn flag(value: Option<Bound<'_, PyAny>>, key: &str, as_argument: bool) -> PyResult<bool> {
-    let Some(value) = value else {
-        return Ok(false);
-    };
-    value.extract::<bool>().map_err(|error| {
-        if as_argument {
-            argument_error(value.py(), key, error)
-        } else {
-            error
-        }
-    })
 }
