@@ -552,6 +552,10 @@ impl Drop for CancelSignal {
     fn drop(&mut self) {
         // Unregister from the sources; a source whose last holder this was is dropped by the same loop, so
         // a long chain of combined or linked tokens unwinds without recursion. The last owner needs no lock.
+        if self.state.get_mut().sources.is_empty() {
+            // Most signals depend on nothing: no list to take and drop.
+            return;
+        }
         let mut pending = std::mem::take(&mut self.state.get_mut().sources);
         while let Some(link) = pending.pop() {
             link.source.remove_dependent(link.registration);
