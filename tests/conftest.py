@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import RedisCluster, RedisServer
+from redis_support import STARTED_SERVERS, RedisCluster, RedisServer
 
 from subagent_tracker import RedisRegistry, Session
 from subagent_tracker.integrations._support import BlockingSession
@@ -33,6 +33,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def session() -> Session:
     return Session("test-session", max_finished_tasks=100_000)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_redis_server_outlives_the_run() -> Iterator[None]:
+    """Every server a test starts is stopped by it: one left running fails the run (and is stopped here), so
+    that a test that loses track of a server it restarted cannot leave it behind on the machine."""
+    yield
+    left = [process for process in STARTED_SERVERS if process.poll() is None]
+    for process in left:
+        process.kill()
+        process.wait(timeout=10)
+    assert not left, f"{len(left)} redis-server process(es) were never stopped: {[p.args for p in left]}"
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,9 @@ Api = Literal["blocking", "asyncio"]
 APIS: tuple[Api, ...] = ("blocking", "asyncio")
 
 WORKER = Path(__file__).with_name("redis_worker.py")
+#: Every ``redis-server`` the tests started, so that the end of the run finds any left running
+#: (``conftest.no_redis_server_outlives_the_run``).
+STARTED_SERVERS: list[subprocess.Popen[bytes]] = []
 
 
 class CertificateAuthority:
@@ -159,6 +162,7 @@ class RedisServer:
             pytest.fail(
                 "redis-server is missing: ./scripts/check.sh installs it (Debian's redis-server package)"
             )
+        STARTED_SERVERS.append(self.process)
         # Ready once it answers PING (a server that wants a password refuses it, so any answer but LOADING):
         # a server loading its append-only file accepts connections before that.
         deadline = time.monotonic() + 10
@@ -171,7 +175,9 @@ class RedisServer:
                         break
             except OSError:
                 pass
-            assert time.monotonic() < deadline, "redis-server did not start"
+            if time.monotonic() >= deadline:
+                self.stop()
+                pytest.fail(f"redis-server did not answer on port {self.port} within 10 s")
             time.sleep(0.01)
         self.url = (
             f"redis://127.0.0.1:{self.port}/0"

@@ -124,7 +124,7 @@ def test_the_page_says_connected_only_while_the_registry_answers(page: Page) -> 
         expect(page.locator("#connection")).to_have_attribute("data-state", "unavailable", timeout=15_000)
         expect(page.locator("#connection-label")).to_have_text("registry unavailable")
         expect(page.locator("#message")).to_contain_text("the Redis registry is unavailable")
-        redis_server.restart()
+        redis_server = redis_server.restart()
         expect(page.locator("#connection")).to_have_attribute("data-state", "connected", timeout=15_000)
         expect(page.locator("#message")).not_to_contain_text("Live data paused")
     finally:
