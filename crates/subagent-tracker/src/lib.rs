@@ -61,9 +61,10 @@
 //!
 //! A signal's last owner takes its state without the lock (`Drop` holds the only reference).
 //!
-//! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, but not the id
-//! map's shard locks (dashmap's own), so under a shard lock the core does nothing but the map operation, reads
-//! of the run there, and the store of a late escalation's flag on a finished record.
+//! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, and the id map as
+//! one lock of loom's (`sync::ModelledLocks`): dashmap's shard locks are invisible to loom, so without it the
+//! order in which threads reach the map was never explored. Under a shard lock the core does nothing but the
+//! map operation, reads of the run there, and the store of a late escalation's flag on a finished record.
 
 #![forbid(unsafe_code)]
 

@@ -16,7 +16,7 @@ use dashmap::DashMap;
 // on the short keys used here (measured in BENCHMARKS.md).
 use foldhash::fast::RandomState;
 
-use crate::sync::AtomicU64;
+use crate::sync::{AtomicU64, ModelledLocks};
 use crate::token::delivery::Delivery;
 use crate::tracker::config::TrackerConfig;
 use crate::tracker::deadline_timer;
@@ -49,7 +49,7 @@ pub(super) struct RetainedRun<V> {
 pub(crate) struct TrackerShared<V> {
     pub(super) session_id: Arc<str>,
     pub(super) config: TrackerConfig,
-    pub(super) tasks: DashMap<Arc<str>, RetainedRun<V>, RandomState>,
+    pub(super) tasks: ModelledLocks<DashMap<Arc<str>, RetainedRun<V>, RandomState>>,
     /// The pending (queued, running or paused: not cancelled) tasks.
     pub(super) pending: PendingIndex<TaskEntry<V>>,
     // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
@@ -79,7 +79,7 @@ impl<V> TrackerShared<V> {
             session_id,
             finished: CachePadded::new(FinishedTasks::new(config.max_finished_tasks)),
             config,
-            tasks: DashMap::with_hasher(RandomState::default()),
+            tasks: ModelledLocks::new(DashMap::with_hasher(RandomState::default())),
             pending: PendingIndex::new(),
             next_sequence: CachePadded::new(AtomicU64::new(0)),
             closed: OnceLock::new(),
@@ -103,7 +103,10 @@ impl<V: Clone> TrackerShared<V> {
 
     pub(super) fn lookup(&self, task_id: &str) -> Option<Run<V>> {
         // The map guard is dropped before the run is used: no task lock is ever taken under a map lock.
-        self.tasks.get(task_id).map(|item| item.value().run.clone())
+        self.tasks
+            .access()
+            .get(task_id)
+            .map(|item| item.value().run.clone())
     }
 
     /// The entry of `task_id` while it can still change: `None` for an unknown id or a collapsed run (which
@@ -116,6 +119,7 @@ impl<V: Clone> TrackerShared<V> {
     pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
         let mut runs: Vec<Run<V>> = self
             .tasks
+            .access()
             .iter()
             .map(|item| item.value().run.clone())
             .collect();
@@ -143,7 +147,7 @@ impl<V: Clone> TrackerShared<V> {
     /// record it may have collapsed into.
     pub(super) fn record_escalation(&self, entry: &TaskEntry<V>) {
         entry.record_escalation(|| {
-            if let Some(item) = self.tasks.get(&entry.task_id) {
+            if let Some(item) = self.tasks.access().get(&entry.task_id) {
                 if let Run::Finished(run) = &item.value().run {
                     if run.sequence == entry.sequence {
                         run.record_escalation();
@@ -165,34 +169,38 @@ impl<V: Clone> TrackerShared<V> {
         replaced: &mut Vec<Run<V>>,
     ) -> Result<(), OpenRefusal> {
         loop {
-            match self.tasks.entry(entry.task_id.clone()) {
-                Entry::Occupied(occupied) if !restarts || !occupied.get().run.is_finished() => {
-                    return Err(OpenRefusal::DuplicateTask)
-                }
-                // A finished run of this id stops counting against the retention bound before it is replaced,
-                // so that a restart never evicts another task and a closed session never counts the new run
-                // as finished; out of the map's lock, which nests no other. Then the entry is looked at again:
-                // the run may have collapsed into its record meanwhile, and the record is forgotten in turn.
-                Entry::Occupied(occupied)
-                    if replaced
-                        .last()
-                        .is_none_or(|forgotten| !forgotten.is(&occupied.get().run)) =>
-                {
-                    let previous = occupied.get().run.clone();
-                    drop(occupied);
-                    self.finished.forget(&previous);
-                    #[cfg(all(test, not(subagent_tracker_loom)))]
-                    tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
-                    replaced.push(previous);
-                }
-                slot => {
-                    slot.insert(RetainedRun {
-                        sequence: entry.sequence,
-                        run: Run::Live(entry.clone()),
-                    });
-                    break;
-                }
-            }
+            let previous = {
+                let tasks = self.tasks.access();
+                // Bound, not the block's value: the map's entry must be dropped before the map's access.
+                let previous = match tasks.entry(entry.task_id.clone()) {
+                    Entry::Occupied(occupied) if !restarts || !occupied.get().run.is_finished() => {
+                        return Err(OpenRefusal::DuplicateTask)
+                    }
+                    Entry::Occupied(occupied)
+                        if replaced
+                            .last()
+                            .is_none_or(|forgotten| !forgotten.is(&occupied.get().run)) =>
+                    {
+                        occupied.get().run.clone()
+                    }
+                    slot => {
+                        slot.insert(RetainedRun {
+                            sequence: entry.sequence,
+                            run: Run::Live(entry.clone()),
+                        });
+                        break;
+                    }
+                };
+                previous
+            };
+            // A finished run of this id stops counting against the retention bound before it is replaced, so
+            // that a restart never evicts another task and a closed session never counts the new run as
+            // finished; out of the map's lock, which nests no other. Then the entry is looked at again: the run
+            // may have collapsed into its record meanwhile, and the record is forgotten in turn.
+            self.finished.forget(&previous);
+            #[cfg(all(test, not(subagent_tracker_loom)))]
+            tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
+            replaced.push(previous);
         }
         #[cfg(all(test, not(subagent_tracker_loom)))]
         tests::pause(&tests::PAUSE_BETWEEN_MAP_AND_INDEX, 2);
@@ -408,9 +416,11 @@ impl<V: Clone> TrackerShared<V> {
         let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
         let released = self.finished.record(&run);
         if let Some(evicted) = &released.evicted {
-            self.tasks.remove_if(evicted.task_id(), |_, retained| {
-                retained.sequence == evicted.sequence()
-            });
+            self.tasks
+                .access()
+                .remove_if(evicted.task_id(), |_, retained| {
+                    retained.sequence == evicted.sequence()
+                });
         }
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
         for key in [effects.deadline_key, effects.claim_timeout_key]
@@ -477,7 +487,7 @@ impl<V: Clone> TrackerShared<V> {
     pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
         let released = self.finished.forget_ended_before(cutoff);
         for run in &released.forgotten {
-            self.tasks.remove_if(run.task_id(), |_, retained| {
+            self.tasks.access().remove_if(run.task_id(), |_, retained| {
                 retained.sequence == run.sequence()
             });
         }
@@ -506,7 +516,8 @@ impl<V: Clone> TrackerShared<V> {
     /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.
     /// Runs under `entry`'s record lock (see `TaskEntry::collapse`).
     fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
-        let Some(mut item) = self.tasks.get_mut(&entry.task_id) else {
+        let tasks = self.tasks.access();
+        let Some(mut item) = tasks.get_mut(&entry.task_id) else {
             return false;
         };
         let current = item.value_mut();
@@ -529,7 +540,7 @@ impl<V: Clone> TrackerShared<V> {
         // Every retained run is either counted by the retention window or unfinished; a run being recorded or
         // evicted right now is counted on the unfinished side, so the last end to finish its bookkeeping is
         // the one that sees zero.
-        if self.tasks.len() <= self.finished.retained() {
+        if self.tasks.access().len() <= self.finished.retained() {
             registry.leave(&self.session_id, self.key());
         }
     }

@@ -115,7 +115,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     #[must_use]
     pub fn retained_count(&self) -> usize {
         self.shared.forget_aged();
-        self.shared.tasks.len()
+        self.shared.tasks.access().len()
     }
 
     /// Waits until the task `task_id` has finished and returns its final snapshot.

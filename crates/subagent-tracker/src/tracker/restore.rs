@@ -54,25 +54,30 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
             let run = Arc::new(finished_run(sequence, restored_snapshot(snapshot, now)));
             // `try_entry`, not `entry`: a second caller of `entry` would keep the compiler from inlining it into
             // `make_visible`, on every start's path. A shard's lock is held for a map operation only.
-            let entry = loop {
-                if let Some(entry) = self.tasks.try_entry(run.task_id.clone()) {
-                    break entry;
-                }
-                std::hint::spin_loop();
-            };
-            let Entry::Vacant(vacant) = entry else {
-                continue;
-            };
-            vacant.insert(RetainedRun {
-                sequence,
-                run: Run::Finished(run.clone()),
-            });
+            {
+                let tasks = self.tasks.access();
+                let entry = loop {
+                    if let Some(entry) = tasks.try_entry(run.task_id.clone()) {
+                        break entry;
+                    }
+                    std::hint::spin_loop();
+                };
+                let Entry::Vacant(vacant) = entry else {
+                    continue;
+                };
+                vacant.insert(RetainedRun {
+                    sequence,
+                    run: Run::Finished(run.clone()),
+                });
+            }
             restored += 1;
             let released = self.finished.record(&Run::Finished(run));
             if let Some(evicted) = &released.evicted {
-                self.tasks.remove_if(evicted.task_id(), |_, retained| {
-                    retained.sequence == evicted.sequence()
-                });
+                self.tasks
+                    .access()
+                    .remove_if(evicted.task_id(), |_, retained| {
+                        retained.sequence == evicted.sequence()
+                    });
             }
             // Dropped with no lock held: the last reference to an evicted run may own foreign objects.
             drop(released);
