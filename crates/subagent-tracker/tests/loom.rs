@@ -21,6 +21,32 @@ fn model(scenario: impl Fn() + Sync + Send + 'static) {
     builder.check(scenario);
 }
 
+/// Which way each run of a model went, so that a test can require the model to reach every way: a model that
+/// explores a race in one order only passes every assertion made of the other.
+struct Outcomes<const N: usize>([AtomicUsize; N]);
+
+impl<const N: usize> Outcomes<N> {
+    const fn new() -> Self {
+        Outcomes([const { AtomicUsize::new(0) }; N])
+    }
+
+    fn reached(&self, outcome: usize) {
+        self.0[outcome].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn assert_all_reached(&self, ways: &str) {
+        let counts: Vec<usize> = self
+            .0
+            .iter()
+            .map(|count| count.load(Ordering::Relaxed))
+            .collect();
+        assert!(
+            counts.iter().all(|&count| count > 0),
+            "the model never reached one of the {ways}: runs per way {counts:?}"
+        );
+    }
+}
+
 fn tracker(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
     InMemorySubagentTaskTracker::with_config(
         Some("session"),
@@ -77,7 +103,7 @@ fn a_batch_races_a_cancel_of_its_parent() {
 /// model (`ModelledLocks` in the crate's `sync`), not invisible to it.
 #[test]
 fn end_races_cancel() {
-    static WINS: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    static WINNERS: Outcomes<2> = Outcomes::new();
     model(|| {
         let tracker = tracker(16);
         let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
@@ -95,17 +121,15 @@ fn end_races_cancel() {
         assert_eq!(snapshot.status, expected);
         assert!(snapshot.finished);
         assert_eq!(handle.token().is_cancelled(), cancelled);
-        WINS[usize::from(cancelled)].fetch_add(1, Ordering::Relaxed);
+        WINNERS.reached(usize::from(cancelled));
     });
-    assert!(
-        WINS.iter().all(|wins| wins.load(Ordering::Relaxed) > 0),
-        "the model explored one winner only: {WINS:?}"
-    );
+    WINNERS.assert_all_reached("winners (the end, the cancel)");
 }
 
-/// A callback registered as the task is cancelled runs exactly once.
+/// A callback registered as the task is cancelled runs exactly once, registered before the cancel or after.
 #[test]
 fn on_cancel_races_cancel() {
+    static REGISTERED: Outcomes<2> = Outcomes::new();
     model(|| {
         let tracker = tracker(16);
         let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
@@ -116,9 +140,12 @@ fn on_cancel_races_cancel() {
         let _registration = handle.token().on_cancel(move || {
             counted.fetch_add(1, Ordering::SeqCst);
         });
+        // A callback registered after the cancel runs in the registration.
+        REGISTERED.reached(runs.load(Ordering::SeqCst));
         assert!(cancel.join().unwrap());
         assert_eq!(runs.load(Ordering::SeqCst), 1);
     });
+    REGISTERED.assert_all_reached("orders (registered before the cancel, after)");
 }
 
 /// A task linked to a token that fires during its start is cancelled, never missed.
@@ -237,9 +264,10 @@ fn claim_races_cancel() {
     });
 }
 
-/// Two runners claim one reserved task: exactly one gets it.
+/// Two runners claim one reserved task: exactly one gets it, either one.
 #[test]
 fn claims_race() {
+    static WINNERS: Outcomes<2> = Outcomes::new();
     model(|| {
         let tracker = tracker(16);
         tracker
@@ -251,8 +279,10 @@ fn claims_race() {
         let other = other.join().unwrap();
         assert!(mine.is_some() ^ other.is_some());
         assert_eq!(tracker.get("task").unwrap().status, SubagentStatus::Running);
+        WINNERS.reached(usize::from(other.is_some()));
         drop((mine, other));
     });
+    WINNERS.assert_all_reached("winners (this thread, the rival)");
 }
 
 /// A session closed through its registry while its last task ends leaves the registry, whichever comes first.
@@ -284,6 +314,7 @@ fn resume_races_cancel_of_a_paused_task() {
         }
     }
 
+    static FIRST: Outcomes<2> = Outcomes::new();
     model(|| {
         let tracker = tracker(16);
         let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
@@ -297,7 +328,8 @@ fn resume_races_cancel_of_a_paused_task() {
         let resumer = tracker.clone();
         let resume = thread::spawn(move || resumer.resume("task", Some("yes".into())));
         assert!(tracker.cancel("task", None));
-        resume.join().unwrap();
+        let resumed = resume.join().unwrap();
+        FIRST.reached(usize::from(resumed));
         assert!(
             flag.0.load(Ordering::SeqCst),
             "the waiting runner was woken"
@@ -311,6 +343,7 @@ fn resume_races_cancel_of_a_paused_task() {
             SubagentStatus::Cancelled
         );
     });
+    FIRST.assert_all_reached("orders (the cancel first, the resume first)");
 }
 
 /// A cancel handler that hands its work on finishes it in another thread while a canceller starts to wait for
