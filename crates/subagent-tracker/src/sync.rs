@@ -27,7 +27,7 @@ pub(crate) use loom_mutex::Mutex;
 pub(crate) struct ModelledLocks<T> {
     inner: T,
     #[cfg(subagent_tracker_loom)]
-    access: loom::sync::Mutex<()>,
+    seen_by_loom: loom::sync::Mutex<()>,
 }
 
 impl<T> ModelledLocks<T> {
@@ -35,7 +35,7 @@ impl<T> ModelledLocks<T> {
         ModelledLocks {
             inner,
             #[cfg(subagent_tracker_loom)]
-            access: loom::sync::Mutex::new(()),
+            seen_by_loom: loom::sync::Mutex::new(()),
         }
     }
 
@@ -49,7 +49,7 @@ impl<T> ModelledLocks<T> {
     pub(crate) fn access(&self) -> Access<'_, T> {
         Access {
             _held: self
-                .access
+                .seen_by_loom
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
             inner: &self.inner,
