@@ -147,6 +147,27 @@ def test_a_start_names_the_start_options_in_the_binding_s_order(function: Callab
     assert not [parameter for parameter in parameters if parameter.kind is parameter.VAR_KEYWORD]
 
 
+def test_a_bound_start_s_signature_binds_a_positional_id_to_task_id(tracked_session: BlockingSession) -> None:
+    # `help()`, editors and `Signature.bind` read the bound method: its first parameter is the id, not `self`.
+    signature = inspect.signature(tracked_session.start_subagent_task)
+    assert next(iter(signature.parameters)) == "task_id"
+    assert signature.bind("a").arguments == {"task_id": "a"}
+
+
+def test_of_several_bad_start_options_each_store_reports_the_one_its_type_is_read_first(
+    tracked_session: BlockingSession,
+) -> None:
+    # The order `START_OPTIONS` documents: the types read as they are extracted first, then the strings.
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"agent": 1, "timeout": "soon"}, "timeout"),
+        ({"agent": 1, "description": 2}, "agent"),
+    ]
+    for options, reported in cases:
+        with pytest.raises(TypeError, match=reported):
+            tracked_session.start_subagent_task("a", **options)
+    assert tracked_session.subagent_task("a") is None
+
+
 #: A task of another session, whose token the tasks below are linked to.
 _LINK = Session().start_subagent_task("link")
 

@@ -86,7 +86,14 @@ impl Wake for AsyncioWaker {
                     future: shared.0.future.clone_ref(py),
                 },
             };
-            if let Some(pending) = CALLS.with(|calls| calls.collect(&calls.woken, pending)) {
+            let mut unclaimed = Some(pending);
+            // No call collects while the thread's locals are being destroyed (a waker fired by one's destructor).
+            let _collecting = CALLS.try_with(|calls| {
+                unclaimed = unclaimed
+                    .take()
+                    .and_then(|pending| calls.collect(&calls.woken, pending));
+            });
+            if let Some(pending) = unclaimed {
                 // Woken outside a collecting call (a deadline's delivery thread, say): deliver on its own.
                 dispatch(py, vec![pending]);
             }

@@ -40,7 +40,7 @@ macro_rules! session_methods {
                 linked=None,
             ))]
             // As Python shows it: a flag's default is `False` (the signature's own is a "not given" marker).
-            #[pyo3(text_signature = "(self, /, task_id=None, *, parent_id=None, agent=None, description=None, \
+            #[pyo3(text_signature = "($self, /, task_id=None, *, parent_id=None, agent=None, description=None, \
                 metadata=None, timeout=None, deadline=None, detached=False, structured=False, linked=None)")]
             #[allow(clippy::too_many_arguments)]
             fn start_subagent_task<'py>(

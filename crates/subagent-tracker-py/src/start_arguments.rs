@@ -22,8 +22,11 @@ use crate::keyword_options::{argument_error, keyword, keywords};
 use crate::python_types::PyValue;
 use crate::token::Tokens;
 
-/// The start options, in the order their values are read (and so the order in which bad ones are reported): the
-/// keyword arguments of `start_subagent_task` after `task_id`, and the keys of a batch's tasks besides it.
+/// The start options: the keyword arguments of `start_subagent_task` after `task_id`, in its signature's order,
+/// and the keys of a batch's tasks besides it. Of several bad ones, the first reported is the first of this
+/// list whose type is read as it is extracted ([`StartArguments::read`]: `parent_id`, `timeout`, `deadline`, the
+/// flags, `linked`); the metadata, `agent` and `description` are checked after those, as the start is built
+/// ([`StartArguments::into_start`]), the same way on every store.
 pub(crate) const START_OPTIONS: [&str; 9] = [
     "parent_id",
     "agent",
