@@ -59,7 +59,8 @@
 //!    - the delivery pool's queue (`token::delivery_pool`): the hand-over of what a cancel owes to user code
 //!      to the bounded set of threads that deliver it, for the threads that serve everyone.
 //!
-//! A signal's last owner takes its state without the lock (`Drop` holds the only reference).
+//! A signal's last owner takes its state without the lock (`Drop`, and `into_sources` after `Arc::into_inner`,
+//! hold the only reference).
 //!
 //! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, and the id map as
 //! one lock of loom's (`sync::ModelledLocks`): dashmap's shard locks are invisible to loom, so without it the

@@ -90,9 +90,11 @@ mod loom_mutex {
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
 
-        /// `parking_lot`'s `get_mut` needs no lock; loom has no lock-free access, so the model locks.
-        pub(crate) fn get_mut(&mut self) -> loom::sync::MutexGuard<'_, T> {
-            self.lock()
+        /// Like `parking_lot`'s: the only reference needs no lock.
+        pub(crate) fn get_mut(&mut self) -> &mut T {
+            self.0
+                .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
     }
 }

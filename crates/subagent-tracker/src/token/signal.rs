@@ -542,8 +542,8 @@ impl Source for CancelSignal {
 
     fn into_sources(self: Arc<Self>) -> Vec<SourceLink> {
         // Taken out before the signal drops, so its own `Drop` finds nothing to unwind.
-        Arc::into_inner(self).map_or_else(Vec::new, |signal| {
-            std::mem::take(&mut signal.state.lock().sources)
+        Arc::into_inner(self).map_or_else(Vec::new, |mut signal| {
+            std::mem::take(&mut signal.state.get_mut().sources)
         })
     }
 }
@@ -552,11 +552,12 @@ impl Drop for CancelSignal {
     fn drop(&mut self) {
         // Unregister from the sources; a source whose last holder this was is dropped by the same loop, so
         // a long chain of combined or linked tokens unwinds without recursion. The last owner needs no lock.
-        if self.state.get_mut().sources.is_empty() {
+        let sources = &mut self.state.get_mut().sources;
+        if sources.is_empty() {
             // Most signals depend on nothing: no list to take and drop.
             return;
         }
-        let mut pending = std::mem::take(&mut self.state.get_mut().sources);
+        let mut pending = std::mem::take(sources);
         while let Some(link) = pending.pop() {
             link.source.remove_dependent(link.registration);
             pending.append(&mut link.source.into_sources());
