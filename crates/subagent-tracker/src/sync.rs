@@ -27,7 +27,7 @@ pub(crate) use loom_mutex::Mutex;
 pub(crate) struct ModelledLocks<T> {
     inner: T,
     #[cfg(subagent_tracker_loom)]
-    seen_by_loom: loom::sync::Mutex<()>,
+    seen_by_loom: Mutex<()>,
 }
 
 impl<T> ModelledLocks<T> {
@@ -35,7 +35,7 @@ impl<T> ModelledLocks<T> {
         ModelledLocks {
             inner,
             #[cfg(subagent_tracker_loom)]
-            seen_by_loom: loom::sync::Mutex::new(()),
+            seen_by_loom: Mutex::new(()),
         }
     }
 
@@ -48,10 +48,7 @@ impl<T> ModelledLocks<T> {
     #[cfg(subagent_tracker_loom)]
     pub(crate) fn access(&self) -> Access<'_, T> {
         Access {
-            _held: self
-                .seen_by_loom
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            _held: self.seen_by_loom.lock(),
             inner: &self.inner,
         }
     }
