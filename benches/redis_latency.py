@@ -114,7 +114,8 @@ def server_side_cancel_latency(url: str, port: int, rounds: int) -> list[float]:
         assert parent.recv() == "ready"
         sent = time.monotonic()
         client.execute_command(  # type: ignore[no-untyped-call]
-            # Arguments as RedisSession::cancel passes them: no record before start, whichever run.
+            # Arguments as RedisSession::cancel passes them: no record before start, whichever run; the caller
+            # holds no run (the push to the worker is what is timed).
             "FCALL",
             "stv2_cancel",
             1,
@@ -123,6 +124,7 @@ def server_side_cancel_latency(url: str, port: int, rounds: int) -> list[float]:
             handle.task_id,
             "stop",
             "requested",
+            "",
             "",
             "",
         )

@@ -64,6 +64,33 @@ def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisT
 
 
 @pytest.mark.parametrize("api", APIS)
+def test_a_cancel_in_the_process_that_runs_the_tasks_returns_with_their_tokens_fired(
+    redis_server: RedisTarget, api: Api
+) -> None:
+    """As in memory, whether or not the push comes: here every subscription is dropped first, so it never does."""
+    session = connect(api, redis_server.url, timeout=5).session("s")
+    root = session.start_subagent_task("root")
+    # More children than one step of a cascade reads (32): the rest are the cascade's later steps.
+    children = [session.start_subagent_task(f"child-{index}", parent_id="root") for index in range(40)]
+    picked = session.start_subagent_task("picked", agent="picked")
+    last = session.start_subagent_task("last")
+    assert redis_server.admin("CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
+    assert session.cancel_subagent_task("root", reason="by id")
+    assert root.token.is_cancelled
+    assert [child.token.is_cancelled for child in children] == [True] * len(children)
+    assert not picked.token.is_cancelled and not last.token.is_cancelled
+    assert session.cancel_subagent_tasks(agent="picked", reason="by filter") == ["picked"]
+    assert picked.token.is_cancelled and not last.token.is_cancelled
+    assert session.cancel(reason="the session") == 1
+    assert last.token.is_cancelled
+    closing = session.start_subagent_task("closing")
+    assert redis_server.admin("CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
+    assert session.close(reason="closed") == 1
+    assert closing.token.is_cancelled
+    assert closing.token.reason == "closed"
+
+
+@pytest.mark.parametrize("api", APIS)
 def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_reconcile(
     redis_server: RedisTarget, api: Api
 ) -> None:

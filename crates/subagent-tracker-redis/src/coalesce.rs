@@ -13,12 +13,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use subagent_tracker::DEADLINE_REASON;
 use tokio::sync::oneshot;
 
-use crate::connection::Connection;
+use crate::worker::Worker;
 use crate::{store, RedisTrackerError};
 
 /// At most this many items go in one call, so that no call holds the server long (a start or an end costs it a
@@ -141,12 +141,15 @@ pub(crate) struct CoalescedCalls {
 }
 
 impl CoalescedCalls {
-    /// The calls of the incarnation `incarnation` of the session whose hash is `key`, sent on `connection`.
+    /// The calls of the incarnation `incarnation` of the session whose hash is `key`, sent on `worker`'s
+    /// connection. The ends hold the worker weakly (it holds them, through its mirrors) to fire the tokens of its
+    /// runs that their cascades cancelled.
     pub(crate) fn new(
-        connection: &Connection,
+        worker: &Arc<Worker>,
         key: &Arc<str>,
         incarnation: &Arc<str>,
     ) -> CoalescedCalls {
+        let connection = &worker.connection;
         let opens = {
             let (connection, key, incarnation) =
                 (connection.clone(), key.clone(), incarnation.clone());
@@ -175,23 +178,36 @@ impl CoalescedCalls {
         let ends = {
             let (connection, key, incarnation) =
                 (connection.clone(), key.clone(), incarnation.clone());
+            let (worker, process): (Weak<Worker>, Arc<str>) =
+                (Arc::downgrade(worker), worker.process.clone());
             Coalescer::new(Arc::new(move |items: Vec<EndArgs>| {
-                let (mut connection, key, incarnation) =
-                    (connection.clone(), key.clone(), incarnation.clone());
+                let (mut connection, key, incarnation, worker, process) = (
+                    connection.clone(),
+                    key.clone(),
+                    incarnation.clone(),
+                    worker.clone(),
+                    process.clone(),
+                );
                 Box::pin(async move {
                     let mut args: Vec<&str> =
-                        Vec::with_capacity(1 + items.iter().map(Vec::len).sum::<usize>());
-                    args.push(&incarnation);
+                        Vec::with_capacity(2 + items.iter().map(Vec::len).sum::<usize>());
+                    args.extend([&*incarnation, &*process]);
                     for item in &items {
                         args.extend(item.iter().map(String::as_str));
                     }
                     let reply: Vec<redis::Value> =
                         store::call(&mut connection, "end", &[&key], &args).await?;
-                    let (moved, walks_left) = store::end_replies(reply)?;
-                    if walks_left {
-                        store::finish_walks(&mut connection, &key, &incarnation).await?;
+                    let mut replies = store::end_replies(reply)?;
+                    if replies.walks_left {
+                        let told =
+                            store::finish_walks(&mut connection, &key, &incarnation, &process)
+                                .await?;
+                        replies.told.extend(told);
                     }
-                    Ok(moved)
+                    if let Some(worker) = worker.upgrade() {
+                        worker.apply_notifications(&replies.told);
+                    }
+                    Ok(replies.moved)
                 }) as Flight<EndReply>
             }))
         };

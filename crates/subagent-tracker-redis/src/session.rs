@@ -75,7 +75,7 @@ impl RedisSession {
         let key: Arc<str> = Arc::from(key);
         let incarnation: Arc<str> = Arc::from(state.incarnation.as_str());
         let calls = mirror.calls(&incarnation, || {
-            CoalescedCalls::new(&worker.connection, &key, &incarnation)
+            CoalescedCalls::new(&worker, &key, &incarnation)
         });
         RedisSession {
             worker,

@@ -198,32 +198,57 @@ pub(crate) async fn call<T: FromRedisValue>(
     }
 }
 
-/// The replies of `stv2_end`: whether each end moved its task, and whether the call left a cascade under way
-/// (a task group's rule) for its caller to finish (`finish_walks`).
-pub(crate) fn end_replies(reply: Vec<redis::Value>) -> Result<(Vec<i64>, bool), RedisTrackerError> {
-    let mut moved = Vec::with_capacity(reply.len());
-    let mut walks_left = false;
-    for value in reply {
+/// The replies of one `stv2_end` call.
+pub(crate) struct EndReplies {
+    /// Per end, 1 when it moved its task, else 0.
+    pub(crate) moved: Vec<i64>,
+    /// The call left a cascade under way (a task group's rule) for its caller to finish (`finish_walks`).
+    pub(crate) walks_left: bool,
+    /// What the ends' cascades told the caller's worker process of its own runs ("" for nothing), for it to
+    /// apply before the ends return (`Worker::apply_notifications`).
+    pub(crate) told: Vec<u8>,
+}
+
+/// Reads the reply of one `stv2_end` call.
+pub(crate) fn end_replies(reply: Vec<redis::Value>) -> Result<EndReplies, RedisTrackerError> {
+    let mut replies = EndReplies {
+        moved: Vec::with_capacity(reply.len()),
+        walks_left: false,
+        told: Vec::new(),
+    };
+    let mut values = reply.into_iter();
+    while let Some(value) = values.next() {
         match value {
-            redis::Value::Int(transitioned) => moved.push(transitioned),
-            redis::Value::BulkString(marker) if marker == b"walk" => walks_left = true,
+            redis::Value::Int(transitioned) => replies.moved.push(transitioned),
+            redis::Value::BulkString(marker) if marker == b"walk" => replies.walks_left = true,
+            redis::Value::BulkString(marker) if marker == b"told" => match values.next() {
+                Some(redis::Value::BulkString(told)) => replies.told = told,
+                _ => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
+            },
             _ => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
         }
     }
-    Ok((moved, walks_left))
+    Ok(replies)
 }
 
 /// Takes the steps of every cascade the session's incarnation `incarnation` has under way (contract §3:
-/// cascades proceed in steps), as an end that left one does before it returns.
+/// cascades proceed in steps), as an end that left one does before it returns. Returns what the steps told the
+/// worker process `caller` of its own runs (see [`EndReplies::told`]).
 pub(crate) async fn finish_walks(
     connection: &mut Connection,
     key: &str,
     incarnation: &str,
-) -> Result<(), RedisTrackerError> {
+    caller: &str,
+) -> Result<Vec<u8>, RedisTrackerError> {
+    let mut told = Vec::new();
     loop {
-        let reply: Vec<String> = call(connection, "walk", &[key], &[incarnation, ""]).await?;
+        let reply: Vec<String> =
+            call(connection, "walk", &[key], &[incarnation, "", caller]).await?;
+        if let Some(message) = reply.get(2) {
+            told.extend_from_slice(message.as_bytes());
+        }
         if reply.first().is_none_or(|done| done == "1") {
-            return Ok(());
+            return Ok(told);
         }
     }
 }

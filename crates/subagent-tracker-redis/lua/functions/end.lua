@@ -1,4 +1,4 @@
--- stv2_end(session_key; inc, then each end: "c", task_id and run, for a completion without a result, or "e",
+-- stv2_end(session_key; inc, caller, then each end: "c", task_id and run, for a completion without a result, or "e",
 -- task_id, run, outcome, value, error_type and error_code): ends each run, in order and each on its own: the
 -- runner's end (outcome completed, failed with the message as value and the failure's type and code, or stopped
 -- with the reason as value), a dropped handle (dropped), an end recorded by id (run ""), or an expired claim
@@ -6,8 +6,9 @@
 -- ends in one call are a batch (`RedisSession::end_batch`) or the ends of unrelated callers coalesced.
 -- Returns per end 1 when it moved the task (to completed or failed), else 0: 0 too when the run had already
 -- finished or is not the current one; then "walk" when an end's cascade (a task group's rule) was left under way,
--- for the caller to take its steps (`stv2_walk`). A call through an object of an ended incarnation is refused
--- with GONE (a runner's end takes that as 0).
+-- for the caller to take its steps (`stv2_walk`); then "told" and a message when the ends' cascades told the
+-- caller's worker process `caller` of its own runs (as stv2_cancel's). A call through an object of an ended
+-- incarnation is refused with GONE (a runner's end takes that as 0).
 -- An end by id of a paused run tells its worker process ("ended" as a notification's cause), whose runner waits
 -- for a resume that will not come.
 -- Includes: clock, session, keys, tasks, retention, cascade, task_groups, open, register.
@@ -66,7 +67,7 @@ local function end_one(base, a, first)
   end
   finish(base, key, task_id, state[1], at, status, has_timer(state[4]), written)
   if paused_runner then
-    redis.call('PUBLISH', channel_of(base, paused_runner), worker_message(base, task_id, state[1], '', '', 'ended'))
+    tell_worker(base, paused_runner, worker_message(base, task_id, state[1], '', '', 'ended'))
   end
   return transitioned
 end
@@ -75,12 +76,18 @@ local function st_end(keys, args)
   if not same_incarnation(args[1]) then return gone() end
   local base = base_of(keys[1])
   local replies = {}
-  local first = 2
+  tell_caller(args[2])
+  local first = 3
   while first <= #args do
     replies[#replies + 1] = end_one(base, args, first)
     first = args[first] == 'c' and first + 3 or first + 7
   end
   if walks_left then replies[#replies + 1] = 'walk' end
+  local told = told_caller()
+  if told ~= '' then
+    replies[#replies + 1] = 'told'
+    replies[#replies + 1] = told
+  end
   return replies
 end
 

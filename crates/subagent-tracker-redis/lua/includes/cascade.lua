@@ -20,6 +20,25 @@ local function worker_message(base, task_id, run, reason, origin, cause)
   return session_field_of(base) .. fields_message(task_id, run, reason, origin, cause)
 end
 
+-- Has the running call's reply carry what it tells the worker process `process` (the caller's own; "" for none),
+-- besides the push (`tell_worker`, `told_caller`).
+local function tell_caller(process)
+  if process and process ~= '' then caller_process, caller_messages = process, {} end
+end
+
+-- Publishes `message` on the channel of the worker process `process`; keeps it for the reply too when that
+-- process is the running call's caller.
+local function tell_worker(base, process, message)
+  redis.call('PUBLISH', channel_of(base, process), message)
+  if process == caller_process then caller_messages[#caller_messages + 1] = message end
+end
+
+-- What the running call told its caller's worker process, as one message ("" for nothing).
+local function told_caller()
+  if not caller_messages then return '' end
+  return table.concat(caller_messages)
+end
+
 -- Cascades proceed in steps (contract §3 and §20): a call reads at most WALK_STEP tasks, so that no call holds
 -- the server long whatever the size of a tree or a session, and what is left of a walk is kept in the session's
 -- keys for the next step (`stv2_walk`). The caller that started a walk takes its steps until it is done; a walk no
@@ -175,7 +194,7 @@ local function step(base, walk)
   end
   walk.unclaimed = {}
   for process, messages in pairs(walk.notifications) do
-    redis.call('PUBLISH', channel_of(base, process), table.concat(messages))
+    tell_worker(base, process, table.concat(messages))
   end
   walk.notifications = {}
   return #walk.ids == 0 and not walk.cursor

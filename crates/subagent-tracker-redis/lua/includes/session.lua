@@ -45,6 +45,10 @@ local eviction_due = nil
 -- The cascades the call left under way (their walks' ids; nil for none), for its caller to take the remaining
 -- steps (`start_walk`).
 local walks_left = nil
+-- The worker process of the call's caller (`tell_caller`; nil when the caller holds no runs or does not ask) and
+-- the notifications the call's cascades published to it: its reply carries them too (`told_caller`), so that a
+-- cancel returns with the tokens of the caller's own runs fired, as in memory, whatever the delay of the push.
+local caller_process, caller_messages = nil, nil
 -- The changes of the session's indexes that a call gathers and writes as it ends, one command per index however
 -- many tasks it starts or ends (`write_gathered`): the live index's (task id -> the run that joined it, or false
 -- for one that left it), and the runs it finished, in order, for the finished list (false where a run finished in
@@ -120,6 +124,7 @@ local function session_function(callback)
     last_event_ms, events_emitted = nil, 0
     -- A call that failed part way leaves nothing for the next one to write.
     changed, no_early_cancels, aged_forgotten, eviction_due, walks_left = nil, nil, false, nil, nil
+    caller_process, caller_messages = nil, nil
     live_changes, finished_now, finished_at = nil, nil, nil
     local reply = callback(keys, args)
     local base = base_of(keys[1])

@@ -117,7 +117,7 @@ impl RedisSession {
         }
         let mut calls = Vec::new();
         for chunk in items.chunks(MAX_ITEMS_PER_CALL) {
-            let mut args: Vec<&str> = vec![&self.incarnation];
+            let mut args: Vec<&str> = vec![&self.incarnation, &self.worker.process];
             args.extend(chunk.iter().flatten().map(String::as_str));
             calls.push((vec![&*self.key], args));
         }
@@ -125,14 +125,16 @@ impl RedisSession {
         let outcomes: Vec<Result<Vec<redis::Value>, RedisTrackerError>> =
             store::call_each(&mut connection, "end", &calls).await?;
         let mut walks_left = false;
+        let mut told = Vec::new();
         let mut moved = vec![false; ends.len()];
         let mut sent = sent.into_iter();
         let mut refusal = None;
         for (outcome, chunk) in outcomes.into_iter().zip(items.chunks(MAX_ITEMS_PER_CALL)) {
             let replies = match outcome.and_then(store::end_replies) {
-                Ok((replies, left)) if replies.len() == chunk.len() => {
-                    walks_left |= left;
-                    replies
+                Ok(replies) if replies.moved.len() == chunk.len() => {
+                    walks_left |= replies.walks_left;
+                    told.extend(replies.told);
+                    replies.moved
                 }
                 Ok(_) => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
                 // The incarnation has ended: every run of the batch is over, and no id can be ended.
@@ -151,8 +153,17 @@ impl RedisSession {
             }
         }
         if walks_left {
-            store::finish_walks(&mut connection, &self.key, &self.incarnation).await?;
+            told.extend(
+                store::finish_walks(
+                    &mut connection,
+                    &self.key,
+                    &self.incarnation,
+                    &self.worker.process,
+                )
+                .await?,
+            );
         }
+        self.worker.apply_notifications(&told);
         match refusal {
             Some(error)
                 if ends

@@ -62,13 +62,22 @@ impl RedisSession {
         run: &str,
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let (moved, walk, due): (i64, String, String) = self
+        let (moved, walk, due, told): (i64, String, String, String) = self
             .cancelling(
                 "cancel",
-                &[&self.incarnation, task_id, reason, cause, before_start, run],
-                |(moved, _, _)| *moved == 1,
+                &[
+                    &self.incarnation,
+                    task_id,
+                    reason,
+                    cause,
+                    before_start,
+                    run,
+                    &self.worker.process,
+                ],
+                |(moved, _, _, _)| *moved == 1,
             )
             .await?;
+        self.worker.apply_notifications(told.as_bytes());
         self.finish_walk(&walk, &due).await?;
         Ok(moved == 1)
     }
@@ -93,12 +102,17 @@ impl RedisSession {
         self.schedule(due).await?;
         loop {
             let mut reply: Vec<String> = self
-                .cancelling("walk", &[&self.incarnation, walk], |_| true)
+                .cancelling(
+                    "walk",
+                    &[&self.incarnation, walk, &self.worker.process],
+                    |_| true,
+                )
                 .await?;
-            if reply.len() < 2 {
+            if reply.len() < 3 {
                 return Err(RedisTrackerError::Protocol(Arc::from("stv2_walk")));
             }
-            matched.extend(reply.split_off(2));
+            matched.extend(reply.split_off(3));
+            self.worker.apply_notifications(reply[2].as_bytes());
             moved += reply[1].parse::<usize>().unwrap_or(0);
             if reply[0] == "1" {
                 return Ok((moved, matched));
@@ -167,16 +181,24 @@ impl RedisSession {
         let mut reply: Vec<String> = self
             .cancelling(
                 "cancel_matching",
-                &[&self.incarnation, reason, &agent, &status, metadata],
-                |reply: &Vec<String>| reply.len() > 2,
+                &[
+                    &self.incarnation,
+                    reason,
+                    &agent,
+                    &status,
+                    metadata,
+                    &self.worker.process,
+                ],
+                |reply: &Vec<String>| reply.len() > 3,
             )
             .await?;
-        if reply.len() < 2 {
+        if reply.len() < 3 {
             return Err(RedisTrackerError::Protocol(Arc::from(
                 "stv2_cancel_matching",
             )));
         }
-        let mut moved: Vec<String> = reply.split_off(2);
+        let mut moved: Vec<String> = reply.split_off(3);
+        self.worker.apply_notifications(reply[2].as_bytes());
         moved.extend(self.finish_walk(&reply[0], &reply[1]).await?.1);
         Ok(moved.into_iter().map(Arc::from).collect())
     }
@@ -199,13 +221,14 @@ impl RedisSession {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let closing = if close { "1" } else { "0" };
         // A close changes the session even when nothing was pending: it must be confirmed as a cancel is.
-        let (moved, walk, due): (usize, String, String) = self
+        let (moved, walk, due, told): (usize, String, String, String) = self
             .cancelling(
                 "cancel_all",
-                &[&self.incarnation, reason, closing],
-                |(moved, _, _)| *moved > 0 || close,
+                &[&self.incarnation, reason, closing, &self.worker.process],
+                |(moved, _, _, _)| *moved > 0 || close,
             )
             .await?;
+        self.worker.apply_notifications(told.as_bytes());
         Ok(moved + self.finish_walk(&walk, &due).await?.0)
     }
 }

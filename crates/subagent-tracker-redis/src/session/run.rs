@@ -8,7 +8,7 @@ use crate::RedisTrackerError;
 impl RedisSession {
     /// Resumes the task `task_id`, which its runner paused, handing the runner `value` (JSON text) wherever it
     /// runs (contract §5, pause and resume). True exactly when this call resumed it: false for an unknown id or a
-    /// task not paused.
+    /// task not paused. A runner in this process has been told before it returns, as in memory.
     ///
     /// # Errors
     /// [`RedisTrackerError::Tracker`] for an invalid id; [`RedisTrackerError::Unavailable`].
@@ -18,9 +18,10 @@ impl RedisSession {
         value: Option<&str>,
     ) -> Result<bool, RedisTrackerError> {
         validate_task_id("task_id", task_id)?;
-        let mut args = vec![&*self.incarnation, task_id];
+        let mut args = vec![&*self.incarnation, task_id, &self.worker.process];
         args.extend(value);
-        let resumed: i64 = self.transition("resume", &args).await?;
+        let (resumed, told): (i64, String) = self.transition("resume", &args).await?;
+        self.worker.apply_notifications(told.as_bytes());
         Ok(resumed == 1)
     }
 

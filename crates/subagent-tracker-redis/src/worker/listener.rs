@@ -341,6 +341,21 @@ impl Worker {
         }
     }
 
+    /// Applies one message of notifications (see [`notified`](Self::notified)): a push on the worker's channel, or
+    /// what the reply of a cancel this process made told it, the same message, so that the cancel returns with the
+    /// tokens of this process's own runs fired (contract §3, as in memory) however late the push comes. A message
+    /// applied twice changes nothing the second time: a fired token stays fired, and a run's handlers are reported
+    /// done twice at most. Reports the handlers in a task of its own: they may take long, and notifications keep
+    /// coming.
+    pub(crate) fn apply_notifications(self: &Arc<Self>, payload: &[u8]) {
+        let applied = self.notified(parse_notifications(payload));
+        if !applied.is_empty() {
+            let reporter = self.clone();
+            self.runtime
+                .spawn(async move { reporter.report_handled(applied).await });
+        }
+    }
+
     /// The notifications of one message: runs cancelled in Redis, with each cancel's details, or resumed, or
     /// ended. The cancels apply together (see [`apply_cancels`](Self::apply_cancels)). Returns, for each cancel
     /// applied here, the run and the wait for its handlers, to report once they are done.
@@ -486,11 +501,8 @@ pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
                 let Some(worker) = worker.upgrade() else {
                     return;
                 };
-                let applied = worker.notified(parse_notifications(&message));
-                if !applied.is_empty() {
-                    // Reported in a task of its own: handlers may take long, and notifications keep coming.
-                    let reporter = worker.clone();
-                    tokio::spawn(async move { reporter.report_handled(applied).await });
+                if let Ok(payload) = message.get_payload::<Vec<u8>>() {
+                    worker.apply_notifications(&payload);
                 }
             }
         }
@@ -500,11 +512,8 @@ pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
 
 /// The runs a notification names: six fields each, every field written `<byte length>:<bytes>` (`fields_message`
 /// in `lua/includes/cascade.lua`), the session as its keys encode it. A malformed message yields what came before the fault.
-fn parse_notifications(message: &redis::Msg) -> Vec<Notification> {
-    let Ok(payload) = message.get_payload::<Vec<u8>>() else {
-        return Vec::new();
-    };
-    let mut rest = payload.as_slice();
+fn parse_notifications(payload: &[u8]) -> Vec<Notification> {
+    let mut rest = payload;
     let mut field = || -> Option<String> {
         let colon = rest.iter().position(|byte| *byte == b':')?;
         let length: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::{eventually, RedisServer};
 use subagent_tracker::{
-    CancelCause, ClaimProblem, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
+    CancelCause, ClaimProblem, Resumption, SubagentStatus, TaskStart, TrackerConfig, TrackerError,
 };
 use subagent_tracker_redis::{RedisOptions, RedisRegistry, RedisTrackerError};
 
@@ -359,12 +359,24 @@ async fn a_dropped_handle_fails_its_task() {
 async fn a_lost_notification_is_repaired_by_the_reconcile() {
     let server = RedisServer::start();
     let runner = server.worker("t10:", "runner").await;
+    let stopper = server.worker("t10:", "stopper").await;
     let session = runner.session(Some("s"), config()).await.unwrap();
     let handle = session
         .start(TaskStart::new().task_id("job"))
         .await
         .unwrap();
+    let elsewhere = stopper.get_session("s").await.unwrap().unwrap();
     // Drop every subscription on the server, then cancel at once: the notification goes nowhere.
+    drop_subscriptions(&server).await;
+    assert!(elsewhere.cancel("job", None).await.unwrap());
+    assert!(
+        eventually(|| handle.is_cancelled()).await,
+        "the reconcile (after resubscribing, or on its 200 ms timer) fired it"
+    );
+}
+
+/// Drops every subscription on `server`: the pushes published until the listeners subscribe again reach nobody.
+async fn drop_subscriptions(server: &RedisServer) {
     let client = redis::Client::open(server.url()).unwrap();
     let mut admin = client.get_multiplexed_async_connection().await.unwrap();
     let _: i64 = redis::cmd("CLIENT")
@@ -374,11 +386,121 @@ async fn a_lost_notification_is_repaired_by_the_reconcile() {
         .query_async(&mut admin)
         .await
         .unwrap();
-    assert!(session.cancel("job", None).await.unwrap());
-    assert!(
-        eventually(|| handle.is_cancelled()).await,
-        "the reconcile (after resubscribing, or on its 200 ms timer) fired it"
+}
+
+/// A cancel made in the process that runs the tasks returns with their tokens fired, as in memory, even when
+/// the push never comes: by id (with a cascade of more steps than one), by filter, of the session, and a close.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
+    let server = RedisServer::start();
+    let runner = server.worker("t10b:", "runner").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let start = |task_id: String, parent: Option<&'static str>, agent: &'static str| {
+        let session = session.clone();
+        async move {
+            let mut start = TaskStart::new().task_id(task_id).agent(agent);
+            if let Some(parent) = parent {
+                start = start.parent_id(parent);
+            }
+            session.start(start).await.unwrap()
+        }
+    };
+    let root = start("root".to_owned(), None, "lead").await;
+    // More children than one step of a cascade reads (`WALK_STEP`, 32): the rest are the walk's later steps.
+    let mut children = Vec::new();
+    for index in 0..80 {
+        children.push(start(format!("child-{index}"), Some("root"), "lead").await);
+    }
+    let matched = start("matched".to_owned(), None, "picked").await;
+    let last = start("last".to_owned(), None, "other").await;
+    drop_subscriptions(&server).await;
+    assert!(session.cancel("root", None).await.unwrap());
+    assert!(root.is_cancelled());
+    let unfired = children
+        .iter()
+        .filter(|child| !child.is_cancelled())
+        .count();
+    assert_eq!(unfired, 0, "children whose token had not fired on return");
+    assert!(!matched.is_cancelled() && !last.is_cancelled());
+    let filter = subagent_tracker::TaskFilter::new().agent("picked");
+    assert_eq!(
+        session.cancel_matching(&filter, None).await.unwrap().len(),
+        1
     );
+    assert!(matched.is_cancelled() && !last.is_cancelled());
+    assert_eq!(session.cancel_all(Some("all")).await.unwrap(), 1);
+    assert!(last.is_cancelled());
+    let closing = start("closing".to_owned(), None, "other").await;
+    drop_subscriptions(&server).await;
+    assert_eq!(session.close(Some("closed")).await.unwrap(), 1);
+    assert!(closing.is_cancelled());
+}
+
+/// The same for a task group's rules, which an end sets off: the failing child's end returns with its group's
+/// token fired, and the group's end with its pending children's, a cascade of several steps included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_end_returns_with_the_tokens_its_group_rules_cancelled_here_fired() {
+    let server = RedisServer::start();
+    let runner = server.worker("t10c:", "runner").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let group = |task_id: &str| TaskStart::new().task_id(task_id).structured(true);
+    let failing_group = session.start(group("failing")).await.unwrap();
+    let mut child = session
+        .start(TaskStart::new().task_id("child").parent_id("failing"))
+        .await
+        .unwrap();
+    let mut ending_group = session.start(group("ending")).await.unwrap();
+    let mut members = Vec::new();
+    for index in 0..40 {
+        let start = TaskStart::new()
+            .task_id(format!("member-{index}"))
+            .parent_id("ending");
+        members.push(session.start(start).await.unwrap());
+    }
+    drop_subscriptions(&server).await;
+    assert!(child.fail("broke").await.unwrap());
+    assert!(
+        failing_group.is_cancelled(),
+        "the child's failure cancelled its group"
+    );
+    assert!(ending_group.complete(None).await.unwrap());
+    let unfired = members
+        .iter()
+        .filter(|member| !member.is_cancelled())
+        .count();
+    assert_eq!(unfired, 0, "members whose token had not fired on return");
+}
+
+/// The same for a resume and an end by id of a paused run: the runner in this process has its answer when the call
+/// returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_or_an_end_by_id_returns_with_this_process_s_paused_runner_told() {
+    let server = RedisServer::start();
+    let runner = server.worker("t10d:", "runner").await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    let approved = session
+        .start(TaskStart::new().task_id("approved"))
+        .await
+        .unwrap();
+    let dropped = session
+        .start(TaskStart::new().task_id("dropped"))
+        .await
+        .unwrap();
+    assert!(approved.pause(Some("approval")).await.unwrap());
+    assert!(dropped.pause(Some("approval")).await.unwrap());
+    let (approved_watch, dropped_watch) = (
+        approved.resume_watch().unwrap(),
+        dropped.resume_watch().unwrap(),
+    );
+    drop_subscriptions(&server).await;
+    assert!(session.resume("approved", Some("\"yes\"")).await.unwrap());
+    assert_eq!(
+        approved_watch.resumption(),
+        Resumption::Resumed(Some("\"yes\"".to_owned()))
+    );
+    assert_eq!(dropped_watch.resumption(), Resumption::Paused);
+    assert!(session.end("dropped", Ok(None)).await.unwrap());
+    assert_eq!(dropped_watch.resumption(), Resumption::Ended);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
