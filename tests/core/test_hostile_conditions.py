@@ -1095,6 +1095,67 @@ def test_an_interrupt_in_a_callback_is_raised_after_the_cancel_took_effect(
     assert outcome == {"raised": exception, "calls": ["after", "before", "interrupt"], "status": "cancelled"}
 
 
+@pytest.mark.parametrize("when", ["after_the_result", "before_the_result"])
+@pytest.mark.parametrize("canceller", ["the_loop_itself", "another_thread"])
+def test_a_ctrl_c_while_waiters_are_resolved_is_raised_and_every_waiter_resolved(when: str, canceller: str) -> None:
+    """A Ctrl-C that arrives while a wake-up resolves an awaiter (its signal handler runs in the code that
+    ``set_result`` calls) is never taken for a refused result: the cancelling call raises it when the cancel was
+    made on the loop, and the loop's ``run_until_complete`` when it came from another thread. Every awaiter is
+    resolved all the same, the interrupted one included.
+
+    In a child process, so that a stray KeyboardInterrupt cannot stop the pytest run.
+    """
+    code = f"""
+    import asyncio
+    import json
+    import threading
+    from subagent_tracker import Session
+
+    class InterruptedFuture(asyncio.Future):
+        interrupted = False
+
+        def set_result(self, result):
+            if "{when}" == "after_the_result":
+                super().set_result(result)
+            if not InterruptedFuture.interrupted:
+                InterruptedFuture.interrupted = True
+                raise KeyboardInterrupt
+            super().set_result(result)
+
+    class Loop(asyncio.SelectorEventLoop):
+        def create_future(self):
+            return InterruptedFuture(loop=self)
+
+    session = Session()
+    handles = [session.start_subagent_task(task_id) for task_id in "abc"]
+    futures = []
+    raised = []
+
+    async def main():
+        futures.extend(handle.token.cancelled() for handle in handles)
+        if "{canceller}" == "the_loop_itself":
+            try:
+                session.cancel()
+            except BaseException as error:
+                raised.append("by the cancel: " + type(error).__name__)
+        else:
+            threading.Thread(target=session.cancel).start()
+        await asyncio.gather(*futures)
+
+    loop = Loop()
+    try:
+        loop.run_until_complete(main())
+    except BaseException as error:
+        raised.append("by the loop: " + type(error).__name__)
+    print(json.dumps({{"raised": raised, "resolved": [future.done() for future in futures]}}))
+    """
+    finished = _run_child(code, timeout=10)
+    assert finished.returncode == 0, _describe(finished)
+    outcome = json.loads(finished.stdout.strip().splitlines()[-1])
+    where = "by the cancel" if canceller == "the_loop_itself" else "by the loop"
+    assert outcome == {"raised": [f"{where}: KeyboardInterrupt"], "resolved": [True, True, True]}
+
+
 def test_an_interrupt_in_a_nested_cancel_s_callback_is_raised_by_the_nested_cancel_only() -> None:
     """Each call collects its own: a callback of A's cancel cancels B, whose callback raises; the cancel of B
     raises it (where A's callback can catch it), and A's cancel, whose callbacks all ran, raises nothing.

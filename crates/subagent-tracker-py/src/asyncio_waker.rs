@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use pyo3::exceptions::PyException;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -95,7 +96,9 @@ impl Wake for AsyncioWaker {
             });
             if let Some(pending) = unclaimed {
                 // Woken outside a collecting call (a deadline's delivery thread, say): deliver on its own.
-                dispatch(py, vec![pending]);
+                if let Some(interrupt) = dispatch(py, vec![pending]) {
+                    keep_interrupt(py, interrupt);
+                }
             }
         });
     }
@@ -166,12 +169,15 @@ struct Collected {
 }
 
 impl Collected {
-    /// Resolves the futures, then gives the interrupt to raise.
+    /// Resolves the futures, then gives the interrupt to raise: a callback's, or else one raised while the
+    /// futures were resolved.
     fn deliver(self, py: Python<'_>) -> PyResult<()> {
-        if !self.woken.is_empty() {
-            dispatch(py, self.woken);
-        }
-        self.interrupt.map_or(Ok(()), Err)
+        let resolving = if self.woken.is_empty() {
+            None
+        } else {
+            dispatch(py, self.woken)
+        };
+        self.interrupt.or(resolving).map_or(Ok(()), Err)
     }
 }
 
@@ -182,7 +188,16 @@ pub(crate) fn flush_wake_batch(py: Python<'_>) {
         depth => take_own(&calls.woken, depth),
     });
     if !woken.is_empty() {
-        dispatch(py, woken);
+        if let Some(interrupt) = dispatch(py, woken) {
+            keep_interrupt(py, interrupt);
+        }
+    }
+}
+
+/// Keeps an interrupt for the running call to raise; reports it when no Python call is waiting for it.
+fn keep_interrupt(py: Python<'_>, interrupt: PyErr) {
+    if let Some(interrupt) = defer_interrupt(interrupt) {
+        interrupt.write_unraisable(py, None);
     }
 }
 
@@ -235,7 +250,10 @@ pub(crate) fn future_for<W>(
     Ok(Some((future.unbind(), wait)))
 }
 
-fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
+/// Resolves `woken`, one batch per event loop: directly for the loop running here, through
+/// `call_soon_threadsafe` for any other. Returns the first `KeyboardInterrupt` or `SystemExit` raised while
+/// resolving here, for the caller to raise once every future is resolved.
+fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) -> Option<PyErr> {
     static GET_RUNNING_LOOP_OR_NONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     // One function object for every dispatch, rather than one made per cross-thread batch.
     static RESOLVER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -243,6 +261,7 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
         .import(py, "asyncio", "_get_running_loop")
         .and_then(pyo3::types::PyAnyMethods::call0)
         .ok();
+    let mut interrupt = None;
     while let Some(first) = woken.first() {
         let event_loop = first.event_loop.clone_ref(py);
         let (same_loop, rest): (Vec<_>, Vec<_>) = woken
@@ -255,7 +274,9 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
                 .as_ref()
                 .is_some_and(|running| running.is(&event_loop))
             {
-                resolve_futures(&futures);
+                if let Err(raised) = resolve_futures(&futures) {
+                    interrupt.get_or_insert(raised);
+                }
                 Ok(())
             } else {
                 let resolver = RESOLVER.get_or_try_init(py, || {
@@ -274,24 +295,47 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) {
             }
         }
     }
+    interrupt
 }
 
 /// Resolves every future that is still pending. One its awaiter resolved or cancelled refuses the result;
 /// it is skipped, and the others are resolved all the same.
+///
+/// A `KeyboardInterrupt` or `SystemExit` raised meanwhile (by a signal handler that ran in the code
+/// `set_result` calls, say: a Ctrl-C) is raised once every future is resolved, the first one only: it is never
+/// taken for a refused result. Run by the loop, it leaves `run_forever` as it would from any callback.
 #[pyfunction]
-fn resolve_futures(futures: &Bound<'_, PyList>) {
+fn resolve_futures(futures: &Bound<'_, PyList>) -> PyResult<()> {
     let py = futures.py();
     let set_result = intern!(py, "set_result");
+    let mut interrupt = None;
     for future in futures.iter() {
         // Asking first would cost a call per waiter; a done future refuses the result instead.
-        if let Err(error) = future.call_method1(set_result, (py.None(),)) {
-            let done = future
-                .call_method0(intern!(py, "done"))
-                .and_then(|done| done.is_truthy())
-                .unwrap_or(false);
-            if !done {
+        let Err(error) = future.call_method1(set_result, (py.None(),)) else {
+            continue;
+        };
+        if error.is_instance_of::<PyException>(py) {
+            if !is_done(&future) {
                 error.write_unraisable(py, Some(&future));
+            }
+            continue;
+        }
+        interrupt.get_or_insert(error);
+        // Raised before the result was set, it left the waiter pending: resolved now all the same, once.
+        if !is_done(&future) {
+            if let Err(again) = future.call_method1(set_result, (py.None(),)) {
+                if again.is_instance_of::<PyException>(py) {
+                    again.write_unraisable(py, Some(&future));
+                }
             }
         }
     }
+    interrupt.map_or(Ok(()), Err)
+}
+
+fn is_done(future: &Bound<'_, PyAny>) -> bool {
+    future
+        .call_method0(intern!(future.py(), "done"))
+        .and_then(|done| done.is_truthy())
+        .unwrap_or(false)
 }
