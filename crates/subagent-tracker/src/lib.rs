@@ -62,9 +62,9 @@
 //! A signal's last owner takes its state without the lock (`Drop`, and `into_sources` after `Arc::into_inner`,
 //! hold the only reference).
 //!
-//! The model checks (`tests/loom.rs`) explore the record, signal, stripe and window locks, and the id map as
-//! one lock of loom's (`sync::ModelledLocks`): dashmap's shard locks are invisible to loom, so without it the
-//! order in which threads reach the map was never explored. Under a shard lock the core does nothing but the
+//! The model checks (`tests/loom.rs`) explore the record, signal, stripe, window and event-bus locks, and the id
+//! map as one lock of loom's (`sync::ModelledLocks`): dashmap's shard locks are invisible to loom, so without it
+//! the order in which threads reach the map was never explored. Under a shard lock the core does nothing but the
 //! map operation, reads of the run there, and the store of a late escalation's flag on a finished record.
 
 #![forbid(unsafe_code)]

@@ -7,15 +7,15 @@
 //! ones in both builds: loom has no `Weak`, and reference counts are not where the core's races are.
 
 #[cfg(not(subagent_tracker_loom))]
-pub(crate) use parking_lot::Mutex;
+pub(crate) use parking_lot::{Mutex, RwLock};
 #[cfg(not(subagent_tracker_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
 
 #[cfg(subagent_tracker_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
 
 #[cfg(subagent_tracker_loom)]
-pub(crate) use loom_mutex::Mutex;
+pub(crate) use loom_mutex::{Mutex, RwLock};
 
 /// A structure that locks itself with locks loom cannot see: the id map (dashmap's shard locks).
 ///
@@ -91,6 +91,28 @@ mod loom_mutex {
         pub(crate) fn get_mut(&mut self) -> &mut T {
             self.0
                 .get_mut()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+    }
+
+    /// loom's reader-writer lock with `parking_lot`'s signature.
+    #[derive(Debug, Default)]
+    pub(crate) struct RwLock<T>(loom::sync::RwLock<T>);
+
+    impl<T> RwLock<T> {
+        pub(crate) fn new(value: T) -> RwLock<T> {
+            RwLock(loom::sync::RwLock::new(value))
+        }
+
+        pub(crate) fn read(&self) -> loom::sync::RwLockReadGuard<'_, T> {
+            self.0
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        }
+
+        pub(crate) fn write(&self) -> loom::sync::RwLockWriteGuard<'_, T> {
+            self.0
+                .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         }
     }

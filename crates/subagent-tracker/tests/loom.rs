@@ -6,13 +6,14 @@
 
 #![cfg(subagent_tracker_loom)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
 use loom::thread;
 use subagent_tracker::{
-    CancelCause, InMemoryRegistry, InMemorySubagentTaskTracker, SubagentStatus, SubagentTaskHandle,
-    TaskStart, TrackerConfig,
+    CancelCause, InMemoryRegistry, InMemorySubagentTaskTracker, SubagentEventKind, SubagentStatus,
+    SubagentTaskHandle, TaskStart, TrackerConfig,
 };
 
 fn model(scenario: impl Fn() + Sync + Send + 'static) {
@@ -394,5 +395,81 @@ fn a_handler_finishing_races_the_wait_for_it() {
             .poll_handlers(&mut Context::from_waker(&waker))
             .is_ready());
         handle.stop_cancelled(None);
+    });
+}
+
+/// A waker that records that it was woken.
+#[derive(Default)]
+struct WakeFlag(AtomicBool);
+
+impl Wake for WakeFlag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A subscriber polls for its next event as a task's end publishes it: it reads the event at once, or waits
+/// and is woken by the publish, never left waiting with the event buffered. The model reaches both ways.
+#[test]
+fn a_subscriber_s_poll_races_a_publish() {
+    static WAYS: Outcomes<2> = Outcomes::new();
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let mut subscription = tracker.subscribe();
+        let ending = thread::spawn(move || handle.complete(None));
+        let woken = Arc::new(WakeFlag::default());
+        let waker = Waker::from(woken.clone());
+        let first = subscription.poll_next(&mut Context::from_waker(&waker));
+        assert!(ending.join().unwrap());
+        let event = match first {
+            Poll::Ready(event) => {
+                WAYS.reached(0);
+                event
+            }
+            Poll::Pending => {
+                assert!(
+                    woken.0.load(Ordering::Relaxed),
+                    "the publish woke the waiting subscriber"
+                );
+                WAYS.reached(1);
+                subscription.try_next()
+            }
+        };
+        let event = event.expect("the end's event");
+        assert_eq!(
+            (event.kind, event.status),
+            (SubagentEventKind::Ended, SubagentStatus::Completed)
+        );
+    });
+    WAYS.assert_all_reached("ways (read at once, woken by the publish)");
+}
+
+/// A subscription closed from another thread as an event is published: whichever comes first, the waiting
+/// subscriber is woken and reads nothing after the close.
+#[test]
+fn a_subscription_s_close_races_a_publish() {
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let mut subscription = tracker.subscribe();
+        let woken = Arc::new(WakeFlag::default());
+        let waker = Waker::from(woken.clone());
+        assert!(subscription
+            .poll_next(&mut Context::from_waker(&waker))
+            .is_pending());
+        let closer = subscription.closer();
+        let closing = thread::spawn(move || closer.close());
+        assert!(handle.complete(None));
+        closing.join().unwrap();
+        assert!(
+            woken.0.load(Ordering::Relaxed),
+            "the waiting subscriber was woken"
+        );
+        assert!(subscription.is_closed());
+        assert!(
+            subscription.try_next().is_none(),
+            "nothing is read after the close"
+        );
     });
 }

@@ -5,13 +5,12 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::SystemTime;
 
-use parking_lot::{Mutex, RwLock};
-
+use crate::sync::{AtomicUsize, Mutex, RwLock};
 use crate::token::delivery::Delivery;
 use crate::{SubagentEvent, SubagentEventKind, SubagentStatus};
 
