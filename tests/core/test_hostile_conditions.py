@@ -1097,11 +1097,13 @@ def test_an_interrupt_in_a_callback_is_raised_after_the_cancel_took_effect(
 
 @pytest.mark.parametrize("when", ["after_the_result", "before_the_result"])
 @pytest.mark.parametrize("canceller", ["the_loop_itself", "another_thread"])
-def test_a_ctrl_c_while_waiters_are_resolved_is_raised_and_every_waiter_resolved(when: str, canceller: str) -> None:
+def test_a_ctrl_c_while_waiters_are_resolved_is_raised_and_every_waiter_resolved(
+    when: str, canceller: str
+) -> None:
     """A Ctrl-C that arrives while a wake-up resolves an awaiter (its signal handler runs in the code that
-    ``set_result`` calls) is never taken for a refused result: the cancelling call raises it when the cancel was
-    made on the loop, and the loop's ``run_until_complete`` when it came from another thread. Every awaiter is
-    resolved all the same, the interrupted one included.
+    ``set_result`` calls) is never taken for a refused result: the cancelling call raises it when the cancel
+    was made on the loop, and the loop's ``run_until_complete`` when it came from another thread. Every
+    awaiter is resolved all the same, the interrupted one included.
 
     In a child process, so that a stray KeyboardInterrupt cannot stop the pytest run.
     """

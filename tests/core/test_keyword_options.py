@@ -204,9 +204,9 @@ def test_every_session_takes_every_option_by_keyword_and_in_a_batch(tracked_sess
 
 
 def test_the_flags_and_the_links_given_by_keyword_take_effect(tracked_session: BlockingSession) -> None:
-    # The snapshot shows neither a group nor a link: each is seen by what it does. A group's end has fired its
-    # children's tokens in this process when it returns, on either store; on Redis a linked task is cancelled by a
-    # call the source's token sets off, a moment after the cancel of the source returned.
+    # The snapshot shows neither a group nor a link: each is seen by what it does. A group's end has fired
+    # its children's tokens in this process when it returns, on either store; on Redis a linked task is
+    # cancelled by a call the source's token sets off, a moment after the cancel of the source returned.
     def cancelled(handle: Any) -> bool:
         deadline = time.monotonic() + 5
         while not handle.token.is_cancelled and time.monotonic() < deadline:

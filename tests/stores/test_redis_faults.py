@@ -67,7 +67,7 @@ def test_a_cancel_during_client_pause_waits_and_is_not_lost(redis_server: RedisT
 def test_a_cancel_in_the_process_that_runs_the_tasks_returns_with_their_tokens_fired(
     redis_server: RedisTarget, api: Api
 ) -> None:
-    """As in memory, whether or not the push comes: here every subscription is dropped first, so it never does."""
+    """As in memory, whether or not the push comes: every subscription is dropped first, so it never does."""
     session = connect(api, redis_server.url, timeout=5).session("s")
     root = session.start_subagent_task("root")
     # More children than one step of a cascade reads (32): the rest are the cascade's later steps.
