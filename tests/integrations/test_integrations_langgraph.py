@@ -191,9 +191,8 @@ def test_a_cancel_between_tool_calls_stops_the_subagent_before_its_next_model_ca
         own = current_task()
         assert own is not None, "a subgraph's tool sees the subagent's run as the current one"
         session.cancel_subagent_task(own.task_id, reason="enough notes")
-        # Over Redis the cancel reaches the token a moment later, from Redis: wait for it here (blocking the
-        # loop for that moment), so that the cancel has landed when the tool returns.
-        assert own.token.wait(5)
+        # On Redis too, a cancel made in the run's own process has fired its token when it returns.
+        assert own.token.is_cancelled
         return "noted"
 
     model = scripted_model(

@@ -90,8 +90,8 @@ def test_every_call_is_awaited_with_the_blocking_api_s_semantics(redis_server: R
             await session.claim_subagent_task("never-reserved")
 
         assert await session.cancel_subagent_task("root", reason="stop") is True
-        # Across processes the token fires when the cancel's message arrives (contract §20), a moment later.
-        await asyncio.wait_for(child.token.cancelled(), 5)
+        # The child runs in this process: its token has fired when the cancel returns (contract §20).
+        assert child.token.is_cancelled
         assert child.token.reason == "stop"
         async with child:
             pass
