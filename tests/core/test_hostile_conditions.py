@@ -1095,15 +1095,16 @@ def test_an_interrupt_in_a_callback_is_raised_after_the_cancel_took_effect(
     assert outcome == {"raised": exception, "calls": ["after", "before", "interrupt"], "status": "cancelled"}
 
 
-@pytest.mark.parametrize("when", ["after_the_result", "before_the_result"])
-@pytest.mark.parametrize("canceller", ["the_loop_itself", "another_thread"])
+@pytest.mark.parametrize("when", ["after", "before"])
+@pytest.mark.parametrize("canceller", ["the_loop_itself", "another_thread", "another_loop"])
 def test_a_ctrl_c_while_waiters_are_resolved_is_raised_and_every_waiter_resolved(
     when: str, canceller: str
 ) -> None:
-    """A Ctrl-C that arrives while a wake-up resolves an awaiter (its signal handler runs in the code that
-    ``set_result`` calls) is never taken for a refused result: the cancelling call raises it when the cancel
-    was made on the loop, and the loop's ``run_until_complete`` when it came from another thread. Every
-    awaiter is resolved all the same, the interrupted one included.
+    """A Ctrl-C that arrives as a wake-up resolves an awaiter (its signal handler runs in the code that
+    ``set_result`` calls), or as it schedules their resolution on their loop from another loop, is never taken
+    for a refused result: the cancelling call raises it when it runs on a loop, and the waiters' loop when the
+    cancel came from a thread without one. Every awaiter is resolved all the same, the interrupted one
+    included, whether the interrupt came before or after the result (or the scheduling) took effect.
 
     In a child process, so that a stray KeyboardInterrupt cannot stop the pytest run.
     """
@@ -1113,48 +1114,74 @@ def test_a_ctrl_c_while_waiters_are_resolved_is_raised_and_every_waiter_resolved
     import threading
     from subagent_tracker import Session
 
+    when, canceller = "{when}", "{canceller}"
+
     class InterruptedFuture(asyncio.Future):
-        interrupted = False
+        armed = canceller != "another_loop"
 
         def set_result(self, result):
-            if "{when}" == "after_the_result":
-                super().set_result(result)
-            if not InterruptedFuture.interrupted:
-                InterruptedFuture.interrupted = True
+            if InterruptedFuture.armed:
+                InterruptedFuture.armed = False
+                if when == "after":
+                    super().set_result(result)
                 raise KeyboardInterrupt
             super().set_result(result)
 
     class Loop(asyncio.SelectorEventLoop):
+        armed = False
+
         def create_future(self):
             return InterruptedFuture(loop=self)
+
+        def call_soon_threadsafe(self, callback, *args, context=None):
+            if Loop.armed:
+                Loop.armed = False
+                if when == "after":
+                    super().call_soon_threadsafe(callback, *args, context=context)
+                raise KeyboardInterrupt
+            return super().call_soon_threadsafe(callback, *args, context=context)
 
     session = Session()
     handles = [session.start_subagent_task(task_id) for task_id in "abc"]
     futures = []
     raised = []
 
-    async def main():
+    def cancel_here():
+        try:
+            session.cancel()
+        except BaseException as error:
+            raised.append("by the cancel: " + type(error).__name__)
+
+    async def wait(started):
         futures.extend(handle.token.cancelled() for handle in handles)
-        if "{canceller}" == "the_loop_itself":
-            try:
-                session.cancel()
-            except BaseException as error:
-                raised.append("by the cancel: " + type(error).__name__)
-        else:
-            threading.Thread(target=session.cancel).start()
+        started()
         await asyncio.gather(*futures)
 
-    loop = Loop()
-    try:
-        loop.run_until_complete(main())
-    except BaseException as error:
-        raised.append("by the loop: " + type(error).__name__)
+    if canceller == "another_loop":
+        waiting = threading.Event()
+        waiters = threading.Thread(target=Loop().run_until_complete, args=(wait(waiting.set),))
+        waiters.start()
+        assert waiting.wait(5)
+
+        async def cancel_from_another_loop():
+            Loop.armed = True
+            cancel_here()
+
+        asyncio.new_event_loop().run_until_complete(cancel_from_another_loop())
+        waiters.join(5)
+    else:
+        in_a_thread = threading.Thread(target=session.cancel).start
+        start = cancel_here if canceller == "the_loop_itself" else in_a_thread
+        try:
+            Loop().run_until_complete(wait(start))
+        except BaseException as error:
+            raised.append("by the loop: " + type(error).__name__)
     print(json.dumps({{"raised": raised, "resolved": [future.done() for future in futures]}}))
     """
     finished = _run_child(code, timeout=10)
     assert finished.returncode == 0, _describe(finished)
     outcome = json.loads(finished.stdout.strip().splitlines()[-1])
-    where = "by the cancel" if canceller == "the_loop_itself" else "by the loop"
+    where = "by the loop" if canceller == "another_thread" else "by the cancel"
     assert outcome == {"raised": [f"{where}: KeyboardInterrupt"], "resolved": [True, True, True]}
 
 

@@ -252,7 +252,7 @@ pub(crate) fn future_for<W>(
 
 /// Resolves `woken`, one batch per event loop: directly for the loop running here, through
 /// `call_soon_threadsafe` for any other. Returns the first `KeyboardInterrupt` or `SystemExit` raised while
-/// resolving here, for the caller to raise once every future is resolved.
+/// resolving or scheduling, for the caller to raise once every batch is resolved or scheduled.
 fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) -> Option<PyErr> {
     static GET_RUNNING_LOOP_OR_NONE: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     // One function object for every dispatch, rather than one made per cross-thread batch.
@@ -283,16 +283,33 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) -> Option<PyErr> {
                     wrap_pyfunction!(resolve_futures, py)
                         .map(|function| function.into_any().unbind())
                 })?;
-                event_loop
-                    .call_method1(py, intern!(py, "call_soon_threadsafe"), (resolver, futures))
-                    .map(drop)
+                let schedule = || {
+                    event_loop
+                        .call_method1(
+                            py,
+                            intern!(py, "call_soon_threadsafe"),
+                            (resolver, &futures),
+                        )
+                        .map(drop)
+                };
+                match schedule() {
+                    // Raised before the batch was scheduled, perhaps: scheduled now all the same, once.
+                    Err(error) if !error.is_instance_of::<PyException>(py) => {
+                        interrupt.get_or_insert(error);
+                        schedule()
+                    }
+                    scheduled => scheduled,
+                }
             }
         });
-        if let Err(error) = outcome {
-            // A closed loop has no one left to wake; anything else is reported without breaking the canceller.
-            if !error.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) {
-                error.write_unraisable(py, None);
+        match outcome {
+            Ok(()) => {}
+            Err(error) if !error.is_instance_of::<PyException>(py) => {
+                interrupt.get_or_insert(error);
             }
+            // A closed loop has no one left to wake; anything else is reported without breaking the canceller.
+            Err(error) if error.is_instance_of::<pyo3::exceptions::PyRuntimeError>(py) => {}
+            Err(error) => error.write_unraisable(py, None),
         }
     }
     interrupt

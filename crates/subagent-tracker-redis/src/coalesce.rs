@@ -197,15 +197,16 @@ impl CoalescedCalls {
                     }
                     let reply: Vec<redis::Value> =
                         store::call(&mut connection, "end", &[&key], &args).await?;
-                    let mut replies = store::end_replies(reply)?;
+                    let replies = store::end_replies(reply)?;
+                    let told = |message: &[u8]| {
+                        if let Some(worker) = worker.upgrade() {
+                            worker.apply_told(message);
+                        }
+                    };
+                    told(&replies.told);
                     if replies.walks_left {
-                        let told =
-                            store::finish_walks(&mut connection, &key, &incarnation, &process)
-                                .await?;
-                        replies.told.extend(told);
-                    }
-                    if let Some(worker) = worker.upgrade() {
-                        worker.apply_notifications(&replies.told);
+                        store::finish_walks(&mut connection, &key, &incarnation, &process, told)
+                            .await?;
                     }
                     Ok(replies.moved)
                 }) as Flight<EndReply>

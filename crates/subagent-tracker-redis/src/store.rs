@@ -205,7 +205,7 @@ pub(crate) struct EndReplies {
     /// The call left a cascade under way (a task group's rule) for its caller to finish (`finish_walks`).
     pub(crate) walks_left: bool,
     /// What the ends' cascades told the caller's worker process of its own runs ("" for nothing), for it to
-    /// apply before the ends return (`Worker::apply_notifications`).
+    /// apply before the ends return (`Worker::apply_told`).
     pub(crate) told: Vec<u8>,
 }
 
@@ -232,23 +232,23 @@ pub(crate) fn end_replies(reply: Vec<redis::Value>) -> Result<EndReplies, RedisT
 }
 
 /// Takes the steps of every cascade the session's incarnation `incarnation` has under way (contract §3:
-/// cascades proceed in steps), as an end that left one does before it returns. Returns what the steps told the
-/// worker process `caller` of its own runs (see [`EndReplies::told`]).
+/// cascades proceed in steps), as an end that left one does before it returns. Hands `told` what each step told
+/// the worker process `caller` of its own runs (see [`EndReplies::told`]) as the step returns.
 pub(crate) async fn finish_walks(
     connection: &mut Connection,
     key: &str,
     incarnation: &str,
     caller: &str,
-) -> Result<Vec<u8>, RedisTrackerError> {
-    let mut told = Vec::new();
+    told: impl Fn(&[u8]),
+) -> Result<(), RedisTrackerError> {
     loop {
         let reply: Vec<String> =
             call(connection, "walk", &[key], &[incarnation, "", caller]).await?;
         if let Some(message) = reply.get(2) {
-            told.extend_from_slice(message.as_bytes());
+            told(message.as_bytes());
         }
         if reply.first().is_none_or(|done| done == "1") {
-            return Ok(told);
+            return Ok(());
         }
     }
 }

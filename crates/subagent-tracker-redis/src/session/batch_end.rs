@@ -125,7 +125,6 @@ impl RedisSession {
         let outcomes: Vec<Result<Vec<redis::Value>, RedisTrackerError>> =
             store::call_each(&mut connection, "end", &calls).await?;
         let mut walks_left = false;
-        let mut told = Vec::new();
         let mut moved = vec![false; ends.len()];
         let mut sent = sent.into_iter();
         let mut refusal = None;
@@ -133,7 +132,7 @@ impl RedisSession {
             let replies = match outcome.and_then(store::end_replies) {
                 Ok(replies) if replies.moved.len() == chunk.len() => {
                     walks_left |= replies.walks_left;
-                    told.extend(replies.told);
+                    self.worker.apply_told(&replies.told);
                     replies.moved
                 }
                 Ok(_) => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
@@ -153,17 +152,15 @@ impl RedisSession {
             }
         }
         if walks_left {
-            told.extend(
-                store::finish_walks(
-                    &mut connection,
-                    &self.key,
-                    &self.incarnation,
-                    &self.worker.process,
-                )
-                .await?,
-            );
+            store::finish_walks(
+                &mut connection,
+                &self.key,
+                &self.incarnation,
+                &self.worker.process,
+                |told| self.worker.apply_told(told),
+            )
+            .await?;
         }
-        self.worker.apply_notifications(&told);
         match refusal {
             Some(error)
                 if ends

@@ -62,7 +62,7 @@ impl RedisSession {
         run: &str,
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let (moved, walk, due, told): (i64, String, String, String) = self
+        let (moved, walk, due, _): (i64, String, String, String) = self
             .cancelling(
                 "cancel",
                 &[
@@ -75,17 +75,13 @@ impl RedisSession {
                     &self.worker.process,
                 ],
                 |(moved, _, _, _)| *moved == 1,
+                |(_, _, _, told)| Some(told),
             )
             .await?;
-        self.worker.apply_notifications(told.as_bytes());
         self.finish_walk(&walk, &due).await?;
         Ok(moved == 1)
     }
 
-    /// A cancel's function. With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas),
-    /// it goes through the registry's replication connection followed by `WAIT` (for three quarters of the
-    /// timeout, so that the answer arrives within it), and a cancel fewer replicas confirm is
-    /// [`RedisTrackerError::NotReplicated`] once it has moved something (`moved` says whether it did).
     /// Takes the remaining steps of the cascade a cancel left under way (`walk`, "" for none; its timer `due`,
     /// which the registry's index learns first, so that a worker takes the steps on should this process stop
     /// taking them): a cancel returns once its cascade is done (contract §3, cascades in steps). Returns how many
@@ -106,13 +102,13 @@ impl RedisSession {
                     "walk",
                     &[&self.incarnation, walk, &self.worker.process],
                     |_| true,
+                    |reply: &Vec<String>| reply.get(2),
                 )
                 .await?;
             if reply.len() < 3 {
                 return Err(RedisTrackerError::Protocol(Arc::from("stv2_walk")));
             }
             matched.extend(reply.split_off(3));
-            self.worker.apply_notifications(reply[2].as_bytes());
             moved += reply[1].parse::<usize>().unwrap_or(0);
             if reply[0] == "1" {
                 return Ok((moved, matched));
@@ -120,15 +116,27 @@ impl RedisSession {
         }
     }
 
+    /// A cancel's function, which this process's runs that it reached learn from its reply (`told` finds what
+    /// the reply told this process), whatever happens next.
+    ///
+    /// With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas), it goes through the
+    /// registry's replication connection followed by `WAIT` (for three quarters of the timeout, so that the
+    /// answer arrives within it), and a cancel fewer replicas confirm is [`RedisTrackerError::NotReplicated`]
+    /// once it has moved something (`moved` says whether it did).
     pub(super) async fn cancelling<T: redis::FromRedisValue>(
         &self,
         name: &str,
         args: &[&str],
         moved: impl Fn(&T) -> bool,
+        told: impl Fn(&T) -> Option<&String>,
     ) -> Result<T, RedisTrackerError> {
         let wanted = self.worker.options.wait_for_replicas;
         let Some(connection) = &self.worker.replication else {
-            return self.transition(name, args).await;
+            let answer = self.transition(name, args).await?;
+            if let Some(message) = told(&answer) {
+                self.worker.apply_told(message.as_bytes());
+            }
+            return Ok(answer);
         };
         let wait = self.worker.options.timeout * 3 / 4;
         let (answer, acknowledged): (T, usize) = store::call_and_wait(
@@ -141,6 +149,10 @@ impl RedisSession {
         )
         .await
         .map_err(|error| self.refusal(error, "", None))?;
+        // The cancel took effect on the primary: this process's runs are cancelled there, confirmed or not.
+        if let Some(message) = told(&answer) {
+            self.worker.apply_told(message.as_bytes());
+        }
         if acknowledged < wanted && moved(&answer) {
             return Err(RedisTrackerError::NotReplicated {
                 wanted,
@@ -190,6 +202,7 @@ impl RedisSession {
                     &self.worker.process,
                 ],
                 |reply: &Vec<String>| reply.len() > 3,
+                |reply: &Vec<String>| reply.get(2),
             )
             .await?;
         if reply.len() < 3 {
@@ -198,7 +211,6 @@ impl RedisSession {
             )));
         }
         let mut moved: Vec<String> = reply.split_off(3);
-        self.worker.apply_notifications(reply[2].as_bytes());
         moved.extend(self.finish_walk(&reply[0], &reply[1]).await?.1);
         Ok(moved.into_iter().map(Arc::from).collect())
     }
@@ -221,14 +233,14 @@ impl RedisSession {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let closing = if close { "1" } else { "0" };
         // A close changes the session even when nothing was pending: it must be confirmed as a cancel is.
-        let (moved, walk, due, told): (usize, String, String, String) = self
+        let (moved, walk, due, _): (usize, String, String, String) = self
             .cancelling(
                 "cancel_all",
                 &[&self.incarnation, reason, closing, &self.worker.process],
                 |(moved, _, _, _)| *moved > 0 || close,
+                |(_, _, _, told)| Some(told),
             )
             .await?;
-        self.worker.apply_notifications(told.as_bytes());
         Ok(moved + self.finish_walk(&walk, &due).await?.0)
     }
 }

@@ -21,7 +21,7 @@ impl RedisSession {
         let mut args = vec![&*self.incarnation, task_id, &self.worker.process];
         args.extend(value);
         let (resumed, told): (i64, String) = self.transition("resume", &args).await?;
-        self.worker.apply_notifications(told.as_bytes());
+        self.worker.apply_told(told.as_bytes());
         Ok(resumed == 1)
     }
 

@@ -341,14 +341,23 @@ impl Worker {
         }
     }
 
-    /// Applies one message of notifications (see [`notified`](Self::notified)): a push on the worker's channel, or
-    /// what the reply of a cancel this process made told it, the same message, so that the cancel returns with the
-    /// tokens of this process's own runs fired (contract §3, as in memory) however late the push comes. A message
-    /// applied twice changes nothing the second time: a fired token stays fired, and a run's handlers are reported
-    /// done twice at most. Reports the handlers in a task of its own: they may take long, and notifications keep
-    /// coming.
-    pub(crate) fn apply_notifications(self: &Arc<Self>, payload: &[u8]) {
-        let applied = self.notified(parse_notifications(payload));
+    /// Applies what the reply of a call this process made told it: the message the call also pushed, so that a
+    /// cancel, a resume or an end by id returns with this process's own runs told (contract §20, as in memory)
+    /// however late the push comes. A message applied twice changes nothing the second time: a fired token
+    /// stays fired, a resume or an end applies to the pause it ended or a run still held, and a run's handlers
+    /// are reported done twice at most. A run not held is left to the push: it may be a start whose reply has not
+    /// come yet, which the push's notification waits for (`unmatched`).
+    pub(crate) fn apply_told(self: &Arc<Self>, payload: &[u8]) {
+        self.apply_notifications(payload, false);
+    }
+
+    /// Applies one message of notifications (see [`notified`](Self::notified)), a push when `pushed`. Reports
+    /// the handlers in a task of its own: they may take long, and notifications keep coming.
+    fn apply_notifications(self: &Arc<Self>, payload: &[u8], pushed: bool) {
+        if payload.is_empty() {
+            return;
+        }
+        let applied = self.notified(parse_notifications(payload), pushed);
         if !applied.is_empty() {
             let reporter = self.clone();
             self.runtime
@@ -358,8 +367,13 @@ impl Worker {
 
     /// The notifications of one message: runs cancelled in Redis, with each cancel's details, or resumed, or
     /// ended. The cancels apply together (see [`apply_cancels`](Self::apply_cancels)). Returns, for each cancel
-    /// applied here, the run and the wait for its handlers, to report once they are done.
-    fn notified(&self, notifications: Vec<Notification>) -> Vec<(RunKey, Option<WaitForHandlers>)> {
+    /// applied here, the run and the wait for its handlers, to report once they are done. Only a push's cancel of a
+    /// run not held yet is kept for the start whose reply races it.
+    fn notified(
+        &self,
+        notifications: Vec<Notification>,
+        pushed: bool,
+    ) -> Vec<(RunKey, Option<WaitForHandlers>)> {
         let mut cancels = Vec::new();
         for notification in notifications {
             if notification.cause == ENDED_CAUSE {
@@ -379,6 +393,9 @@ impl Worker {
             {
                 let mut runs = lock(&self.runs);
                 if !runs.held.contains(&run) {
+                    if !pushed {
+                        continue;
+                    }
                     if runs.unmatched.len() == UNMATCHED_NOTIFICATIONS {
                         runs.unmatched.pop_front();
                     }
@@ -502,7 +519,7 @@ pub(super) async fn listen(worker: Weak<Worker>, client: Client) {
                     return;
                 };
                 if let Ok(payload) = message.get_payload::<Vec<u8>>() {
-                    worker.apply_notifications(&payload);
+                    worker.apply_notifications(&payload, true);
                 }
             }
         }

@@ -119,6 +119,35 @@ impl RedisServer {
             .await
             .expect("the test server answers")
     }
+
+    /// Drops every subscription on the server: the notifications published until the listeners subscribe again
+    /// reach nobody.
+    pub async fn drop_subscriptions(&self) {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("pubsub")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+    }
+
+    /// Refuses `SUBSCRIBE` from now on, then drops every subscription: no notification reaches anyone any more,
+    /// and the listeners' reconcile after subscribing again never comes (only the one on their timer does).
+    pub async fn refuse_subscriptions(&self) {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut admin = client.get_multiplexed_async_connection().await.unwrap();
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("default")
+            .arg("-subscribe")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        self.drop_subscriptions().await;
+    }
 }
 
 /// A certificate authority of the tests' own, made with `openssl` in `directory`, and a certificate it signed

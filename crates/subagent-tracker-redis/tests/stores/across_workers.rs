@@ -367,7 +367,7 @@ async fn a_lost_notification_is_repaired_by_the_reconcile() {
         .unwrap();
     let elsewhere = stopper.get_session("s").await.unwrap().unwrap();
     // Drop every subscription on the server, then cancel at once: the notification goes nowhere.
-    drop_subscriptions(&server).await;
+    server.drop_subscriptions().await;
     assert!(elsewhere.cancel("job", None).await.unwrap());
     assert!(
         eventually(|| handle.is_cancelled()).await,
@@ -375,21 +375,8 @@ async fn a_lost_notification_is_repaired_by_the_reconcile() {
     );
 }
 
-/// Drops every subscription on `server`: the pushes published until the listeners subscribe again reach nobody.
-async fn drop_subscriptions(server: &RedisServer) {
-    let client = redis::Client::open(server.url()).unwrap();
-    let mut admin = client.get_multiplexed_async_connection().await.unwrap();
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("pubsub")
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-}
-
-/// A cancel made in the process that runs the tasks returns with their tokens fired, as in memory, even when
-/// the push never comes: by id (with a cascade of more steps than one), by filter, of the session, and a close.
+/// A cancel made through the registry that runs the tasks returns with their tokens fired, as in memory, even
+/// when the push never comes: by id (with a cascade of more steps than one), by filter, of the session, and a close.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
     let server = RedisServer::start();
@@ -413,7 +400,7 @@ async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
     }
     let matched = start("matched".to_owned(), None, "picked").await;
     let last = start("last".to_owned(), None, "other").await;
-    drop_subscriptions(&server).await;
+    server.drop_subscriptions().await;
     assert!(session.cancel("root", None).await.unwrap());
     assert!(root.is_cancelled());
     let unfired = children
@@ -431,7 +418,7 @@ async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
     assert_eq!(session.cancel_all(Some("all")).await.unwrap(), 1);
     assert!(last.is_cancelled());
     let closing = start("closing".to_owned(), None, "other").await;
-    drop_subscriptions(&server).await;
+    server.drop_subscriptions().await;
     assert_eq!(session.close(Some("closed")).await.unwrap(), 1);
     assert!(closing.is_cancelled());
 }
@@ -457,7 +444,7 @@ async fn an_end_returns_with_the_tokens_its_group_rules_cancelled_here_fired() {
             .parent_id("ending");
         members.push(session.start(start).await.unwrap());
     }
-    drop_subscriptions(&server).await;
+    server.drop_subscriptions().await;
     assert!(child.fail("broke").await.unwrap());
     assert!(
         failing_group.is_cancelled(),
@@ -492,7 +479,7 @@ async fn a_resume_or_an_end_by_id_returns_with_this_process_s_paused_runner_told
         approved.resume_watch().unwrap(),
         dropped.resume_watch().unwrap(),
     );
-    drop_subscriptions(&server).await;
+    server.drop_subscriptions().await;
     assert!(session.resume("approved", Some("\"yes\"")).await.unwrap());
     assert_eq!(
         approved_watch.resumption(),

@@ -20,10 +20,13 @@ async fn a_cancel_no_replica_confirms_took_effect_and_says_so() {
         .session(Some("s"), TrackerConfig::default())
         .await
         .unwrap();
-    let _handle = session
+    let handle = session
         .start(TaskStart::new().task_id("job"))
         .await
         .unwrap();
+    // No notification can reach the runner, and its timer's reconcile (every 2 s) comes after the wait for
+    // replicas: its token fires from the cancel's reply alone.
+    server.refuse_subscriptions().await;
     let started = Instant::now();
     match session.cancel("job", Some("stop")).await {
         Err(RedisTrackerError::NotReplicated {
@@ -33,6 +36,10 @@ async fn a_cancel_no_replica_confirms_took_effect_and_says_so() {
         other => panic!("expected an unconfirmed cancel, got {other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(1));
+    assert!(
+        handle.is_cancelled(),
+        "the unconfirmed cancel fired this registry's own token"
+    );
     assert!(
         !session.cancel("job", None).await.unwrap(),
         "the cancel took effect"
