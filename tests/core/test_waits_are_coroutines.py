@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import collections.abc
+import contextlib
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
@@ -30,6 +33,31 @@ def test_a_wait_is_a_coroutine_that_asyncio_run_takes(session: BlockingSession) 
     assert asyncio.run(waiting).result == "result"
     snapshot = asyncio.run(session.cancel_subagent_task_and_wait("done", timeout=5))
     assert snapshot.status is SubagentStatus.COMPLETED
+
+
+def test_a_wait_is_named_as_a_coroutine_of_its_method_is(session: BlockingSession) -> None:
+    # What asyncio shows of a task: its `repr`, and "Task was destroyed but it is pending!".
+    handle = session.start_subagent_task("named")
+    session_class = type(session).__name__
+    for waiting, name in [
+        (session.wait_subagent_task("named"), "wait_subagent_task"),
+        (session.cancel_subagent_task_and_wait("named"), "cancel_subagent_task_and_wait"),
+        (handle.resumed(), "resumed"),
+    ]:
+        owner = type(handle).__name__ if name == "resumed" else session_class
+        named: Any = waiting
+        assert (named.__name__, named.__qualname__) == (name, f"{owner}.{name}")
+
+        async def shown(waiting: Coroutine[Any, Any, Any] = waiting) -> str:
+            task = asyncio.ensure_future(waiting)
+            shown = repr(task)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return shown
+
+        assert f"coro=<{owner}.{name}()" in asyncio.run(shown())
+    handle.complete()
 
 
 def test_create_task_takes_a_wait(session: BlockingSession) -> None:

@@ -47,7 +47,8 @@ redis_classes! {
             options: Option<&Bound<'_, PyDict>>,
         ) -> PyResult<Bound<'py, PyAny>> {
             let (url, options) = registry_options(url, options, "AsyncRedisRegistry.connect")?;
-            StartOnAwait::coroutine(py, &py.None().into_bound(py), move |none| {
+            let name = "AsyncRedisRegistry.connect";
+            StartOnAwait::coroutine(py, &py.None().into_bound(py), name, move |none| {
                 let py = none.py();
                 let (url, options) = (url.clone(), options.clone());
                 let made_in = MadeIn::here();

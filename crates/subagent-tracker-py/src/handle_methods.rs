@@ -126,6 +126,7 @@ macro_rules! handle_methods {
                 $crate::start_on_await::StartOnAwait::then(
                     slf.py(),
                     slf.as_any(),
+                    "resumed",
                     |handle| {
                         $crate::session_store::HandleStore::resume_future(&calls(handle)?.calls, handle.py())
                     },

@@ -358,7 +358,8 @@ macro_rules! session_methods {
                 timeout: Option<$crate::arguments::Seconds<$crate::arguments::TimeoutArgument>>,
             ) -> $crate::session_store::Answer<'py> {
                 let (task_id, timeout) = (task_id.0, timeout.map(|timeout| timeout.0));
-                $crate::start_on_await::StartOnAwait::coroutine(slf.py(), slf.as_any(), move |session| {
+                let name = "wait_subagent_task";
+                $crate::start_on_await::StartOnAwait::coroutine(slf.py(), slf.as_any(), name, move |session| {
                     let store = &session.cast::<$session>()?.get().store;
                     $crate::waits::wait_task(store, session.py(), task_id.clone(), timeout)
                         .map(Bound::unbind)
@@ -380,7 +381,8 @@ macro_rules! session_methods {
             ) -> $crate::session_store::Answer<'py> {
                 let reason = $crate::arguments::optional_string(reason, "reason")?;
                 let (task_id, timeout) = (task_id.0, timeout.map(|timeout| timeout.0));
-                $crate::start_on_await::StartOnAwait::coroutine(slf.py(), slf.as_any(), move |session| {
+                let name = "cancel_subagent_task_and_wait";
+                $crate::start_on_await::StartOnAwait::coroutine(slf.py(), slf.as_any(), name, move |session| {
                     let store = &session.cast::<$session>()?.get().store;
                     $crate::waits::cancel_and_wait_task(
                         store,

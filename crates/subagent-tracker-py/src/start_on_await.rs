@@ -30,6 +30,9 @@ pub(crate) struct StartOnAwait {
     /// The object whose call this is (a session; None for a static method), held here where the garbage
     /// collector sees it: `start` itself holds no Python object.
     owner: Py<PyAny>,
+    /// The call's name, qualified by its class for a static method (`AsyncRedisRegistry.connect`): what
+    /// asyncio shows of the coroutine (a task's `repr`, "Task was destroyed but it is pending!").
+    name: &'static str,
     start: Start,
     finish: Option<Finish>,
     step: Mutex<Step>,
@@ -40,10 +43,11 @@ impl StartOnAwait {
     pub(crate) fn coroutine<'py>(
         py: Python<'py>,
         owner: &Bound<'py, PyAny>,
+        name: &'static str,
         start: impl Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync + 'static,
     ) -> PyResult<Bound<'py, PyAny>> {
         let start = move |owner: &Bound<'_, PyAny>| start(owner).map(Some);
-        StartOnAwait::make(py, owner, Box::new(start), None)
+        StartOnAwait::make(py, owner, name, Box::new(start), None)
     }
 
     /// The coroutine that waits for each future `wait` gives, asking again once it is done, until `wait` gives
@@ -51,20 +55,23 @@ impl StartOnAwait {
     pub(crate) fn then<'py>(
         py: Python<'py>,
         owner: &Bound<'py, PyAny>,
+        name: &'static str,
         wait: impl Fn(&Bound<'_, PyAny>) -> PyResult<Option<Py<PyAny>>> + Send + Sync + 'static,
         finish: impl Fn(&Bound<'_, PyAny>) -> PyResult<Py<PyAny>> + Send + Sync + 'static,
     ) -> PyResult<Bound<'py, PyAny>> {
-        StartOnAwait::make(py, owner, Box::new(wait), Some(Box::new(finish)))
+        StartOnAwait::make(py, owner, name, Box::new(wait), Some(Box::new(finish)))
     }
 
     fn make<'py>(
         py: Python<'py>,
         owner: &Bound<'py, PyAny>,
+        name: &'static str,
         start: Start,
         finish: Option<Finish>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let coroutine = StartOnAwait {
             owner: owner.clone().unbind(),
+            name,
             start,
             finish,
             step: Mutex::new(Step::Unstarted),
@@ -137,6 +144,22 @@ impl StartOnAwait {
 impl StartOnAwait {
     fn __await__(slf: Py<Self>) -> Py<Self> {
         slf
+    }
+
+    /// The call's name, as a coroutine function's `__name__` is.
+    #[getter]
+    fn __name__(&self) -> &'static str {
+        self.name.rsplit('.').next().unwrap_or(self.name)
+    }
+
+    /// The call's name qualified by its owner's class (`Session.wait_subagent_task`), as asyncio shows it.
+    #[getter]
+    fn __qualname__(&self, py: Python<'_>) -> PyResult<String> {
+        let owner = self.owner.bind(py);
+        if owner.is_none() {
+            return Ok(self.name.to_owned());
+        }
+        Ok(format!("{}.{}", owner.get_type().name()?, self.name))
     }
 
     fn __next__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

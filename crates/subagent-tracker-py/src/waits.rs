@@ -121,7 +121,7 @@ where
         Some(outcome) => final_snapshot::<S>(owner.py(), outcome),
         None => Err(PyRuntimeError::new_err("the wait gave its outcome already")),
     };
-    StartOnAwait::then(py, &py.None().into_bound(py), poll, finish)
+    StartOnAwait::then(py, &py.None().into_bound(py), "wait", poll, finish)
 }
 
 /// The cancel's work done within `timeout`: its final snapshot, the store's error, or the timeout's message.
