@@ -128,6 +128,8 @@ impl RedisSession {
         let mut moved = vec![false; ends.len()];
         let mut sent = sent.into_iter();
         let mut refusal = None;
+        // The first chunk that failed; the others' ends took effect, and are settled here before it is raised.
+        let mut failure = None;
         for (outcome, chunk) in outcomes.into_iter().zip(items.chunks(MAX_ITEMS_PER_CALL)) {
             let replies = match outcome.and_then(store::end_replies) {
                 Ok(replies) if replies.moved.len() == chunk.len() => {
@@ -135,13 +137,21 @@ impl RedisSession {
                     self.worker.apply_told(&replies.told);
                     replies.moved
                 }
-                Ok(_) => return Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
+                Ok(_) => {
+                    failure.get_or_insert(RedisTrackerError::Protocol(Arc::from("stv2_end")));
+                    sent.by_ref().take(chunk.len()).for_each(drop);
+                    continue;
+                }
                 // The incarnation has ended: every run of the batch is over, and no id can be ended.
                 Err(error) if is_gone(&error) => {
                     refusal = Some(error);
                     vec![0; chunk.len()]
                 }
-                Err(error) => return Err(error),
+                Err(error) => {
+                    failure.get_or_insert(error);
+                    sent.by_ref().take(chunk.len()).for_each(drop);
+                    continue;
+                }
             };
             for transitioned in replies {
                 let Some(index) = sent.next() else { break };
@@ -160,6 +170,9 @@ impl RedisSession {
                 |told| self.worker.apply_told(told),
             )
             .await?;
+        }
+        if let Some(failure) = failure {
+            return Err(failure);
         }
         match refusal {
             Some(error)

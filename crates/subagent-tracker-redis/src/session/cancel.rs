@@ -62,7 +62,7 @@ impl RedisSession {
         run: &str,
     ) -> Result<bool, RedisTrackerError> {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
-        let (moved, walk, due, _): (i64, String, String, String) = self
+        let ((moved, walk, due, _), unconfirmed): ((i64, String, String, String), _) = self
             .cancelling(
                 "cancel",
                 &[
@@ -79,13 +79,14 @@ impl RedisSession {
             )
             .await?;
         self.finish_walk(&walk, &due).await?;
-        Ok(moved == 1)
+        confirmed(unconfirmed, moved == 1)
     }
 
     /// Takes the remaining steps of the cascade a cancel left under way (`walk`, "" for none; its timer `due`,
     /// which the registry's index learns first, so that a worker takes the steps on should this process stop
-    /// taking them): a cancel returns once its cascade is done (contract §3, cascades in steps). Returns how many
-    /// the steps moved, and the matching tasks they moved (a cancel by filter).
+    /// taking them): a cancel returns once its cascade is done (contract §3, cascades in steps), even when fewer
+    /// replicas confirm its steps. Returns how many the steps moved, and the matching tasks they moved (a cancel
+    /// by filter), or the first step's refusal for want of replicas once every step is taken.
     pub(super) async fn finish_walk(
         &self,
         walk: &str,
@@ -96,8 +97,9 @@ impl RedisSession {
             return Ok((moved, matched));
         }
         self.schedule(due).await?;
+        let mut unconfirmed = None;
         loop {
-            let mut reply: Vec<String> = self
+            let (mut reply, refusal): (Vec<String>, _) = self
                 .cancelling(
                     "walk",
                     &[&self.incarnation, walk, &self.worker.process],
@@ -105,38 +107,40 @@ impl RedisSession {
                     |reply: &Vec<String>| reply.get(2),
                 )
                 .await?;
+            unconfirmed = unconfirmed.or(refusal);
             if reply.len() < 3 {
                 return Err(RedisTrackerError::Protocol(Arc::from("stv2_walk")));
             }
             matched.extend(reply.split_off(3));
             moved += reply[1].parse::<usize>().unwrap_or(0);
             if reply[0] == "1" {
-                return Ok((moved, matched));
+                return confirmed(unconfirmed, (moved, matched));
             }
         }
     }
 
     /// A cancel's function, which this process's runs that it reached learn from its reply (`told` finds what
-    /// the reply told this process), whatever happens next.
+    /// the reply told this process), whatever happens next. Returns the reply, and the refusal for the caller to
+    /// return once the cascade is done (`confirmed`), if any.
     ///
     /// With [`RedisOptions::wait_for_replicas`](crate::RedisOptions::wait_for_replicas), it goes through the
     /// registry's replication connection followed by `WAIT` (for three quarters of the timeout, so that the
-    /// answer arrives within it), and a cancel fewer replicas confirm is [`RedisTrackerError::NotReplicated`]
-    /// once it has moved something (`moved` says whether it did).
+    /// answer arrives within it), and a cancel fewer replicas confirm is refused with
+    /// [`RedisTrackerError::NotReplicated`] once it has moved something (`moved` says whether it did).
     pub(super) async fn cancelling<T: redis::FromRedisValue>(
         &self,
         name: &str,
         args: &[&str],
         moved: impl Fn(&T) -> bool,
         told: impl Fn(&T) -> Option<&String>,
-    ) -> Result<T, RedisTrackerError> {
+    ) -> Result<(T, Option<RedisTrackerError>), RedisTrackerError> {
         let wanted = self.worker.options.wait_for_replicas;
         let Some(connection) = &self.worker.replication else {
             let answer = self.transition(name, args).await?;
             if let Some(message) = told(&answer) {
                 self.worker.apply_told(message.as_bytes());
             }
-            return Ok(answer);
+            return Ok((answer, None));
         };
         let wait = self.worker.options.timeout * 3 / 4;
         let (answer, acknowledged): (T, usize) = store::call_and_wait(
@@ -153,13 +157,12 @@ impl RedisSession {
         if let Some(message) = told(&answer) {
             self.worker.apply_told(message.as_bytes());
         }
-        if acknowledged < wanted && moved(&answer) {
-            return Err(RedisTrackerError::NotReplicated {
+        let unconfirmed =
+            (acknowledged < wanted && moved(&answer)).then_some(RedisTrackerError::NotReplicated {
                 wanted,
                 acknowledged,
             });
-        }
-        Ok(answer)
+        Ok((answer, unconfirmed))
     }
 
     /// Cancels every pending task of the session; returns how many moved.
@@ -190,7 +193,7 @@ impl RedisSession {
         let agent = given(filter.wanted_agent());
         let status = given(filter.wanted_status().map(SubagentStatus::as_str));
         let metadata = filter.wanted_metadata().copied().unwrap_or("");
-        let mut reply: Vec<String> = self
+        let (mut reply, unconfirmed): (Vec<String>, _) = self
             .cancelling(
                 "cancel_matching",
                 &[
@@ -212,7 +215,7 @@ impl RedisSession {
         }
         let mut moved: Vec<String> = reply.split_off(3);
         moved.extend(self.finish_walk(&reply[0], &reply[1]).await?.1);
-        Ok(moved.into_iter().map(Arc::from).collect())
+        confirmed(unconfirmed, moved.into_iter().map(Arc::from).collect())
     }
 
     /// Cancels every pending task and refuses new starts from then on, in every process. Closing again keeps
@@ -233,7 +236,7 @@ impl RedisSession {
         let reason = reason.unwrap_or(DEFAULT_CANCEL_REASON);
         let closing = if close { "1" } else { "0" };
         // A close changes the session even when nothing was pending: it must be confirmed as a cancel is.
-        let (moved, walk, due, _): (usize, String, String, String) = self
+        let ((moved, walk, due, _), unconfirmed): ((usize, String, String, String), _) = self
             .cancelling(
                 "cancel_all",
                 &[&self.incarnation, reason, closing, &self.worker.process],
@@ -241,6 +244,12 @@ impl RedisSession {
                 |(_, _, _, told)| Some(told),
             )
             .await?;
-        Ok(moved + self.finish_walk(&walk, &due).await?.0)
+        let walked = self.finish_walk(&walk, &due).await?.0;
+        confirmed(unconfirmed, moved + walked)
     }
+}
+
+/// `value`, or the refusal of a cancel fewer replicas confirmed, returned once its cascade is done.
+fn confirmed<V>(unconfirmed: Option<RedisTrackerError>, value: V) -> Result<V, RedisTrackerError> {
+    unconfirmed.map_or(Ok(value), Err)
 }

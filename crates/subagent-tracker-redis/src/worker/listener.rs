@@ -345,8 +345,8 @@ impl Worker {
     /// cancel, a resume or an end by id returns with this process's own runs told (contract §20, as in memory)
     /// however late the push comes. A message applied twice changes nothing the second time: a fired token
     /// stays fired, a resume or an end applies to the pause it ended or a run still held, and a run's handlers
-    /// are reported done twice at most. A run not held is left to the push: it may be a start whose reply has not
-    /// come yet, which the push's notification waits for (`unmatched`).
+    /// are reported done twice at most. A run not held is kept for its start (`unmatched`) only while a start of
+    /// its task is under way here: otherwise it has ended, and the push, if it finds it so, keeps it.
     pub(crate) fn apply_told(self: &Arc<Self>, payload: &[u8]) {
         self.apply_notifications(payload, false);
     }
@@ -367,8 +367,9 @@ impl Worker {
 
     /// The notifications of one message: runs cancelled in Redis, with each cancel's details, or resumed, or
     /// ended. The cancels apply together (see [`apply_cancels`](Self::apply_cancels)). Returns, for each cancel
-    /// applied here, the run and the wait for its handlers, to report once they are done. Only a push's cancel of a
-    /// run not held yet is kept for the start whose reply races it.
+    /// applied here, the run and the wait for its handlers, to report once they are done. A cancel of a run not
+    /// held yet is kept for the start whose reply races it: every one a push brings, and those a reply brings
+    /// while a call of the task is under way.
     fn notified(
         &self,
         notifications: Vec<Notification>,
@@ -393,7 +394,12 @@ impl Worker {
             {
                 let mut runs = lock(&self.runs);
                 if !runs.held.contains(&run) {
-                    if !pushed {
+                    let starting = pushed
+                        || runs
+                            .sessions
+                            .get(&run.session_id)
+                            .is_some_and(|session| session.in_flight.contains(&run.task_id));
+                    if !starting {
                         continue;
                     }
                     if runs.unmatched.len() == UNMATCHED_NOTIFICATIONS {

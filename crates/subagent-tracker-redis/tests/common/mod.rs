@@ -110,10 +110,31 @@ impl RedisServer {
 
     /// A worker on this server, with its own id, under `prefix` (one per test, so tests share nothing).
     pub async fn worker(&self, prefix: &str, worker_id: &str) -> RedisRegistry {
+        self.worker_reconciling_every(prefix, worker_id, Duration::from_millis(200))
+            .await
+    }
+
+    /// A worker as [`worker`](Self::worker) makes, whose timer never reconciles within a test: its runs learn
+    /// only from notifications and from the replies of its own calls.
+    pub async fn worker_without_timed_reconcile(
+        &self,
+        prefix: &str,
+        worker_id: &str,
+    ) -> RedisRegistry {
+        self.worker_reconciling_every(prefix, worker_id, Duration::from_secs(600))
+            .await
+    }
+
+    async fn worker_reconciling_every(
+        &self,
+        prefix: &str,
+        worker_id: &str,
+        interval: Duration,
+    ) -> RedisRegistry {
         let options = RedisOptions::default()
             .with_key_prefix(prefix)
             .with_worker_id(worker_id)
-            .with_reconcile_interval(Duration::from_millis(200))
+            .with_reconcile_interval(interval)
             .with_timeout(Duration::from_secs(2));
         RedisRegistry::connect(&self.url(), options)
             .await

@@ -380,7 +380,9 @@ async fn a_lost_notification_is_repaired_by_the_reconcile() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
     let server = RedisServer::start();
-    let runner = server.worker("t10b:", "runner").await;
+    let runner = server
+        .worker_without_timed_reconcile("t10b:", "runner")
+        .await;
     let session = runner.session(Some("s"), config()).await.unwrap();
     let start = |task_id: String, parent: Option<&'static str>, agent: &'static str| {
         let session = session.clone();
@@ -400,7 +402,7 @@ async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
     }
     let matched = start("matched".to_owned(), None, "picked").await;
     let last = start("last".to_owned(), None, "other").await;
-    server.drop_subscriptions().await;
+    server.refuse_subscriptions().await;
     assert!(session.cancel("root", None).await.unwrap());
     assert!(root.is_cancelled());
     let unfired = children
@@ -418,7 +420,7 @@ async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
     assert_eq!(session.cancel_all(Some("all")).await.unwrap(), 1);
     assert!(last.is_cancelled());
     let closing = start("closing".to_owned(), None, "other").await;
-    server.drop_subscriptions().await;
+    server.refuse_subscriptions().await;
     assert_eq!(session.close(Some("closed")).await.unwrap(), 1);
     assert!(closing.is_cancelled());
 }
@@ -428,7 +430,9 @@ async fn a_cancel_returns_with_the_tokens_of_this_process_s_runs_fired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_end_returns_with_the_tokens_its_group_rules_cancelled_here_fired() {
     let server = RedisServer::start();
-    let runner = server.worker("t10c:", "runner").await;
+    let runner = server
+        .worker_without_timed_reconcile("t10c:", "runner")
+        .await;
     let session = runner.session(Some("s"), config()).await.unwrap();
     let group = |task_id: &str| TaskStart::new().task_id(task_id).structured(true);
     let failing_group = session.start(group("failing")).await.unwrap();
@@ -444,7 +448,7 @@ async fn an_end_returns_with_the_tokens_its_group_rules_cancelled_here_fired() {
             .parent_id("ending");
         members.push(session.start(start).await.unwrap());
     }
-    server.drop_subscriptions().await;
+    server.refuse_subscriptions().await;
     assert!(child.fail("broke").await.unwrap());
     assert!(
         failing_group.is_cancelled(),
@@ -463,7 +467,9 @@ async fn an_end_returns_with_the_tokens_its_group_rules_cancelled_here_fired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resume_or_an_end_by_id_returns_with_this_process_s_paused_runner_told() {
     let server = RedisServer::start();
-    let runner = server.worker("t10d:", "runner").await;
+    let runner = server
+        .worker_without_timed_reconcile("t10d:", "runner")
+        .await;
     let session = runner.session(Some("s"), config()).await.unwrap();
     let approved = session
         .start(TaskStart::new().task_id("approved"))
@@ -479,7 +485,7 @@ async fn a_resume_or_an_end_by_id_returns_with_this_process_s_paused_runner_told
         approved.resume_watch().unwrap(),
         dropped.resume_watch().unwrap(),
     );
-    server.drop_subscriptions().await;
+    server.refuse_subscriptions().await;
     assert!(session.resume("approved", Some("\"yes\"")).await.unwrap());
     assert_eq!(
         approved_watch.resumption(),
