@@ -90,6 +90,26 @@ def test_a_cancel_in_the_process_that_runs_the_tasks_returns_with_their_tokens_f
     assert closing.token.reason == "closed"
 
 
+def test_a_resume_or_an_end_by_id_returns_with_the_runner_paused_in_this_registry_told(
+    redis_server: RedisTarget,
+) -> None:
+    """As in memory: no subscription can be made and the worker's timer never reconciles during the test, so
+    only the calls' replies can tell the paused runners."""
+    session = RedisRegistry(redis_server.url, timeout=5, reconcile_interval=600).session("s")
+    approved = session.start_subagent_task("approved")
+    ended = session.start_subagent_task("ended")
+    assert approved.pause("approval") and ended.pause("approval")
+    assert redis_server.admin("ACL", "SETUSER", "default", "-subscribe") == b"+OK"
+    assert redis_server.admin("CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
+    assert session.resume_subagent_task("approved", "yes")
+    assert approved.wait_resumed(timeout=0) == "yes"
+    with pytest.raises(TimeoutError):
+        ended.wait_resumed(timeout=0)
+    assert session.end_subagent_task("ended", result="done elsewhere")
+    assert ended.wait_resumed(timeout=0) is None, "its own end will change nothing"
+    assert not ended.complete()
+
+
 @pytest.mark.parametrize("api", APIS)
 def test_cancels_whose_pushes_were_dropped_by_client_kill_are_delivered_by_the_reconcile(
     redis_server: RedisTarget, api: Api
