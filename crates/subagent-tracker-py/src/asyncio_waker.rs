@@ -202,9 +202,14 @@ fn keep_interrupt(py: Python<'_>, interrupt: PyErr) {
 }
 
 /// Keeps a `KeyboardInterrupt` or `SystemExit` raised by a callback for the running call to raise (the first
-/// one wins). Returns it back when no call is collecting on this thread.
+/// one wins). Returns it back when no call is collecting on this thread, or the thread is ending.
 pub(crate) fn defer_interrupt(error: PyErr) -> Option<PyErr> {
-    CALLS.with(|calls| {
+    let mut unclaimed = Some(error);
+    // No call collects while the thread's locals are being destroyed: the interrupt is given back then.
+    let _collecting = CALLS.try_with(|calls| {
+        let Some(error) = unclaimed.take() else {
+            return;
+        };
         let depth = calls.depth.get();
         let first = calls
             .interrupts
@@ -214,10 +219,11 @@ pub(crate) fn defer_interrupt(error: PyErr) -> Option<PyErr> {
         if depth > 0 && !first {
             // A later one is dropped with no list borrowed (its traceback may hold anything).
             drop(error);
-            return None;
+            return;
         }
-        calls.collect(&calls.interrupts, error)
-    })
+        unclaimed = calls.collect(&calls.interrupts, error);
+    });
+    unclaimed
 }
 
 /// The event loop running in this thread; `RuntimeError` (asyncio's own) when there is none.
