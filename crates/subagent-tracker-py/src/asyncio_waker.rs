@@ -298,14 +298,9 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) -> Option<PyErr> {
                         )
                         .map(drop)
                 };
-                match schedule() {
-                    // Raised before the batch was scheduled, perhaps: scheduled now all the same, once.
-                    Err(error) if !error.is_instance_of::<PyException>(py) => {
-                        interrupt.get_or_insert(error);
-                        schedule()
-                    }
-                    scheduled => scheduled,
-                }
+                // Whether the batch was scheduled before an interrupt cannot be told: scheduled again, a
+                // resolution finds its futures done.
+                through_interrupt(py, &mut interrupt, || false, schedule)
             }
         });
         match outcome {
@@ -334,26 +329,38 @@ fn resolve_futures(futures: &Bound<'_, PyList>) -> PyResult<()> {
     let mut interrupt = None;
     for future in futures.iter() {
         // Asking first would cost a call per waiter; a done future refuses the result instead.
-        let Err(error) = future.call_method1(set_result, (py.None(),)) else {
-            continue;
-        };
-        if error.is_instance_of::<PyException>(py) {
-            if !is_done(&future) {
-                error.write_unraisable(py, Some(&future));
+        let resolve = || future.call_method1(set_result, (py.None(),)).map(drop);
+        match through_interrupt(py, &mut interrupt, || is_done(&future), resolve) {
+            Err(error) if !error.is_instance_of::<PyException>(py) => {
+                interrupt.get_or_insert(error);
             }
-            continue;
-        }
-        interrupt.get_or_insert(error);
-        // Raised before the result was set, it left the waiter pending: resolved now all the same, once.
-        if !is_done(&future) {
-            if let Err(again) = future.call_method1(set_result, (py.None(),)) {
-                if again.is_instance_of::<PyException>(py) {
-                    again.write_unraisable(py, Some(&future));
-                }
-            }
+            Err(error) if !is_done(&future) => error.write_unraisable(py, Some(&future)),
+            _ => {}
         }
     }
     interrupt.map_or(Ok(()), Err)
+}
+
+/// Runs `step`; when a `KeyboardInterrupt` or `SystemExit` stops it, keeps the first such interrupt in
+/// `interrupt` and runs `step` once more, unless `took_effect` says the interrupt came after it did: an
+/// interrupt never leaves a waiter unresolved.
+fn through_interrupt(
+    py: Python<'_>,
+    interrupt: &mut Option<PyErr>,
+    took_effect: impl Fn() -> bool,
+    step: impl Fn() -> PyResult<()>,
+) -> PyResult<()> {
+    match step() {
+        Err(error) if !error.is_instance_of::<PyException>(py) => {
+            interrupt.get_or_insert(error);
+            if took_effect() {
+                Ok(())
+            } else {
+                step()
+            }
+        }
+        outcome => outcome,
+    }
 }
 
 fn is_done(future: &Bound<'_, PyAny>) -> bool {

@@ -199,7 +199,10 @@ impl CoalescedCalls {
                         store::call(&mut connection, "end", &[&key], &args).await?;
                     let replies = store::end_replies(reply)?;
                     let told = |message: &[u8]| {
-                        if let Some(worker) = worker.upgrade() {
+                        // Most ends tell nothing: the worker is looked up only for a message.
+                        if let Some(worker) =
+                            (!message.is_empty()).then(|| worker.upgrade()).flatten()
+                        {
                             worker.apply_told(message);
                         }
                     };

@@ -23,14 +23,17 @@ end
 -- Has the running call's reply carry what it tells the worker process `process` (the caller's own; "" for none),
 -- besides the push (`tell_worker`, `told_caller`).
 local function tell_caller(process)
-  if process and process ~= '' then caller_process, caller_messages = process, {} end
+  if process ~= '' then caller_process = process end
 end
 
 -- Publishes `message` on the channel of the worker process `process`; keeps it for the reply too when that
 -- process is the running call's caller.
 local function tell_worker(base, process, message)
   redis.call('PUBLISH', channel_of(base, process), message)
-  if process == caller_process then caller_messages[#caller_messages + 1] = message end
+  if process == caller_process then
+    caller_messages = caller_messages or {}
+    caller_messages[#caller_messages + 1] = message
+  end
 end
 
 -- What the running call told its caller's worker process, as one message ("" for nothing).

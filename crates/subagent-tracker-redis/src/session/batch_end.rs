@@ -135,18 +135,18 @@ impl RedisSession {
                 Ok(replies) if replies.moved.len() == chunk.len() => {
                     walks_left |= replies.walks_left;
                     self.worker.apply_told(&replies.told);
-                    replies.moved
+                    Ok(replies.moved)
                 }
-                Ok(_) => {
-                    failure.get_or_insert(RedisTrackerError::Protocol(Arc::from("stv2_end")));
-                    sent.by_ref().take(chunk.len()).for_each(drop);
-                    continue;
-                }
+                Ok(_) => Err(RedisTrackerError::Protocol(Arc::from("stv2_end"))),
                 // The incarnation has ended: every run of the batch is over, and no id can be ended.
                 Err(error) if is_gone(&error) => {
                     refusal = Some(error);
-                    vec![0; chunk.len()]
+                    Ok(vec![0; chunk.len()])
                 }
+                Err(error) => Err(error),
+            };
+            let replies = match replies {
+                Ok(replies) => replies,
                 Err(error) => {
                     failure.get_or_insert(error);
                     sent.by_ref().take(chunk.len()).for_each(drop);

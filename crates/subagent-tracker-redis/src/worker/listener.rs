@@ -291,12 +291,7 @@ impl Worker {
             .filter(|(_, handling, _)| *handling)
             .map(|(run, _, handlers)| (run, handlers))
             .collect();
-        if !applied.is_empty() {
-            let reporter = worker.clone();
-            worker
-                .runtime
-                .spawn(async move { reporter.report_handled(applied).await });
-        }
+        worker.report_handled_apart(applied);
     }
 
     /// Reports to Redis, once their handlers are done, the cancels applied here (contract §3, cancel and wait):
@@ -358,6 +353,12 @@ impl Worker {
             return;
         }
         let applied = self.notified(parse_notifications(payload), pushed);
+        self.report_handled_apart(applied);
+    }
+
+    /// Reports the handlers of `applied` done once they are, in a task of its own: they may take long, and the
+    /// caller goes on.
+    fn report_handled_apart(self: &Arc<Self>, applied: Vec<(RunKey, Option<WaitForHandlers>)>) {
         if !applied.is_empty() {
             let reporter = self.clone();
             self.runtime
