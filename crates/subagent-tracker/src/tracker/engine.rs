@@ -117,14 +117,19 @@ impl<V: Clone> TrackerShared<V> {
 
     /// Every retained run, in start order, copied out of the map so that no map lock is held after.
     pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
-        let mut runs: Vec<Run<V>> = self
-            .tasks
+        let mut runs = self.retained_runs_unordered();
+        runs.sort_unstable_by_key(Run::sequence);
+        runs
+    }
+
+    /// Every retained run, in no particular order: the garbage collector's visit needs no sort of the whole
+    /// retention window.
+    pub(super) fn retained_runs_unordered(&self) -> Vec<Run<V>> {
+        self.tasks
             .access()
             .iter()
             .map(|item| item.value().run.clone())
-            .collect();
-        runs.sort_unstable_by_key(Run::sequence);
-        runs
+            .collect()
     }
 
     pub(super) fn not_claimable(
