@@ -29,6 +29,7 @@ from redis_support import (
 from subagent_tracker import (
     LEASE_LOST_REASON,
     WORKER_LOST_ERROR,
+    AsyncRedisRegistry,
     RedisRegistry,
     RegistryProtocolError,
     RegistryUnavailableError,
@@ -108,6 +109,37 @@ def test_a_resume_or_an_end_by_id_returns_with_the_runner_paused_in_this_registr
     assert session.end_subagent_task("ended", result="done elsewhere")
     assert ended.wait_resumed(timeout=0) is None, "its own end will change nothing"
     assert not ended.complete()
+
+
+def test_a_cancel_racing_this_registry_s_own_start_of_the_task_reaches_its_handle(
+    redis_server: RedisTarget,
+) -> None:
+    """A cancel sent while this registry's own start of the task may still be under way: the first that finds
+    the task moves it, and the handle the start returns has its token fired. No subscription can be made and
+    the worker's timer never reconciles, so only the cancel's reply can tell the start. Which of the two
+    replies this process takes first is up to the scheduler, so the race runs many times, bounded in count
+    and time."""
+
+    async def race() -> int:
+        registry = await AsyncRedisRegistry.connect(redis_server.url, timeout=5, reconcile_interval=600)
+        session = await registry.session("s")
+        assert redis_server.admin("ACL", "SETUSER", "default", "-subscribe") == b"+OK"
+        assert redis_server.admin("CLIENT", "KILL", "TYPE", "pubsub").startswith(b":")
+        races, until = 0, time.monotonic() + 10
+        while races < 300 and time.monotonic() < until:
+            races += 1
+            task_id = f"task-{races}"
+            starting = asyncio.ensure_future(session.start_subagent_task(task_id))
+            for _ in range(1_000):
+                if await session.cancel_subagent_task(task_id):
+                    break
+            else:
+                pytest.fail(f"no cancel found {task_id}")
+            handle = await starting
+            assert handle.token.is_cancelled, f"the start of {task_id} returned with its token unfired"
+        return races
+
+    assert asyncio.run(race()) > 0
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -496,6 +496,44 @@ async fn a_resume_or_an_end_by_id_returns_with_this_process_s_paused_runner_told
     assert_eq!(dropped_watch.resumption(), Resumption::Ended);
 }
 
+/// A cancel made through this registry while its own start of the task is still under way (the run is in Redis,
+/// its handle not yet made here) is kept for that start: when both calls have returned and the cancel moved the
+/// task, the handle's token has fired, with no push and no timed reconcile to stand in for the cancel's reply.
+/// Which of the two replies this process takes first is up to the scheduler, so the race runs many times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_this_process_s_own_start_of_the_task_reaches_its_handle() {
+    let server = RedisServer::start();
+    let runner = server
+        .worker_without_timed_reconcile("t10e:", "runner")
+        .await;
+    let session = runner.session(Some("s"), config()).await.unwrap();
+    server.refuse_subscriptions().await;
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut races = 0;
+    while races < 400 && Instant::now() < until {
+        races += 1;
+        let task_id = format!("task-{races}");
+        let starting = {
+            let (session, start) = (session.clone(), TaskStart::new().task_id(task_id.clone()));
+            tokio::spawn(async move { session.start(start).await.unwrap() })
+        };
+        // Sent while the start may still be under way: the first that finds the task moves it.
+        let mut moved = false;
+        for _ in 0..1_000 {
+            if session.cancel(&task_id, None).await.unwrap() {
+                moved = true;
+                break;
+            }
+        }
+        assert!(moved, "no cancel found {task_id}");
+        let handle = starting.await.unwrap();
+        assert!(
+            handle.is_cancelled(),
+            "the start of {task_id} returned with its token unfired"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_is_bounded_and_a_cascade_crosses_evicted_tasks() {
     let server = RedisServer::start();
