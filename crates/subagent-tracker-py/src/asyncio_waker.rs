@@ -7,6 +7,7 @@
 //! first flushes the batch collected so far, so that no wake-up waits on a callback.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -23,7 +24,27 @@ struct PendingFuture {
     future: Py<PyAny>,
 }
 
-struct AsyncioWaker(PendingFuture);
+struct AsyncioWaker(PendingFuture, WakeTarget);
+
+/// How many asyncio wakers and Python cancel callbacks exist in the process. While there are none, a call's
+/// transitions can wake no future and run no callback, so it has nothing to collect and skips the thread-local.
+static WAKE_TARGETS: AtomicUsize = AtomicUsize::new(0);
+
+/// Counts an asyncio waker or a Python cancel callback in [`WAKE_TARGETS`] for as long as it exists.
+pub(crate) struct WakeTarget(());
+
+impl WakeTarget {
+    pub(crate) fn new() -> WakeTarget {
+        WAKE_TARGETS.fetch_add(1, Ordering::Relaxed);
+        WakeTarget(())
+    }
+}
+
+impl Drop for WakeTarget {
+    fn drop(&mut self) {
+        WAKE_TARGETS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// What the Python-facing calls running on a thread collect. A call made from a callback of another runs one
 /// deeper; each entry carries the depth of the call that collected it, so every call takes back only its own.
@@ -110,8 +131,14 @@ impl Wake for AsyncioWaker {
 /// Each call collects its own batch, even when nested in another's callback: a callback that cancels a task
 /// and then waits for that task's waiters must find them woken.
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
-    // One thread-local access for the whole call, and two empty lists read when nothing was collected: the
-    // calls users repeat most (a start, an end) wake nobody.
+    // The calls users repeat most (a start, an end) in a process that awaits nothing wake nobody. None can come
+    // into being during the call: making one takes the interpreter, which the call holds throughout. (Only
+    // Python code the call runs itself could make one, the destructor of a value it drops, say; a wake-up of it
+    // is then resolved at once, as on a deadline's thread, and a callback's interrupt is reported.)
+    if WAKE_TARGETS.load(Ordering::Relaxed) == 0 {
+        return Ok(call());
+    }
+    // One thread-local access for the whole call, and two empty lists read when nothing was collected.
     CALLS.with(|calls| {
         let scope = CallScope::enter(calls);
         let result = call();
@@ -246,10 +273,13 @@ pub(crate) fn future_for<W>(
 ) -> PyResult<Option<(Py<PyAny>, W)>> {
     let event_loop = running_loop(py)?;
     let future = event_loop.call_method0(intern!(py, "create_future"))?;
-    let waker = Waker::from(Arc::new(AsyncioWaker(PendingFuture {
-        event_loop: event_loop.unbind(),
-        future: future.clone().unbind(),
-    })));
+    let waker = Waker::from(Arc::new(AsyncioWaker(
+        PendingFuture {
+            event_loop: event_loop.unbind(),
+            future: future.clone().unbind(),
+        },
+        WakeTarget::new(),
+    )));
     if poll(&mut wait, &mut Context::from_waker(&waker)).is_ready() {
         return Ok(None);
     }

@@ -9,7 +9,7 @@ use pyo3::PyTraverseError;
 use parking_lot::Mutex;
 use subagent_tracker::HandlerDone;
 
-use crate::asyncio_waker::{defer_interrupt, flush_wake_batch, running_loop};
+use crate::asyncio_waker::{defer_interrupt, flush_wake_batch, running_loop, WakeTarget};
 use crate::interpreter::with_python;
 use crate::python_half::python_half;
 
@@ -39,6 +39,7 @@ impl CancelCallbackRegistration {
 pub(crate) struct PythonCallback {
     callable: Py<PyAny>,
     event_loop: Option<Py<PyAny>>,
+    _counted: WakeTarget,
 }
 
 impl PythonCallback {
@@ -69,6 +70,7 @@ impl PythonCallback {
         Ok(PythonCallback {
             callable: callable.clone().unbind(),
             event_loop,
+            _counted: WakeTarget::new(),
         })
     }
 
