@@ -130,6 +130,10 @@ impl Wake for AsyncioWaker {
 ///
 /// Each call collects its own batch, even when nested in another's callback: a callback that cancels a task
 /// and then waits for that task's waiters must find them woken.
+///
+/// Inlined, so that the call's arguments go straight to the core instead of being copied into the closure and
+/// out again (a start's are large); the collecting path stays out of line.
+#[inline(always)]
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
     // The calls users repeat most (a start, an end) in a process that awaits nothing wake nobody. None can come
     // into being during the call: making one takes the interpreter, which the call holds throughout. (Only
@@ -138,6 +142,11 @@ pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> Py
     if WAKE_TARGETS.load(Ordering::Relaxed) == 0 {
         return Ok(call());
     }
+    collecting_wake_batch(py, call)
+}
+
+#[inline(never)]
+fn collecting_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
     // One thread-local access for the whole call, and two empty lists read when nothing was collected.
     CALLS.with(|calls| {
         let scope = CallScope::enter(calls);
