@@ -64,7 +64,12 @@ pub(crate) struct RunDetails<V> {
 }
 
 impl<V> RunDetails<V> {
-    fn is_empty(&self) -> bool {
+    /// The details, unless every field is empty.
+    pub(crate) fn unless_empty(self) -> Option<RunDetails<V>> {
+        (!self.is_empty()).then_some(self)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
         self.parent_id.is_none()
             && self.agent.is_none()
             && self.description.is_none()
@@ -91,7 +96,8 @@ pub(crate) struct FinishedFields<V> {
     pub(crate) reserved: bool,
     pub(crate) detached: bool,
     pub(crate) escalated: bool,
-    pub(crate) details: RunDetails<V>,
+    /// `None` for a run with nothing a [`RunDetails`] keeps.
+    pub(crate) details: Option<RunDetails<V>>,
 }
 
 impl<V> FinishedRun<V> {
@@ -107,7 +113,7 @@ impl<V> FinishedRun<V> {
             detached: fields.detached,
             escalated: AtomicU8::new(u8::from(fields.escalated)),
             retention: AtomicU8::new(retention::state::PENDING),
-            details: (!fields.details.is_empty()).then(|| Box::new(fields.details)),
+            details: fields.details.map(Box::new),
         }
     }
 

@@ -152,6 +152,7 @@ fn finished_run<V>(sequence: u64, snapshot: SubagentTaskSnapshot<V>) -> Finished
             progress_log: snapshot.progress_log.into_boxed_slice(),
             result: snapshot.result,
             failure: failure.map(Arc::new),
-        },
+        }
+        .unless_empty(),
     })
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
 use crate::{SubagentStatus, SubagentTaskSnapshot};
 
-use super::{Resumption, TaskEntry};
+use super::{Resumption, TaskEntry, TaskRecord};
 
 impl<V: Clone> TaskEntry<V> {
     /// Collapses this finished run into its compact record (see `finished_run`) and offers the record to
@@ -22,6 +22,32 @@ impl<V: Clone> TaskEntry<V> {
         if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
             return None;
         }
+        // Most runs keep nothing beyond the record's own fields: their details are neither copied out nor dropped.
+        // (The debug builds the tests run copy them all the same, to check that both rules of "nothing" agree.)
+        let kept = self.has_details(&record);
+        let details = (kept || cfg!(debug_assertions)).then(|| RunDetails {
+            parent_id: self.parent_id.clone(),
+            agent: self.agent.clone(),
+            description: self.description.clone(),
+            metadata: self.metadata.clone(),
+            claimed_at: record.claimed_at,
+            cancel: self.signal.cancel_record(),
+            pause_reason: record.pause_reason(),
+            deadline: self.deadline.map(|deadline| deadline.wall),
+            progress: record.progress.clone(),
+            progress_count: record.progress_count,
+            // Most tasks report no progress: an empty log allocates nothing, and skips the copy's setup.
+            progress_log: if record.progress_log.is_empty() {
+                Box::default()
+            } else {
+                record.progress_log.iter().cloned().collect()
+            },
+            result: record.result.clone(),
+            failure: record.failure.clone(),
+        });
+        debug_assert!(details
+            .as_ref()
+            .is_none_or(|details| details.is_empty() != kept));
         let run = Arc::new(FinishedRun::new(FinishedFields {
             sequence: self.sequence,
             task_id: self.task_id.clone(),
@@ -31,31 +57,33 @@ impl<V: Clone> TaskEntry<V> {
             reserved: self.reserved,
             detached: self.detached,
             escalated: record.escalated,
-            details: RunDetails {
-                parent_id: self.parent_id.clone(),
-                agent: self.agent.clone(),
-                description: self.description.clone(),
-                metadata: self.metadata.clone(),
-                claimed_at: record.claimed_at,
-                cancel: self.signal.cancel_record(),
-                pause_reason: record.pause_reason(),
-                deadline: self.deadline.map(|deadline| deadline.wall),
-                progress: record.progress.clone(),
-                progress_count: record.progress_count,
-                // Most tasks report no progress: an empty log allocates nothing, and skips the copy's setup.
-                progress_log: if record.progress_log.is_empty() {
-                    Box::default()
-                } else {
-                    record.progress_log.iter().cloned().collect()
-                },
-                result: record.result.clone(),
-                failure: record.failure.clone(),
-            },
+            details: details.filter(|_| kept),
         }));
         let installed = install(&run);
         // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
         drop(record);
         installed.then_some(run)
+    }
+
+    /// Whether the run has anything its finished record keeps in a [`RunDetails`]: the same fields that
+    /// `RunDetails::is_empty` reads, read where they are.
+    fn has_details(&self, record: &TaskRecord<V>) -> bool {
+        self.parent_id.is_some()
+            || self.agent.is_some()
+            || self.description.is_some()
+            || self.metadata.is_some()
+            || record.claimed_at.is_some()
+            || self.is_cancelled()
+            || record
+                .pause
+                .as_ref()
+                .is_some_and(|pause| pause.reason.is_some())
+            || self.deadline.is_some()
+            || record.progress.is_some()
+            || record.progress_count != 0
+            || !record.progress_log.is_empty()
+            || record.result.is_some()
+            || record.failure.is_some()
     }
 
     /// Where the task stands for a runner that paused it: still paused, or what ended the pause.
