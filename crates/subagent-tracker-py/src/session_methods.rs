@@ -68,6 +68,8 @@ macro_rules! session_methods {
                     linked,
                 };
                 let start = if options.are_defaults() {
+                    // Every option is absent: there is nothing to drop.
+                    std::mem::forget(options);
                     $crate::start_arguments::StartArguments::bare_start(task_id)
                 } else {
                     options.into_start(task_id)?

@@ -110,10 +110,15 @@ impl EarlyCancels {
     }
 
     /// The reason of the live record for `task_id`, left in place.
+    #[inline]
     pub(crate) fn peek(&self, task_id: &str) -> Option<Arc<str>> {
         if self.count.load(Ordering::SeqCst) == 0 {
             return None;
         }
+        self.peek_recorded(task_id)
+    }
+
+    fn peek_recorded(&self, task_id: &str) -> Option<Arc<str>> {
         let records = self.records.lock();
         let recorded = records.by_id.get(task_id)?;
         recorded
@@ -123,12 +128,17 @@ impl EarlyCancels {
     }
 
     /// Takes the live record for `task_id`: its reason, once. Called once the task it applies to is visible.
+    #[inline]
     pub(crate) fn take(&self, task_id: &str) -> Option<Arc<str>> {
         // The task was made visible before this look (see the module's docs).
         std::sync::atomic::fence(Ordering::SeqCst);
         if self.count.load(Ordering::SeqCst) == 0 {
             return None;
         }
+        self.take_recorded(task_id)
+    }
+
+    fn take_recorded(&self, task_id: &str) -> Option<Arc<str>> {
         let mut records = self.records.lock();
         let recorded = records.by_id.remove(task_id)?;
         self.count
