@@ -9,10 +9,10 @@
 #[cfg(not(subagent_tracker_loom))]
 pub(crate) use parking_lot::{Mutex, RwLock};
 #[cfg(not(subagent_tracker_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
 #[cfg(subagent_tracker_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize};
 
 #[cfg(subagent_tracker_loom)]
 pub(crate) use loom_mutex::{Mutex, RwLock};

@@ -27,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::sync::{AtomicU8, Mutex};
+use crate::sync::{AtomicU32, AtomicU8, Mutex};
 use crate::time::Deadline;
 use crate::token::cancel_record::CancelRecord;
 use crate::token::delivery::Delivery;
@@ -69,6 +69,8 @@ pub(crate) struct TaskEntry<V> {
     /// Its stripe in the session's index of pending tasks: that of the thread that started it. (A byte, so
     /// that it fits beside the flags above rather than growing every retained record.)
     pub(crate) pending_stripe: u8,
+    /// Its slot in that stripe while it is pending (`pending_index`).
+    pending_slot: AtomicU32,
     pub(crate) signal: Arc<CancelSignal>,
     /// Where this run stands in the session's retention window (`retention::state`).
     pub(crate) retention: AtomicU8,
@@ -186,6 +188,10 @@ impl<V> Indexed for TaskEntry<V> {
         self.pending_stripe
     }
 
+    fn slot(&self) -> &AtomicU32 {
+        &self.pending_slot
+    }
+
     fn sequence(&self) -> u64 {
         self.sequence
     }
@@ -217,6 +223,7 @@ impl<V> TaskEntry<V> {
             structured,
             reserved,
             pending_stripe: pending_index::current_stripe(),
+            pending_slot: AtomicU32::new(pending_index::NOT_INDEXED),
             signal: Arc::new(CancelSignal::new(if reserved {
                 SubagentStatus::Queued
             } else {

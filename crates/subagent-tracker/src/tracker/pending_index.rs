@@ -5,26 +5,38 @@
 //! one session then write different cache lines, where a map sharded by key would have both threads writing
 //! every shard. Listing visits every stripe and sorts by start sequence.
 //!
+//! A stripe is a slab: each task holds the number of its slot, so that it leaves without a hash or a probe.
+//! The number is read and written only under the stripe's lock, so it moves by plain loads and stores.
+//!
 //! Each stripe's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
-use foldhash::fast::RandomState;
 
-use crate::sync::Mutex;
+use crate::sync::{AtomicU32, Mutex};
 
-/// What the index holds: a task that knows its stripe and its place in the start order.
+/// What the index holds: a task that knows its stripe, its slot and its place in the start order.
 pub(crate) trait Indexed {
     /// The stripe of the thread that started the task ([`current_stripe`] then).
     fn stripe(&self) -> u8;
+    /// The task's slot in its stripe, [`NOT_INDEXED`] while it has none: kept for the index, by the index.
+    fn slot(&self) -> &AtomicU32;
     /// The task's start sequence, unique in its session.
     fn sequence(&self) -> u64;
 }
 
-type Stripe<T> = CachePadded<Mutex<HashMap<u64, Arc<T>, RandomState>>>;
+/// The slot number of a task that is not in the index.
+pub(crate) const NOT_INDEXED: u32 = u32::MAX;
+
+/// One stripe's tasks, each in the slot it holds the number of, and the slots free for the next ones.
+struct Slab<T> {
+    slots: Vec<Option<Arc<T>>>,
+    free: Vec<u32>,
+}
+
+type Stripe<T> = CachePadded<Mutex<Slab<T>>>;
 
 pub(crate) struct PendingIndex<T> {
     stripes: Box<[Stripe<T>]>,
@@ -34,7 +46,12 @@ impl<T: Indexed> PendingIndex<T> {
     pub(crate) fn new() -> PendingIndex<T> {
         PendingIndex {
             stripes: (0..stripe_count())
-                .map(|_| CachePadded::new(Mutex::new(HashMap::default())))
+                .map(|_| {
+                    CachePadded::new(Mutex::new(Slab {
+                        slots: Vec::new(),
+                        free: Vec::new(),
+                    }))
+                })
                 .collect(),
         }
     }
@@ -42,16 +59,30 @@ impl<T: Indexed> PendingIndex<T> {
     /// Indexes a pending task in its stripe.
     #[inline]
     pub(crate) fn insert(&self, entry: &Arc<T>) {
-        self.stripes[usize::from(entry.stripe())]
-            .lock()
-            .insert(entry.sequence(), entry.clone());
+        let mut stripe = self.stripes[usize::from(entry.stripe())].lock();
+        let slot = match stripe.free.pop() {
+            Some(slot) => slot,
+            None => {
+                stripe.slots.push(None);
+                u32::try_from(stripe.slots.len() - 1)
+                    .expect("fewer pending tasks than slot numbers")
+            }
+        };
+        stripe.slots[slot as usize] = Some(entry.clone());
+        entry.slot().store(slot, Ordering::Relaxed);
     }
 
     /// Drops a task that is no longer pending; nothing happens if it was not indexed.
     pub(crate) fn remove(&self, entry: &T) {
-        let removed = self.stripes[usize::from(entry.stripe())]
-            .lock()
-            .remove(&entry.sequence());
+        let mut stripe = self.stripes[usize::from(entry.stripe())].lock();
+        let slot = entry.slot().load(Ordering::Relaxed);
+        if slot == NOT_INDEXED {
+            return;
+        }
+        entry.slot().store(NOT_INDEXED, Ordering::Relaxed);
+        let removed = stripe.slots[slot as usize].take();
+        stripe.free.push(slot);
+        drop(stripe);
         // Dropped with the stripe unlocked.
         drop(removed);
     }
@@ -60,7 +91,7 @@ impl<T: Indexed> PendingIndex<T> {
     pub(crate) fn entries(&self) -> Vec<Arc<T>> {
         let mut entries = Vec::new();
         for stripe in &*self.stripes {
-            entries.extend(stripe.lock().values().cloned());
+            entries.extend(stripe.lock().slots.iter().flatten().cloned());
         }
         entries.sort_unstable_by_key(|entry| entry.sequence());
         entries
