@@ -147,7 +147,7 @@ impl SubagentTaskToken {
                 Registration::Finished => {}
             }
         }
-        delivery.release_sources(combined.keep_sources(links));
+        delivery.release_sources(&mut combined.keep_sources(links));
         delivery.deliver();
         SubagentTaskToken {
             signal: combined,

@@ -96,12 +96,11 @@ impl SignalState {
         self.rare.get_or_insert_with(Box::default)
     }
 
-    /// The pause's waiters, taken out to be woken.
-    fn take_resume_waiters(&mut self) -> Vec<(u64, Waker)> {
-        self.rare
-            .as_mut()
-            .map(|rare| std::mem::take(&mut rare.resume_waiters))
-            .unwrap_or_default()
+    /// Wakes the pause's waiters, taking them out.
+    fn wake_resume_waiters(&mut self, delivery: &mut Delivery) {
+        if let Some(rare) = &mut self.rare {
+            delivery.wake_waiters(&mut rare.resume_waiters);
+        }
     }
 
     fn next_registration(&mut self) -> u64 {
@@ -195,10 +194,10 @@ impl CancelSignal {
         if let Some(token) = &state.token {
             delivery.cancel_bridge(token.clone());
         }
-        delivery.wake_waiters(std::mem::take(&mut state.cancel_waiters));
-        delivery.wake_waiters(state.take_resume_waiters());
+        delivery.wake_waiters(&mut state.cancel_waiters);
+        state.wake_resume_waiters(delivery);
         if finished != 0 {
-            delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
+            delivery.wake_waiters(&mut state.finish_waiters);
         }
         let callbacks = std::mem::take(&mut state.callbacks);
         if !callbacks.is_empty() {
@@ -211,7 +210,7 @@ impl CancelSignal {
             }
         }
         // A fired signal depends on nothing any more.
-        delivery.release_sources(std::mem::take(&mut state.sources));
+        delivery.release_sources(&mut state.sources);
         state.cancel = Some(cancel);
         true
     }
@@ -233,15 +232,15 @@ impl CancelSignal {
             Ending::Stopped => word.status(),
         };
         self.word.store(status as u8 | FINISHED, Ordering::Release);
-        delivery.wake_waiters(std::mem::take(&mut state.finish_waiters));
-        delivery.wake_waiters(state.take_resume_waiters());
+        delivery.wake_waiters(&mut state.finish_waiters);
+        state.wake_resume_waiters(delivery);
         if status != SubagentStatus::Cancelled {
             // The token never fires now: what waited for it is released unrun.
-            delivery.release(std::mem::take(&mut state.cancel_waiters));
-            delivery.release(std::mem::take(&mut state.callbacks));
-            delivery.release(std::mem::take(&mut state.dependents));
+            delivery.release(&mut state.cancel_waiters);
+            delivery.release(&mut state.callbacks);
+            delivery.release(&mut state.dependents);
         }
-        delivery.release_sources(std::mem::take(&mut state.sources));
+        delivery.release_sources(&mut state.sources);
         Some(running && !status.is_pending())
     }
 
@@ -277,7 +276,7 @@ impl CancelSignal {
         }
         self.word.store(to as u8, Ordering::Release);
         if let Some(delivery) = delivery {
-            delivery.wake_waiters(state.take_resume_waiters());
+            state.wake_resume_waiters(delivery);
         }
         true
     }

@@ -37,7 +37,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 Registration::Finished => {}
             }
         }
-        delivery.release_sources(entry.signal.keep_sources(links));
+        delivery.release_sources(&mut entry.signal.keep_sources(links));
     }
 }
 
