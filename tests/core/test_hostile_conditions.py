@@ -1095,6 +1095,48 @@ def test_an_interrupt_in_a_callback_is_raised_after_the_cancel_took_effect(
     assert outcome == {"raised": exception, "calls": ["after", "before", "interrupt"], "status": "cancelled"}
 
 
+def test_an_interrupt_in_a_callback_registered_while_a_filter_compares_is_raised_by_the_cancel() -> None:
+    """The filter's comparisons run Python code, here a value's ``__eq__`` that registers the callback, in a
+    process that held no callback when the cancel began: the cancel still raises the callback's interrupt.
+
+    In a child process, so that no callback or waiter of another test exists.
+    """
+    code = """
+    import json
+    from subagent_tracker import Session
+
+    calls = []
+
+    def interrupt():
+        calls.append("interrupt")
+        raise KeyboardInterrupt
+
+    class RegistersWhenCompared:
+        handle = None
+
+        def __eq__(self, other):
+            if self.handle is not None:
+                handle, self.handle = self.handle, None
+                handle.token.on_cancel(interrupt)
+            return True
+
+    value = RegistersWhenCompared()
+    session = Session()
+    handle = session.start_subagent_task("a", metadata={"key": value})
+    value.handle = handle
+    raised = None
+    try:
+        session.cancel_subagent_tasks(metadata={"key": "anything"})
+    except BaseException as error:
+        raised = type(error).__name__
+    print(json.dumps({"raised": raised, "calls": calls, "status": handle.snapshot().status.value}))
+    """
+    finished = _run_child(code, timeout=10)
+    assert finished.returncode == 0, _describe(finished)
+    outcome = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert outcome == {"raised": "KeyboardInterrupt", "calls": ["interrupt"], "status": "cancelled"}
+
+
 @pytest.mark.parametrize("when", ["after", "before"])
 @pytest.mark.parametrize("canceller", ["the_loop_itself", "another_thread", "another_loop"])
 def test_a_ctrl_c_while_waiters_are_resolved_is_raised_and_every_waiter_resolved(

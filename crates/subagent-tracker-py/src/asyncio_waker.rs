@@ -135,18 +135,23 @@ impl Wake for AsyncioWaker {
 /// out again (a start's are large); the collecting path stays out of line.
 #[inline(always)]
 pub(crate) fn with_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
-    // The calls users repeat most (a start, an end) in a process that awaits nothing wake nobody. None can come
-    // into being during the call: making one takes the interpreter, which the call holds throughout. (Only
-    // Python code the call runs itself could make one, the destructor of a value it drops, say; a wake-up of it
-    // is then resolved at once, as on a deadline's thread, and a callback's interrupt is reported.)
+    // The calls users repeat most (a start, an end) in a process that awaits nothing wake nobody. Making a waker
+    // or a callback takes the interpreter, which the call holds, so none comes into being during it, unless the
+    // call runs Python code that lets another thread in. A call that runs a filter's comparisons collects
+    // always (`collecting_wake_batch`); one that runs only a destructor of a value it drops, before it fires the
+    // new target, would resolve its wake-up at once, as a deadline's thread does, and report a callback's
+    // interrupt rather than raise it.
     if WAKE_TARGETS.load(Ordering::Relaxed) == 0 {
         return Ok(call());
     }
     collecting_wake_batch(py, call)
 }
 
+/// [`with_wake_batch`] for a call that runs Python code before it fires what it fires (a filter's
+/// comparisons): it collects even when nothing could be woken as it began, since that code may let another
+/// thread register a waker or a callback that the call then fires.
 #[inline(never)]
-fn collecting_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
+pub(crate) fn collecting_wake_batch<T>(py: Python<'_>, call: impl FnOnce() -> T) -> PyResult<T> {
     // One thread-local access for the whole call, and two empty lists read when nothing was collected.
     CALLS.with(|calls| {
         let scope = CallScope::enter(calls);

@@ -14,7 +14,7 @@ use subagent_tracker::{
 
 use super::{answer, HandleCalls};
 use crate::arguments::{Id, TaskIdArgument};
-use crate::asyncio_waker::with_wake_batch;
+use crate::asyncio_waker::{collecting_wake_batch, with_wake_batch};
 use crate::awaitable::AwaitableTaskHandle;
 use crate::errors::tracker_error;
 use crate::filter_arguments::{holds, FilterArguments};
@@ -238,7 +238,8 @@ impl SessionStore for SessionCalls {
         if let Some(status) = arguments.status {
             filter = filter.status(status);
         }
-        let moved = with_wake_batch(py, || {
+        // The metadata filter runs Python code (comparisons), which may let another thread in.
+        let moved = collecting_wake_batch(py, || {
             self.tracker
                 .cancel_matching(&filter, arguments.reason.as_deref())
         })?;
