@@ -122,27 +122,15 @@ impl StartKeywords<'_> {
     /// none. The options then hold no Python object, so the caller may forget them rather than drop them.
     #[inline]
     pub(crate) fn are_defaults(&self) -> bool {
-        // Named field by field, so that an option added to the struct cannot be left out here.
-        let StartKeywords {
-            parent_id,
-            agent,
-            description,
-            metadata,
-            timeout,
-            deadline,
-            detached,
-            structured,
-            linked,
-        } = self;
-        matches!(detached, FlagArgument::NotGiven)
-            && matches!(structured, FlagArgument::NotGiven)
-            && parent_id.is_none()
-            && agent.is_none()
-            && description.is_none()
-            && metadata.is_none()
-            && timeout.is_none()
-            && deadline.is_none()
-            && linked.is_none()
+        matches!(self.detached, FlagArgument::NotGiven)
+            && matches!(self.structured, FlagArgument::NotGiven)
+            && self.parent_id.is_none()
+            && self.agent.is_none()
+            && self.description.is_none()
+            && self.metadata.is_none()
+            && self.timeout.is_none()
+            && self.deadline.is_none()
+            && self.linked.is_none()
     }
 
     /// The start of the task `task_id` with these options, read as [`StartArguments::read`] reads a call's
