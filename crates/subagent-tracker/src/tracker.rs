@@ -556,9 +556,9 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         self.shared.key()
     }
 
-    /// Calls `visit` with the metadata and result of every retained task, in no particular order (for a binding that must show its
-    /// garbage collector what the tracker holds). `visit` runs under the task's record lock, so it must not
-    /// call back into the tracker.
+    /// Calls `visit` with the metadata and result of every retained task, in no particular order (for a
+    /// binding that must show its garbage collector what the tracker holds). `visit` runs under the task's
+    /// record lock, so it must not call back into the tracker.
     pub fn visit_values(&self, mut visit: impl FnMut(&V)) {
         for run in self.shared.retained_runs_unordered() {
             run.visit_values(&mut visit);

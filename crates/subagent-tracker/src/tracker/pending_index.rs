@@ -6,7 +6,9 @@
 //! every shard. Listing visits every stripe and sorts by start sequence.
 //!
 //! A stripe is a slab: each task holds the number of its slot, so that it leaves without a hash or a probe.
-//! The number is read and written only under the stripe's lock, so it moves by plain loads and stores.
+//! The number is read and written only under the stripe's lock, so it moves by plain loads and stores. A
+//! listing reads the free slots too: as many as the stripe ever held pending tasks at once, as a hash map's
+//! listing reads its capacity.
 //!
 //! Each stripe's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
 
