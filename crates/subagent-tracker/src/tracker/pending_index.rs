@@ -124,3 +124,66 @@ fn stripe_count() -> usize {
             .map_or(8, |cores| (cores.get() * 2).clamp(2, MAX_STRIPES))
     })
 }
+
+#[cfg(all(test, not(subagent_tracker_loom)))]
+mod tests {
+    use super::*;
+
+    struct Task {
+        sequence: u64,
+        slot: AtomicU32,
+    }
+
+    impl Indexed for Task {
+        fn stripe(&self) -> u8 {
+            0
+        }
+
+        fn slot(&self) -> &AtomicU32 {
+            &self.slot
+        }
+
+        fn sequence(&self) -> u64 {
+            self.sequence
+        }
+    }
+
+    fn task(sequence: u64) -> Arc<Task> {
+        Arc::new(Task {
+            sequence,
+            slot: AtomicU32::new(NOT_INDEXED),
+        })
+    }
+
+    fn listed(index: &PendingIndex<Task>) -> Vec<u64> {
+        index.entries().iter().map(|task| task.sequence).collect()
+    }
+
+    /// A task leaves its slot free for the next one; a removal of a task not in the index, before its insert or
+    /// a second time, changes nothing; the listing is in start order whatever the slots.
+    #[test]
+    fn slots_are_reused_and_a_removal_of_a_task_not_indexed_changes_nothing() {
+        let index: PendingIndex<Task> = PendingIndex::new();
+        let tasks: Vec<_> = (1..=4).map(task).collect();
+        index.remove(&tasks[0]);
+        for task in &tasks[..3] {
+            index.insert(task);
+        }
+        index.remove(&tasks[0]);
+        index.remove(&tasks[0]);
+        assert_eq!(tasks[0].slot.load(Ordering::Relaxed), NOT_INDEXED);
+        index.insert(&tasks[3]);
+        assert_eq!(
+            tasks[3].slot.load(Ordering::Relaxed),
+            0,
+            "the freed slot is reused"
+        );
+        assert_eq!(listed(&index), [2, 3, 4]);
+        for task in &tasks[1..] {
+            index.remove(task);
+        }
+        assert!(listed(&index).is_empty());
+        let slab = index.stripes[0].lock();
+        assert_eq!((slab.slots.len(), slab.free.len()), (3, 3));
+    }
+}
