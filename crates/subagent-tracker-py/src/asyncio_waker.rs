@@ -349,7 +349,7 @@ fn dispatch(py: Python<'_>, mut woken: Vec<PendingFuture>) -> Option<PyErr> {
         });
         match outcome {
             Ok(()) => {}
-            Err(error) if !error.is_instance_of::<PyException>(py) => {
+            Err(error) if is_interrupt(py, &error) => {
                 interrupt.get_or_insert(error);
             }
             // A closed loop has no one left to wake; anything else is reported without breaking the canceller.
@@ -375,7 +375,7 @@ fn resolve_futures(futures: &Bound<'_, PyList>) -> PyResult<()> {
         // Asking first would cost a call per waiter; a done future refuses the result instead.
         let resolve = || future.call_method1(set_result, (py.None(),)).map(drop);
         match through_interrupt(py, &mut interrupt, || is_done(&future), resolve) {
-            Err(error) if !error.is_instance_of::<PyException>(py) => {
+            Err(error) if is_interrupt(py, &error) => {
                 interrupt.get_or_insert(error);
             }
             Err(error) if !is_done(&future) => error.write_unraisable(py, Some(&future)),
@@ -395,7 +395,7 @@ fn through_interrupt(
     step: impl Fn() -> PyResult<()>,
 ) -> PyResult<()> {
     match step() {
-        Err(error) if !error.is_instance_of::<PyException>(py) => {
+        Err(error) if is_interrupt(py, &error) => {
             interrupt.get_or_insert(error);
             if took_effect() {
                 Ok(())
@@ -405,6 +405,12 @@ fn through_interrupt(
         }
         outcome => outcome,
     }
+}
+
+/// A `KeyboardInterrupt` or `SystemExit`: what Python raises outside the `Exception` hierarchy, so that no
+/// `except Exception` swallows it.
+fn is_interrupt(py: Python<'_>, error: &PyErr) -> bool {
+    !error.is_instance_of::<PyException>(py)
 }
 
 fn is_done(future: &Bound<'_, PyAny>) -> bool {

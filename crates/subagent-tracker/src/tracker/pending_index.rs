@@ -89,6 +89,15 @@ impl<T: Indexed> PendingIndex<T> {
         drop(removed);
     }
 
+    /// How many slots the stripes hold, taken and free: what a listing reads.
+    #[cfg(all(test, not(subagent_tracker_loom)))]
+    fn slots(&self) -> usize {
+        self.stripes
+            .iter()
+            .map(|stripe| stripe.lock().slots.len())
+            .sum()
+    }
+
     /// Every indexed task, in start order. A task that stopped being pending a moment ago may be among them.
     pub(crate) fn entries(&self) -> Vec<Arc<T>> {
         let mut entries = Vec::new();
@@ -153,6 +162,24 @@ mod tests {
             sequence,
             slot: AtomicU32::new(NOT_INDEXED),
         })
+    }
+
+    /// Contract §6: listing the pending tasks costs what is running, not what is retained. However many tasks
+    /// have finished, the index holds no more slots than ever ran at once.
+    #[test]
+    fn the_index_grows_with_the_running_tasks_not_with_the_retained() {
+        let tracker: crate::InMemorySubagentTaskTracker = crate::InMemorySubagentTaskTracker::new();
+        let mut running = std::collections::VecDeque::new();
+        for index in 0..5_000 {
+            let start = crate::TaskStart::new().task_id(format!("t{index}"));
+            running.push_back(tracker.start(start).unwrap());
+            if running.len() > 3 {
+                assert!(running.pop_front().unwrap().complete(None));
+            }
+        }
+        assert_eq!(tracker.pending().len(), 3);
+        assert_eq!(tracker.tasks().len(), 5_000);
+        assert!(tracker.shared().pending.slots() <= 4);
     }
 
     fn listed(index: &PendingIndex<Task>) -> Vec<u64> {
