@@ -12,7 +12,9 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{SubagentTaskSnapshot, TrackerConfig};
-use subagent_tracker_redis::{RedisRegistry as CoreRegistry, RedisSession as CoreSession};
+use subagent_tracker_redis::{
+    RedisRegistry as CoreRegistry, RedisSession as CoreSession, RedisTrackerError,
+};
 
 use crate::arguments::from_json_text;
 use crate::asyncio_waker::running_loop;
@@ -71,6 +73,23 @@ impl Delivery {
         }
     }
 
+    /// Runs a call to Redis and hands over its value, converted by `convert`, or its error as Python's exception.
+    pub(crate) fn call<'py, F, T>(
+        self,
+        py: Python<'py>,
+        made_in: MadeIn,
+        future: F,
+        convert: impl FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+    ) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: Future<Output = Result<T, RedisTrackerError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.deliver(py, made_in, future, |py, outcome| {
+            convert(py, outcome.map_err(|error| redis_error(py, error))?)
+        })
+    }
+
     /// Hands over `value` at once, where the core answers without the network: the value itself for the
     /// blocking API, an awaitable already done for asyncio (no trip through the runtime and the loop), which
     /// still needs a running loop, as every call of the asyncio API does (contract §20).
@@ -86,7 +105,7 @@ impl Delivery {
 }
 
 /// A value as a Python object.
-fn object<'py, T: IntoPyObject<'py>>(py: Python<'py>, value: T) -> PyResult<Py<PyAny>> {
+fn object<T: for<'py> IntoPyObject<'py>>(py: Python<'_>, value: T) -> PyResult<Py<PyAny>> {
     value.into_bound_py_any(py).map(Bound::unbind)
 }
 
@@ -104,21 +123,12 @@ impl RegistryCalls {
         session_id: Option<String>,
         config: TrackerConfig,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let registry = self.registry.clone();
-        let (made_in, delivery) = (self.made_in, self.delivery);
-        self.delivery.deliver(
+        let (registry, calls) = (self.registry.clone(), self.session_calls());
+        self.delivery.call(
             py,
             self.made_in,
             async move { registry.session(session_id.as_deref(), config).await },
-            move |py, session| {
-                let session = session.map_err(|error| redis_error(py, error))?;
-                SessionCalls {
-                    session,
-                    made_in,
-                    delivery,
-                }
-                .into_object(py)
-            },
+            move |py, session| calls(session).into_object(py),
         )
     }
 
@@ -127,19 +137,13 @@ impl RegistryCalls {
         py: Python<'py>,
         session_id: String,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let registry = self.registry.clone();
-        let (made_in, delivery) = (self.made_in, self.delivery);
-        self.delivery.deliver(
+        let (registry, calls) = (self.registry.clone(), self.session_calls());
+        self.delivery.call(
             py,
             self.made_in,
             async move { registry.get_session(&session_id).await },
-            move |py, session| match session.map_err(|error| redis_error(py, error))? {
-                Some(session) => SessionCalls {
-                    session,
-                    made_in,
-                    delivery,
-                }
-                .into_object(py),
+            move |py, session| match session {
+                Some(session) => calls(session).into_object(py),
                 None => Ok(py.None()),
             },
         )
@@ -147,12 +151,22 @@ impl RegistryCalls {
 
     pub(crate) fn sessions<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let registry = self.registry.clone();
-        self.delivery.deliver(
+        self.delivery.call(
             py,
             self.made_in,
             async move { registry.sessions().await },
-            |py, sessions| object(py, sessions.map_err(|error| redis_error(py, error))?),
+            object,
         )
+    }
+
+    /// The calls of a session this registry hands out.
+    fn session_calls(&self) -> impl FnOnce(CoreSession) -> SessionCalls + Send + 'static {
+        let (made_in, delivery) = (self.made_in, self.delivery);
+        move |session| SessionCalls {
+            session,
+            made_in,
+            delivery,
+        }
     }
 }
 
@@ -214,7 +228,7 @@ fn get_task<'py>(
     run: Option<Arc<str>>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let session = session.clone();
-    delivery.deliver(
+    delivery.call(
         py,
         made_in,
         async move {
@@ -223,7 +237,7 @@ fn get_task<'py>(
                 None => session.get(&task_id).await,
             }
         },
-        |py, task| match task.map_err(|error| redis_error(py, error))? {
+        |py, task| match task {
             Some(task) => Ok(Py::new(py, snapshot(py, task)?)?.into_any()),
             None => Ok(py.None()),
         },

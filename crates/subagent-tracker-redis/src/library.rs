@@ -87,10 +87,16 @@ pub(crate) static CODE: LazyLock<String> = LazyLock::new(|| {
     let mut code = format!("#!lua name={LIBRARY}\n");
     code.push_str(include_str!("../lua/header.lua"));
     code.push_str(&core_rules());
-    let includes = INCLUDES.iter().map(|(_, code)| code);
-    for part in includes.chain(FUNCTIONS.iter()) {
+    for (_, include) in INCLUDES {
         code.push('\n');
-        code.push_str(part);
+        code.push_str(include);
+    }
+    // Each function's file in a block of its own: its top-level locals end with it. Lua allows a chunk 200
+    // active locals, and the library's functions alone would otherwise use a quarter of them.
+    for function in FUNCTIONS {
+        code.push_str("\ndo\n");
+        code.push_str(function);
+        code.push_str("end\n");
     }
     code
 });
@@ -255,6 +261,33 @@ mod tests {
             );
         }
         names
+    }
+
+    /// Lua refuses a chunk with more than 200 active locals, so the whole library would fail to load. The shared
+    /// part (header, core rules, includes) stays active throughout; each function's file adds its own only
+    /// within its block.
+    #[test]
+    fn the_library_keeps_room_under_lua_s_limit_of_active_locals() {
+        let shared = CODE
+            .split("\ndo\n")
+            .next()
+            .map_or(0, |shared| defined_names(shared).len());
+        let largest_function = FUNCTIONS
+            .iter()
+            .map(|function| defined_names(function).len())
+            .max()
+            .unwrap_or_default();
+        let active = shared + largest_function;
+        assert!(
+            active <= 160,
+            "{active} active top-level locals at most ({shared} shared): Lua's limit is 200; move helpers \
+             into a table or a function's own block"
+        );
+        assert_eq!(
+            CODE.matches("\ndo\n").count(),
+            FUNCTIONS.len(),
+            "each function's file is one block"
+        );
     }
 
     /// Each function's file names the includes it uses (`-- Includes: clock, session.`), in the library's

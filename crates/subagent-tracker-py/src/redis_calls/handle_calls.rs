@@ -12,7 +12,6 @@ use subagent_tracker_redis::{RedisSession as CoreSession, RedisTaskHandle as Cor
 
 use super::{get_task, object, Delivery, Waiting};
 use crate::arguments::from_json_text;
-use crate::errors::redis_error;
 use crate::ready::Ready;
 use crate::resume_wait::{resumed_value, wait_for_resume, ResumeWait};
 use crate::runner_exit::RunnerExit;
@@ -90,7 +89,7 @@ impl HandleCalls {
             return self.delivery.ready(py, give(py, false)?);
         }
         let handle = self.handle.clone();
-        self.delivery.deliver(
+        self.delivery.call(
             py,
             self.made_in,
             async move {
@@ -101,7 +100,7 @@ impl HandleCalls {
                     RunnerExit::Stopped(reason) => handle.stopped(reason.as_deref()).await,
                 }
             },
-            move |py, ended| give(py, ended.map_err(|error| redis_error(py, error))?),
+            give,
         )
     }
 }
@@ -139,7 +138,7 @@ impl HandleStore for HandleCalls {
 
     fn progress<'py>(&self, py: Python<'py>, message: &str, data: Option<String>) -> Answer<'py> {
         let (handle, message) = (self.handle.clone(), message.to_owned());
-        self.delivery.deliver(
+        self.delivery.call(
             py,
             self.made_in,
             async move {
@@ -149,17 +148,17 @@ impl HandleStore for HandleCalls {
                     None => handle.progress(&message).await,
                 }
             },
-            |py, recorded| object(py, recorded.map_err(|error| redis_error(py, error))?),
+            object,
         )
     }
 
     fn pause<'py>(&self, py: Python<'py>, reason: Option<String>) -> Answer<'py> {
         let handle = self.handle.clone();
-        self.delivery.deliver(
+        self.delivery.call(
             py,
             self.made_in,
             async move { handle.lock().await.pause(reason.as_deref()).await },
-            |py, paused| object(py, paused.map_err(|error| redis_error(py, error))?),
+            object,
         )
     }
 
@@ -194,14 +193,11 @@ impl HandleStore for HandleCalls {
 
     fn record_escalation<'py>(&self, py: Python<'py>) -> Answer<'py> {
         let handle = self.handle.clone();
-        self.delivery.deliver(
+        self.delivery.call(
             py,
             self.made_in,
             async move { handle.lock().await.record_escalation().await },
-            |py, recorded| {
-                recorded.map_err(|error| redis_error(py, error))?;
-                Ok(py.None())
-            },
+            |py, _recorded| Ok(py.None()),
         )
     }
 

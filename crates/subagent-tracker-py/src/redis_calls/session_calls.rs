@@ -42,6 +42,22 @@ impl SessionCalls {
         (self.delivery.session_class)(py, self)
     }
 
+    /// Runs `call` on the session and hands over its value, converted by `convert`.
+    fn call<'py, C, F, T>(
+        &self,
+        py: Python<'py>,
+        call: C,
+        convert: impl FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
+    ) -> Answer<'py>
+    where
+        C: FnOnce(CoreSession) -> F,
+        F: Future<Output = Result<T, RedisTrackerError>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.delivery
+            .call(py, self.made_in, call(self.session.clone()), convert)
+    }
+
     /// Runs `call` on the session and hands over its value as a Python object: the shape of most calls.
     fn value<'py, C, F, T>(&self, py: Python<'py>, call: C) -> Answer<'py>
     where
@@ -49,11 +65,7 @@ impl SessionCalls {
         F: Future<Output = Result<T, RedisTrackerError>> + Send + 'static,
         T: for<'a> IntoPyObject<'a> + Send + 'static,
     {
-        let future = call(self.session.clone());
-        self.delivery
-            .deliver(py, self.made_in, future, |py, value| {
-                object(py, value.map_err(|error| redis_error(py, error))?)
-            })
+        self.call(py, call, |py, value| object(py, value))
     }
 
     /// A runner's handle for `handle`, as the Python class of this delivery.
@@ -79,13 +91,11 @@ impl SessionCalls {
 
     /// A reader of the session's events from this call on.
     pub(crate) fn subscribe<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        let (session, made_in) = (self.session.clone(), self.made_in);
-        self.delivery.deliver(
+        let made_in = self.made_in;
+        self.call(
             py,
-            self.made_in,
-            async move { session.subscribe().await },
+            |session| async move { session.subscribe().await },
             move |py, subscription| {
-                let subscription = subscription.map_err(|error| redis_error(py, error))?;
                 Ok(Py::new(py, RedisEventReader::start(subscription, made_in)?)?.into_any())
             },
         )
@@ -108,15 +118,11 @@ impl SessionStore for SessionCalls {
     }
 
     fn start<'py>(&self, session: &Bound<'py, PyAny>, start: TaskStart<String>) -> Answer<'py> {
-        let py = session.py();
-        let (core, calls) = (self.session.clone(), self.clone());
-        self.delivery.deliver(
-            py,
-            self.made_in,
-            async move { core.start(start).await },
-            move |py, handle| {
-                calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
-            },
+        let calls = self.clone();
+        self.call(
+            session.py(),
+            |core| async move { core.start(start).await },
+            move |py, handle| calls.handle_object(py, handle),
         )
     }
 
@@ -125,14 +131,11 @@ impl SessionStore for SessionCalls {
         session: &Bound<'py, PyAny>,
         starts: Vec<TaskStart<String>>,
     ) -> Answer<'py> {
-        let py = session.py();
-        let (core, calls) = (self.session.clone(), self.clone());
-        self.delivery.deliver(
-            py,
-            self.made_in,
-            async move { core.start_batch(starts).await },
+        let calls = self.clone();
+        self.call(
+            session.py(),
+            |core| async move { core.start_batch(starts).await },
             move |py, handles| {
-                let handles = handles.map_err(|error| redis_error(py, error))?;
                 let objects = handles
                     .into_iter()
                     .map(|handle| calls.handle_object(py, handle))
@@ -147,15 +150,10 @@ impl SessionStore for SessionCalls {
         py: Python<'py>,
         reservations: Vec<(TaskStart<String>, Option<Duration>)>,
     ) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.reserve_batch(reservations).await },
-            |py, task_ids| {
-                let task_ids = task_ids.map_err(|error| redis_error(py, error))?;
-                object(py, task_ids.iter().map(|id| &**id).collect::<Vec<&str>>())
-            },
+            |session| async move { session.reserve_batch(reservations).await },
+            |py, task_ids| object(py, task_ids.iter().map(|id| &**id).collect::<Vec<&str>>()),
         )
     }
 
@@ -165,25 +163,19 @@ impl SessionStore for SessionCalls {
         start: TaskStart<String>,
         claim_timeout: Option<Duration>,
     ) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.reserve(start, claim_timeout).await },
-            |py, task_id| object(py, &*task_id.map_err(|error| redis_error(py, error))?),
+            |session| async move { session.reserve(start, claim_timeout).await },
+            |py, task_id| object(py, &*task_id),
         )
     }
 
     fn claim<'py>(&self, session: &Bound<'py, PyAny>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
-        let py = session.py();
-        let (core, calls) = (self.session.clone(), self.clone());
-        self.delivery.deliver(
-            py,
-            self.made_in,
-            async move { core.claim(&task_id.0).await },
-            move |py, handle| {
-                calls.handle_object(py, handle.map_err(|error| redis_error(py, error))?)
-            },
+        let calls = self.clone();
+        self.call(
+            session.py(),
+            |core| async move { core.claim(&task_id.0).await },
+            move |py, handle| calls.handle_object(py, handle),
         )
     }
 
@@ -328,11 +320,9 @@ impl SessionStore for SessionCalls {
             arguments.status,
             arguments.reason.clone(),
         );
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move {
+            |session| async move {
                 let mut filter = TaskFilter::new();
                 if let Some(agent) = &agent {
                     filter = filter.agent(agent);
@@ -345,13 +335,7 @@ impl SessionStore for SessionCalls {
                 }
                 session.cancel_matching(&filter, reason.as_deref()).await
             },
-            |py, moved| {
-                let moved = moved.map_err(|error| redis_error(py, error))?;
-                object(
-                    py,
-                    moved.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                )
-            },
+            |py, moved| object(py, moved.iter().map(|id| &**id).collect::<Vec<&str>>()),
         )
     }
 
@@ -387,25 +371,18 @@ impl SessionStore for SessionCalls {
     }
 
     fn token<'py>(&self, py: Python<'py>, task_id: Id<TaskIdArgument>) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.token(&task_id.0).await },
-            |py, token| {
-                let token = token.map_err(|error| redis_error(py, error))?;
-                object(py, CancellationToken::new(token))
-            },
+            |session| async move { session.token(&task_id.0).await },
+            |py, token| object(py, CancellationToken::new(token)),
         )
     }
 
     fn tasks<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.tasks().await },
-            |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+            |session| async move { session.tasks().await },
+            snapshots,
         )
     }
 
@@ -416,15 +393,10 @@ impl SessionStore for SessionCalls {
         cursor: Option<String>,
         limit: usize,
     ) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.tasks_page(pending, cursor.as_deref(), limit).await },
-            |py, page| {
-                let (tasks, next) = page.map_err(|error| redis_error(py, error))?;
-                (snapshots(py, tasks)?, next).into_py_any(py)
-            },
+            move |session| async move { session.tasks_page(pending, cursor.as_deref(), limit).await },
+            |py, (tasks, next)| (snapshots(py, tasks)?, next).into_py_any(py),
         )
     }
 
@@ -435,24 +407,21 @@ impl SessionStore for SessionCalls {
     }
 
     fn pending<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.pending().await },
-            |py, listed| snapshots(py, listed.map_err(|error| redis_error(py, error))?),
+            |session| async move { session.pending().await },
+            snapshots,
         )
     }
 
     fn export<'py>(&self, py: Python<'py>) -> Answer<'py> {
-        let session = self.session.clone();
-        self.delivery.deliver(
+        self.call(
             py,
-            self.made_in,
-            async move { session.tasks().await },
+            |session| async move { session.tasks().await },
             |py, listed| {
-                let tasks = snapshots(py, listed.map_err(|error| redis_error(py, error))?)?;
-                Ok(records(tasks.bind(py))?.into_any().unbind())
+                Ok(records(snapshots(py, listed)?.bind(py))?
+                    .into_any()
+                    .unbind())
             },
         )
     }
