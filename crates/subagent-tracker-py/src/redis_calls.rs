@@ -28,7 +28,7 @@ use crate::snapshot::SubagentTask;
 mod handle_calls;
 mod session_calls;
 
-pub(crate) use handle_calls::{BatchHandle, HandleCalls};
+pub(crate) use handle_calls::HandleCalls;
 pub(crate) use session_calls::SessionCalls;
 
 /// How a family of Redis classes hands the outcome of a call to Python, and which of its classes wrap the

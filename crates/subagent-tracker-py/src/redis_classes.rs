@@ -64,7 +64,7 @@ macro_rules! redis_classes {
 
         impl $handle {
             /// The handle as a batch of ends names it.
-            fn batch_handle(handle: &Bound<'_, $handle>) -> $crate::redis_calls::BatchHandle {
+            fn batch_handle(handle: &Bound<'_, $handle>) -> subagent_tracker_redis::SharedTaskHandle {
                 handle.get().calls.batch_handle()
             }
 

@@ -23,6 +23,7 @@ mod registry;
 mod scheme_check;
 mod session;
 mod session_state;
+mod shared_handle;
 mod store;
 mod watched_tokens;
 mod worker;
@@ -36,5 +37,6 @@ pub use options::{
 };
 pub use registry::{RedisRegistry, EVENT_BUFFER_REFUSED};
 pub use session::{RedisSession, MAX_PAGE, OPEN_BATCH_STEP};
+pub use shared_handle::SharedTaskHandle;
 pub use worker::lease::{LEASE_LOST_REASON, WORKER_LOST_ERROR};
 pub use worker::listener::{ORPHANED_RUN_ERROR, SESSION_LOST_REASON};

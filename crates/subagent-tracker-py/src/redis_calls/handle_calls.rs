@@ -8,7 +8,9 @@ use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
 use pyo3::PyTraverseError;
 use subagent_tracker::{ResumeWatch, Resumption};
-use subagent_tracker_redis::{RedisSession as CoreSession, RedisTaskHandle as CoreHandle};
+use subagent_tracker_redis::{
+    RedisSession as CoreSession, RedisTaskHandle as CoreHandle, SharedTaskHandle,
+};
 
 use super::{get_task, object, Delivery, Waiting};
 use crate::arguments::from_json_text;
@@ -19,18 +21,11 @@ use crate::runtime::MadeIn;
 use crate::session_store::{Answer, HandleStore};
 use crate::token::CancellationToken;
 
-/// A runner's handle as a batch of ends names it: its task, and the core's handle.
-pub(crate) struct BatchHandle {
-    pub(super) task_id: Arc<str>,
-    pub(super) handle: Arc<tokio::sync::Mutex<CoreHandle>>,
-}
-
 /// A runner's handle's calls.
 pub(crate) struct HandleCalls {
     /// Locked while a call to Redis reports through it.
-    handle: Arc<tokio::sync::Mutex<CoreHandle>>,
+    handle: SharedTaskHandle,
     session: CoreSession,
-    task_id: Arc<str>,
     /// The run this handle runs: its snapshot is of that run alone.
     run: Arc<str>,
     session_id: String,
@@ -51,13 +46,12 @@ impl HandleCalls {
         delivery: Delivery,
     ) -> PyResult<HandleCalls> {
         Ok(HandleCalls {
-            task_id: Arc::from(handle.task_id()),
             run: Arc::from(handle.run()),
             session_id: handle.session_id().to_owned(),
             token: Py::new(py, CancellationToken::new(handle.token()))?,
             resume_watch: handle.resume_watch(),
             resume_wait: ResumeWait::default(),
-            handle: Arc::new(tokio::sync::Mutex::new(handle)),
+            handle: SharedTaskHandle::new(handle),
             session,
             made_in,
             delivery,
@@ -65,11 +59,8 @@ impl HandleCalls {
     }
 
     /// The handle as a batch of ends names it.
-    pub(crate) fn batch_handle(&self) -> BatchHandle {
-        BatchHandle {
-            task_id: self.task_id.clone(),
-            handle: self.handle.clone(),
-        }
+    pub(crate) fn batch_handle(&self) -> SharedTaskHandle {
+        self.handle.clone()
     }
 
     fn end_then<'py>(
@@ -109,7 +100,7 @@ impl HandleStore for HandleCalls {
     type Value = String;
 
     fn task_id(&self) -> &str {
-        &self.task_id
+        self.handle.task_id()
     }
 
     fn session_id(&self) -> &str {
@@ -207,7 +198,7 @@ impl HandleStore for HandleCalls {
             &self.session,
             self.made_in,
             self.delivery,
-            self.task_id.clone(),
+            self.handle.task_id().clone(),
             Some(self.run.clone()),
         )
     }

@@ -13,10 +13,9 @@ use subagent_tracker::{
     TaskFilter, TaskStart,
 };
 use subagent_tracker_redis::{
-    RedisSession as CoreSession, RedisTaskHandle as CoreHandle, RedisTrackerError,
+    RedisSession as CoreSession, RedisTaskHandle as CoreHandle, RedisTrackerError, SharedTaskHandle,
 };
 
-use super::handle_calls::BatchHandle;
 use super::{get_task, object, snapshot, snapshots, Delivery, HandleCalls};
 use crate::arguments::{Id, TaskIdArgument};
 use crate::errors::redis_error;
@@ -104,7 +103,7 @@ impl SessionCalls {
 
 impl SessionStore for SessionCalls {
     type Value = String;
-    type BatchHandle = BatchHandle;
+    type BatchHandle = SharedTaskHandle;
     type Error = RedisTrackerError;
     type CancelWork = RedisCancelWork;
     const WAITS_ON_THE_LOOP: bool = false;
@@ -246,67 +245,24 @@ impl SessionStore for SessionCalls {
         })
     }
 
-    /// Ends the tasks of a batch in one round trip (`RedisSession::end_batch`); gives per end whether it moved
-    /// its task.
+    /// Ends the tasks of a batch in one round trip (`RedisSession::end_batch_shared`); gives per end whether it
+    /// moved its task.
     fn end_batch<'py>(
         &self,
         py: Python<'py>,
-        ends: Vec<(EndTarget<BatchHandle>, TaskEnd<String>)>,
+        ends: Vec<(EndTarget<SharedTaskHandle>, TaskEnd<String>)>,
     ) -> Answer<'py> {
-        // The core's rule for a batch, checked before any handle is locked: a handle named twice would wait for
-        // itself. (Each handle's session is checked by the core, once locked.)
+        // The core's rule for a batch, checked as the call is made, as every argument is.
         check_batch_ends(
-            &Arc::from(self.session.session_id()),
+            self.session.session_id(),
             &ends,
             |_| true,
-            |handle| handle.task_id.clone(),
+            |handle| handle.task_id().clone(),
         )
         .map_err(|error| crate::errors::tracker_error(py, error))?;
-        let session = self.session.clone();
-        let (targets, ends): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
-        let targets: Vec<EndTarget<Arc<tokio::sync::Mutex<CoreHandle>>>> = targets
-            .into_iter()
-            .map(|target| match target {
-                EndTarget::Handle(handle) => EndTarget::Handle(handle.handle),
-                EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id),
-            })
-            .collect();
-        self.delivery.deliver(
-            py,
-            self.made_in,
-            async move {
-                // Each handle is locked in the order of its address, the same for every batch, so that batches
-                // sharing handles never wait for each other in a circle.
-                let mut order: Vec<usize> = (0..targets.len()).collect();
-                order.sort_by_key(|&index| match &targets[index] {
-                    EndTarget::Handle(handle) => Arc::as_ptr(handle) as usize,
-                    EndTarget::TaskId(_) => 0,
-                });
-                let mut guards: Vec<Option<tokio::sync::MutexGuard<'_, CoreHandle>>> =
-                    (0..targets.len()).map(|_| None).collect();
-                for index in order {
-                    if let EndTarget::Handle(handle) = &targets[index] {
-                        guards[index] = Some(handle.lock().await);
-                    }
-                }
-                let batch = targets
-                    .iter()
-                    .zip(guards.iter_mut())
-                    .zip(ends)
-                    .map(|((target, guard), end)| {
-                        let target = match (target, guard) {
-                            (EndTarget::TaskId(task_id), _) => EndTarget::TaskId(task_id.clone()),
-                            (EndTarget::Handle(_), guard) => EndTarget::Handle(
-                                &mut **guard.as_mut().expect("every handle of the batch is locked"),
-                            ),
-                        };
-                        (target, end)
-                    })
-                    .collect();
-                session.end_batch(batch).await
-            },
-            |py, moved| object(py, moved.map_err(|error| redis_error(py, error))?),
-        )
+        self.value(py, move |session| async move {
+            session.end_batch_shared(ends).await
+        })
     }
 
     fn cancel_matching<'py>(

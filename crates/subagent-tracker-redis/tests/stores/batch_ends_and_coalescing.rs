@@ -1,12 +1,14 @@
 //! Contract §22 on Redis, ends and coalescing: a batch of ends is one round trip with a result per end, and the
 //! starts and ends that wait together in one process go to the server as one call, each keeping its own outcome.
 
+use std::time::Duration;
+
 use crate::common::{calls_of, cli, function_calls, log_every_call, RedisServer};
 use futures_util::future::join_all;
 use subagent_tracker::{
     EndTarget, SubagentStatus, TaskEnd, TaskFailure, TaskStart, TrackerConfig, TrackerError,
 };
-use subagent_tracker_redis::{RedisRegistry, RedisTrackerError};
+use subagent_tracker_redis::{RedisRegistry, RedisTrackerError, SharedTaskHandle};
 
 async fn session(worker: &RedisRegistry) -> subagent_tracker_redis::RedisSession {
     worker
@@ -138,6 +140,69 @@ async fn a_batch_naming_a_handle_of_another_session_or_a_bad_id_changes_nothing(
     }
     assert!(mine.complete(None).await.unwrap());
     assert!(theirs.complete(None).await.unwrap());
+}
+
+/// Batches over shared handles lock them in one order. Two batches name the same two handles in opposite
+/// orders while this test holds the first handle, so that each batch takes what it can and waits: taken in the
+/// order named, each would then hold one handle and wait for the other. A handle named twice is refused before
+/// any is locked (it would wait for itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_over_shared_handles_never_wait_in_a_circle() {
+    let server = RedisServer::start();
+    let worker = server.worker("e4:", "runner").await;
+    let session = session(&worker).await;
+    let mut handles = Vec::new();
+    for task_id in ["first", "second"] {
+        let handle = session
+            .start(TaskStart::new().task_id(task_id))
+            .await
+            .unwrap();
+        handles.push(SharedTaskHandle::new(handle));
+    }
+    let twice = session
+        .end_batch_shared(vec![
+            (
+                EndTarget::Handle(handles[0].clone()),
+                TaskEnd::Completed(None),
+            ),
+            (
+                EndTarget::Handle(handles[0].clone()),
+                TaskEnd::Completed(None),
+            ),
+        ])
+        .await;
+    assert!(matches!(
+        twice,
+        Err(RedisTrackerError::Tracker(
+            TrackerError::DuplicateInBatch { .. }
+        ))
+    ));
+    let batch = |order: [usize; 2]| {
+        let (session, handles) = (session.clone(), handles.clone());
+        tokio::spawn(async move {
+            let ends = order.map(|index| {
+                (
+                    EndTarget::Handle(handles[index].clone()),
+                    TaskEnd::Completed(None),
+                )
+            });
+            session.end_batch_shared(ends.into()).await
+        })
+    };
+    let held = handles[0].lock().await;
+    let forward = batch([0, 1]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let backward = batch([1, 0]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(held);
+    let (forward, backward) = tokio::time::timeout(Duration::from_secs(10), async {
+        (forward.await.unwrap(), backward.await.unwrap())
+    })
+    .await
+    .expect("two batches over the same handles waited for each other");
+    // Each task ended once, by the batch that came first.
+    assert_eq!(forward.unwrap(), [true, true]);
+    assert_eq!(backward.unwrap(), [false, false]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
