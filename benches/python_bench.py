@@ -330,6 +330,33 @@ def memory_probe(kind: str, count: int) -> None:
     print((rss_bytes() - before) / count)
 
 
+def collection_probe(kind: str, count: int, repeats: int) -> None:
+    """Run in a fresh interpreter: prints the best time of a full garbage collection while the session retains
+    ``count`` finished tasks, which the collector visits (each holds a result it could be a cycle through)."""
+    session: Any = Session(max_finished_tasks=count) if kind == "ours" else ReferenceSession(count)
+    start = session.start_subagent_task
+    for index in range(count):
+        start(f"t{index}").complete(result=index)
+    print(best(lambda: timed(gc.collect), repeats))
+
+
+def timed(call: Callable[[], object]) -> float:
+    began = time.perf_counter()
+    call()
+    return time.perf_counter() - began
+
+
+def full_collection(kind: str, count: int, repeats: int) -> float:
+    command = [sys.executable, __file__, "--collection-probe", kind, "--count", str(count)]
+    output = subprocess.run(
+        [*command, "--repeats", str(repeats)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return float(output.strip().splitlines()[-1])
+
+
 FAN_IN = {
     "ours": fan_in_ours,
     "reference": fan_in_reference,
@@ -415,6 +442,7 @@ def main() -> None:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check that everything runs")
     parser.add_argument("--memory-probe", choices=["ours", "reference"], help=argparse.SUPPRESS)
+    parser.add_argument("--collection-probe", choices=["ours", "reference"], help=argparse.SUPPRESS)
     parser.add_argument(
         "--fan-in-probe", choices=["ours", "reference", "bare", "trpc"], help=argparse.SUPPRESS
     )
@@ -424,6 +452,9 @@ def main() -> None:
     arguments = parser.parse_args()
     if arguments.memory_probe:
         memory_probe(arguments.memory_probe, arguments.count)
+        return
+    if arguments.collection_probe:
+        collection_probe(arguments.collection_probe, arguments.count, arguments.repeats)
         return
     if arguments.fan_in_probe:
         fan_in_probe(arguments.fan_in_probe, arguments.count, arguments.from_thread, arguments.repeats)
@@ -436,6 +467,7 @@ def main() -> None:
     rounds = 50 if smoke else 2_000
     retained = 1_000 if smoke else 100_000
     memory_tasks = 2_000 if smoke else 200_000
+    collected = 2_000 if smoke else 1_000_000
     churn = 20_000 if smoke else 5_000_000
     repeats = 1 if smoke else 5
     have_trpc = load_trpc()
@@ -509,6 +541,14 @@ def main() -> None:
             "B",
             bytes_per_task("ours", memory_tasks),
             bytes_per_task("reference", memory_tasks),
+        )
+    )
+    rows.append(
+        Row(
+            f"a full garbage collection with {collected:,} finished tasks retained",
+            "ms",
+            full_collection("ours", collected, repeats),
+            full_collection("reference", collected, repeats),
         )
     )
     print_table(rows)

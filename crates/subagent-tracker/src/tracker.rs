@@ -557,11 +557,23 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// Calls `visit` with the metadata and result of every retained task, in no particular order (for a
-    /// binding that must show its garbage collector what the tracker holds). `visit` runs under the task's
-    /// record lock, so it must not call back into the tracker.
+    /// binding that must show its garbage collector what the tracker holds). `visit` runs under a lock of the
+    /// session's (a finished task's values never change, so they are visited where the id map holds them) or
+    /// under the task's record lock, so it must not call back into the tracker.
     pub fn visit_values(&self, mut visit: impl FnMut(&V)) {
-        for run in self.shared.retained_runs_unordered() {
-            run.visit_values(&mut visit);
+        let mut live = Vec::new();
+        // `retain` walks each shard under its lock with no reference counted per item, where the map's iterator
+        // counts one up and down for each; the collector visits every retained task.
+        self.shared.tasks.access().retain(|_, retained| {
+            match &retained.run {
+                Run::Finished(run) => run.visit_values(&mut visit),
+                // A live task's values are read under its record lock, which is never taken under the map's.
+                Run::Live(entry) => live.push(entry.clone()),
+            }
+            true
+        });
+        for entry in live {
+            entry.visit_values(&mut visit);
         }
     }
 }

@@ -117,19 +117,14 @@ impl<V: Clone> TrackerShared<V> {
 
     /// Every retained run, in start order, copied out of the map so that no map lock is held after.
     pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
-        let mut runs = self.retained_runs_unordered();
-        runs.sort_unstable_by_key(Run::sequence);
-        runs
-    }
-
-    /// Every retained run, in no particular order: the garbage collector's visit needs no sort of the whole
-    /// retention window.
-    pub(super) fn retained_runs_unordered(&self) -> Vec<Run<V>> {
-        self.tasks
+        let mut runs: Vec<Run<V>> = self
+            .tasks
             .access()
             .iter()
             .map(|item| item.value().run.clone())
-            .collect()
+            .collect();
+        runs.sort_unstable_by_key(Run::sequence);
+        runs
     }
 
     pub(super) fn not_claimable(
@@ -419,7 +414,7 @@ impl<V: Clone> TrackerShared<V> {
             entry.collapse(|run| self.install_finished(entry, run))
         };
         let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
-        let released = self.finished.record(&run);
+        let released = self.finished.record(run);
         if let Some(evicted) = &released.evicted {
             self.tasks
                 .access()

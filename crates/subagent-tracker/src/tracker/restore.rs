@@ -71,7 +71,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 });
             }
             restored += 1;
-            let released = self.finished.record(&Run::Finished(run));
+            let released = self.finished.record(Run::Finished(run));
             if let Some(evicted) = &released.evicted {
                 self.tasks
                     .access()
