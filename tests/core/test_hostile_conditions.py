@@ -916,6 +916,34 @@ def test_a_cycle_through_a_tasks_result_is_collected() -> None:
     assert dead() is None
 
 
+def test_a_cycle_through_a_queued_tasks_metadata_is_collected() -> None:
+    """session -> a reserved task, still queued (a live run) -> its metadata -> session."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        session = Session()
+        marker = Marker()
+        dead = weakref.ref(marker)
+        session.reserve_subagent_task("queued", metadata={"session": session, "marker": marker})
+        del session, marker
+        _collect()
+    assert dead() is None
+
+
+def test_a_cycle_through_a_finished_tasks_progress_data_is_collected() -> None:
+    """session -> a finished task's progress log -> its data -> session."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        session = Session()
+        marker = Marker()
+        dead = weakref.ref(marker)
+        handle = session.start_subagent_task("a")
+        handle.progress("step", data={"session": session, "marker": marker})
+        handle.complete()
+        del handle, session, marker
+        _collect()
+    assert dead() is None
+
+
 def test_a_cycle_through_an_any_tokens_callback_is_collected(session: Session) -> None:
     """Defect 14(d): any-token -> callback -> holder -> any-token; its sources keep no registration."""
     a = session.start_subagent_task("a")

@@ -281,3 +281,44 @@ fn restarts_racing_the_end_of_the_run_they_replace_keep_the_count_exact() {
     }
     assert_eq!(tracker.retained_count(), BOUND);
 }
+
+/// `visit_values` shows a binding's garbage collector every value the session holds, each once: a finished
+/// record's metadata, progress data and result (read where the id map holds the record), and a live run's (read
+/// under its own record lock, once the map's is released).
+#[test]
+fn the_visit_of_values_reaches_finished_records_and_live_runs_once_each() {
+    let tracker = tracker(100);
+    let done = tracker
+        .start(
+            TaskStart::new()
+                .task_id("done")
+                .metadata("done-metadata".to_owned()),
+        )
+        .unwrap();
+    assert!(done.progress_with("step", "done-progress".to_owned()));
+    assert!(done.complete(Some("done-result".to_owned())));
+    drop(done);
+    tracker
+        .reserve(
+            TaskStart::new()
+                .task_id("queued")
+                .metadata("queued-metadata".to_owned()),
+            None,
+        )
+        .unwrap();
+    let running = tracker.start(TaskStart::new().task_id("running")).unwrap();
+    assert!(running.progress_with("step", "running-progress".to_owned()));
+    let mut seen = Vec::new();
+    tracker.visit_values(|value| seen.push(value.clone()));
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            "done-metadata",
+            "done-progress",
+            "done-result",
+            "queued-metadata",
+            "running-progress"
+        ]
+    );
+}
