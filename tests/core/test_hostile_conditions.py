@@ -916,30 +916,24 @@ def test_a_cycle_through_a_tasks_result_is_collected() -> None:
     assert dead() is None
 
 
-def test_a_cycle_through_a_queued_tasks_metadata_is_collected() -> None:
-    """session -> a reserved task, still queued (a live run) -> its metadata -> session."""
+@pytest.mark.parametrize("through", ["a queued task's metadata", "a finished task's progress data"])
+def test_a_cycle_through_a_tasks_values_is_collected_live_or_finished(through: str) -> None:
+    """session -> a task that is still queued (a live run) or has finished (its compact record) -> a value it
+    holds -> session: the collector's visit reaches both forms."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         session = Session()
         marker = Marker()
         dead = weakref.ref(marker)
-        session.reserve_subagent_task("queued", metadata={"session": session, "marker": marker})
-        del session, marker
-        _collect()
-    assert dead() is None
-
-
-def test_a_cycle_through_a_finished_tasks_progress_data_is_collected() -> None:
-    """session -> a finished task's progress log -> its data -> session."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        session = Session()
-        marker = Marker()
-        dead = weakref.ref(marker)
-        handle = session.start_subagent_task("a")
-        handle.progress("step", data={"session": session, "marker": marker})
-        handle.complete()
-        del handle, session, marker
+        cycle = {"session": session, "marker": marker}
+        if through == "a queued task's metadata":
+            session.reserve_subagent_task("queued", metadata=cycle)
+        else:
+            handle = session.start_subagent_task("finished")
+            handle.progress("step", data=cycle)
+            handle.complete()
+            del handle
+        del session, marker, cycle
         _collect()
     assert dead() is None
 
