@@ -138,3 +138,75 @@ def test_a_registry_in_a_cycle_through_task_metadata_is_collected() -> None:
     del registry, marker
     gc.collect()
     assert collected() is None
+
+
+def _shown(value: object, *holders: object) -> int:
+    """How many references to ``value`` the garbage collector is shown by ``holders``."""
+    return sum(1 for holder in holders for referent in gc.get_referents(holder) if referent is value)
+
+
+@pytest.mark.parametrize("from_registry", [False, True])
+def test_each_value_is_shown_to_the_collector_once_for_each_reference_held(from_registry: bool) -> None:
+    """A child with no metadata of its own shares its parent's: one reference, shown once. A registry's
+    session has a Python object for each call that hands it out; the registry shows its values, and none of
+    them does. (Shown more often than held, a reference breaks the collector's count: a debug build of CPython
+    aborts.)"""
+    registry = Registry()
+    first = registry.session("shared") if from_registry else Session()
+    second = registry.get_session("shared") if from_registry else first
+    parent = first.start_subagent_task("parent", metadata={"k": "v"})
+    child = first.start_subagent_task("child", parent_id="parent")
+    parent_snapshot, child_snapshot = first.subagent_task("parent"), first.subagent_task("child")
+    assert parent_snapshot is not None and child_snapshot is not None
+    metadata = child_snapshot.metadata
+    assert metadata is parent_snapshot.metadata
+    del parent_snapshot, child_snapshot
+    # What the sessions hold: the count less this function's own reference and getrefcount's argument.
+    held = sys.getrefcount(metadata) - 2
+    assert held == 1
+    holders = [registry, first] + ([second] if second is not first else [])
+    assert _shown(metadata, *holders) == held
+    child.complete()
+    parent.complete()
+
+
+def test_an_object_of_a_registrys_session_collected_in_a_cycle_leaves_the_session_whole() -> None:
+    """The collector clears the session object that only a garbage cycle holds; the registry's session, which
+    the registry still lists, keeps its metadata and results."""
+    registry = Registry()
+    handle = registry.session("kept").start_subagent_task("a", metadata={"k": "v"})
+    handle.complete(result={"answer": 42})
+    session = registry.session("kept")
+
+    class Holder:
+        pass
+
+    holder = Holder()
+    holder.itself = holder  # type: ignore[attr-defined]
+    holder.session = session  # type: ignore[attr-defined]
+    del holder, session
+    gc.collect()
+    snapshot = registry.session("kept").subagent_task("a")
+    assert snapshot is not None
+    assert snapshot.metadata == {"k": "v"}
+    assert snapshot.result == {"answer": 42}
+
+
+def test_a_session_that_left_its_registry_shows_its_values_again() -> None:
+    """Closed with every task finished, a session leaves its registry: a cycle through its values is then its
+    own to show, and is collected."""
+
+    class Marker:
+        pass
+
+    registry = Registry()
+    session = registry.session("leaving")
+    marker = Marker()
+    collected = weakref.ref(marker)
+    handle = session.start_subagent_task("a", metadata={"session": session, "marker": marker})
+    handle.complete()
+    session.close()
+    assert registry.sessions() == []
+    del session, handle, marker
+    gc.collect()
+    assert collected() is None

@@ -13,7 +13,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use subagent_tracker_redis::RedisRegistry as CoreRegistry;
 
-use crate::errors::redis_error;
 use crate::keyword_options::registry_options;
 use crate::redis_calls::{RegistryCalls, Waiting};
 use crate::redis_classes::redis_classes;
@@ -53,12 +52,11 @@ redis_classes! {
                 let (url, options) = (url.clone(), options.clone());
                 let made_in = MadeIn::here();
                 ASYNCIO
-                    .deliver(
+                    .call(
                         py,
                         made_in,
                         async move { CoreRegistry::connect(&url, options).await },
                         move |py, registry| {
-                            let registry = registry.map_err(|error| redis_error(py, error))?;
                             let calls = RegistryCalls {
                                 registry,
                                 made_in,

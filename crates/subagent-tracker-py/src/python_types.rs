@@ -1,5 +1,6 @@
 //! Python values held by the core (task metadata and results), and how they are shown.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -32,14 +33,43 @@ impl PyValue {
             .map_or_else(|| py.None(), |value| value.clone_ref(py))
     }
 
-    pub(crate) fn visit(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(self.0.lock().as_ref())
-    }
-
     /// Takes the reference out, for the caller to drop with no lock held (dropping it may run a finalizer);
     /// only for a session that the garbage collector is clearing.
     pub(crate) fn take(&self) -> Option<Py<PyAny>> {
         self.0.lock().take()
+    }
+}
+
+/// Shows the garbage collector each Python reference that sessions in memory own, once. Several runs of a session
+/// may share one value (a child that has no metadata of its own shares its parent's): the value holds one
+/// reference, so it is visited once. Visiting it for each run would report more references than it owns, which
+/// the collector's count of outside references cannot survive (a debug build of `CPython` aborts on it).
+pub(crate) struct ValueVisit<'a, 'py> {
+    visit: &'a PyVisit<'py>,
+    shared: HashSet<usize>,
+    outcome: Result<(), PyTraverseError>,
+}
+
+impl<'a, 'py> ValueVisit<'a, 'py> {
+    pub(crate) fn new(visit: &'a PyVisit<'py>) -> Self {
+        ValueVisit {
+            visit,
+            shared: HashSet::new(),
+            outcome: Ok(()),
+        }
+    }
+
+    pub(crate) fn value(&mut self, value: &PyValue) {
+        // Most values are held by one run alone: only a shared one is remembered.
+        let shared = Arc::strong_count(&value.0) > 1;
+        if self.outcome.is_err() || shared && !self.shared.insert(Arc::as_ptr(&value.0).addr()) {
+            return;
+        }
+        self.outcome = self.visit.call(value.0.lock().as_ref());
+    }
+
+    pub(crate) fn outcome(self) -> Result<(), PyTraverseError> {
+        self.outcome
     }
 }
 

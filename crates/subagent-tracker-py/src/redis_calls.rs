@@ -52,27 +52,6 @@ pub(crate) enum Waiting {
 }
 
 impl Delivery {
-    /// Runs `future` and hands over its outcome, converted by `convert`.
-    pub(crate) fn deliver<'py, F, T>(
-        self,
-        py: Python<'py>,
-        made_in: MadeIn,
-        future: F,
-        convert: impl FnOnce(Python<'_>, T) -> PyResult<Py<PyAny>> + Send + 'static,
-    ) -> PyResult<Bound<'py, PyAny>>
-    where
-        F: Future<Output = T> + Send + 'static,
-        T: Send + 'static,
-    {
-        match self.waiting {
-            Waiting::Blocking => {
-                let outcome = block_on(py, made_in, future)?;
-                Ok(convert(py, outcome)?.into_bound(py))
-            }
-            Waiting::Asyncio => asyncio_future(py, made_in, WhenAbandoned::Finish, future, convert),
-        }
-    }
-
     /// Runs a call to Redis and hands over its value, converted by `convert`, or its error as Python's exception.
     pub(crate) fn call<'py, F, T>(
         self,
@@ -85,9 +64,16 @@ impl Delivery {
         F: Future<Output = Result<T, RedisTrackerError>> + Send + 'static,
         T: Send + 'static,
     {
-        self.deliver(py, made_in, future, |py, outcome| {
+        let convert = move |py: Python<'_>, outcome: Result<T, RedisTrackerError>| {
             convert(py, outcome.map_err(|error| redis_error(py, error))?)
-        })
+        };
+        match self.waiting {
+            Waiting::Blocking => {
+                let outcome = block_on(py, made_in, future)?;
+                Ok(convert(py, outcome)?.into_bound(py))
+            }
+            Waiting::Asyncio => asyncio_future(py, made_in, WhenAbandoned::Finish, future, convert),
+        }
     }
 
     /// Hands over `value` at once, where the core answers without the network: the value itself for the

@@ -9,7 +9,7 @@ use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
 use crate::arguments::{Id, SessionIdArgument};
 use crate::errors::tracker_error;
 use crate::keyword_options::session_config;
-use crate::python_types::{metadata_merge, PyValue};
+use crate::python_types::{metadata_merge, PyValue, ValueVisit};
 use crate::session_classes::{self, SessionOfStore};
 
 /// The live sessions of this process, by id.
@@ -80,15 +80,10 @@ impl Registry {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        let mut outcome = Ok(());
-        self.registry.visit_sessions(|session| {
-            session.visit_values(|value| {
-                if outcome.is_ok() {
-                    outcome = value.visit(&visit);
-                }
-            });
-        });
-        outcome
+        let mut values = ValueVisit::new(&visit);
+        self.registry
+            .visit_sessions(|session| session.visit_values(|value| values.value(value)));
+        values.outcome()
     }
 
     fn __clear__(&self) {

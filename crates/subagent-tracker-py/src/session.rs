@@ -13,7 +13,7 @@ use crate::events::EventSubscription;
 use crate::handle::SubagentTaskHandle;
 use crate::keyword_options::session_config;
 use crate::memory_calls::SessionCalls;
-use crate::python_types::{metadata_merge, python_repr, PyValue};
+use crate::python_types::{metadata_merge, python_repr, PyValue, ValueVisit};
 use crate::session_classes::{SessionOfStore, SessionState};
 use crate::session_methods::session_methods;
 
@@ -82,22 +82,28 @@ session_methods! {
             EventSubscription::new(self.store.tracker.subscribe())
         }
 
+        /// The values of a session that a registry lists are the registry's to show (`Registry.__traverse__`):
+        /// a session has a Python object for each `session()` and `get_session()` call, and each value is one
+        /// reference, so no object of the session shows it too.
         fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-            let mut outcome = Ok(());
-            self.store.tracker.visit_values(|value| {
-                if outcome.is_ok() {
-                    outcome = value.visit(&visit);
-                }
-            });
-            outcome
+            let tracker = &self.store.tracker;
+            let mut values = ValueVisit::new(&visit);
+            if !tracker.is_listed() {
+                tracker.visit_values(|value| values.value(value));
+            }
+            values.outcome()
         }
 
+        /// Only the values this object shows are its to clear: an object of a registry's session that the
+        /// collector finds in a cycle leaves the registry's session whole.
         fn __clear__(&self) {
+            let tracker = &self.store.tracker;
+            if tracker.is_listed() {
+                return;
+            }
             // Taken under the tasks' locks, dropped after: dropping a value may run Python code.
             let mut taken = Vec::new();
-            self.store
-                .tracker
-                .visit_values(|value| taken.extend(value.take()));
+            tracker.visit_values(|value| taken.extend(value.take()));
             drop(taken);
         }
 

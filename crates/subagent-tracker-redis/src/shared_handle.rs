@@ -1,8 +1,9 @@
 //! A runner's handle shared by several callers, each call taking its lock, and a batch of ends over such handles.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use subagent_tracker::{check_batch_ends, EndTarget, TaskEnd};
+use subagent_tracker::{check_batch_ends, EndTarget, TaskEnd, TrackerError};
 use tokio::sync::{Mutex, MutexGuard, TryLockError};
 
 use crate::{RedisSession, RedisTaskHandle, RedisTrackerError};
@@ -44,50 +45,57 @@ impl SharedTaskHandle {
 }
 
 impl RedisSession {
-    /// [`end_batch`](Self::end_batch) over shared handles. Each handle is locked first, in the order of its
-    /// address, the same for every batch, so that batches sharing handles never wait for each other in a
-    /// circle; a batch that names a handle twice, which would wait for itself, is refused before any is locked.
+    /// [`end_batch`](Self::end_batch) over shared handles. The batch is checked at once, with no handle locked
+    /// (each handle's session is checked by `end_batch`, once locked): a handle named twice would wait for
+    /// itself. The future locks each handle in the order of its address, the same for every batch, so that
+    /// batches sharing handles never wait for each other in a circle, then ends the batch.
     ///
     /// # Errors
-    /// As [`end_batch`](Self::end_batch).
-    pub async fn end_batch_shared(
+    /// [`TrackerError::InvalidId`] and [`TrackerError::DuplicateInBatch`] at once; the future's, as
+    /// [`end_batch`](Self::end_batch)'s.
+    pub fn end_batch_shared(
         &self,
         ends: Vec<(EndTarget<SharedTaskHandle>, TaskEnd<String>)>,
-    ) -> Result<Vec<bool>, RedisTrackerError> {
-        // Each handle's session is checked by `end_batch`, once locked.
+    ) -> Result<
+        impl Future<Output = Result<Vec<bool>, RedisTrackerError>> + Send + 'static,
+        TrackerError,
+    > {
         check_batch_ends(
             self.session_id(),
             &ends,
             |_| true,
             |handle| handle.task_id.clone(),
         )?;
-        let (targets, ends): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
-        let mut order: Vec<usize> = (0..targets.len()).collect();
-        order.sort_by_key(|&index| match &targets[index] {
-            EndTarget::Handle(handle) => Arc::as_ptr(&handle.handle).addr(),
-            EndTarget::TaskId(_) => 0,
-        });
-        let mut guards: Vec<Option<MutexGuard<'_, RedisTaskHandle>>> =
-            targets.iter().map(|_| None).collect();
-        for index in order {
-            if let EndTarget::Handle(handle) = &targets[index] {
-                guards[index] = Some(handle.lock().await);
+        let session = self.clone();
+        Ok(async move {
+            let (targets, ends): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
+            let mut order: Vec<usize> = (0..targets.len()).collect();
+            order.sort_by_key(|&index| match &targets[index] {
+                EndTarget::Handle(handle) => Arc::as_ptr(&handle.handle).addr(),
+                EndTarget::TaskId(_) => 0,
+            });
+            let mut guards: Vec<Option<MutexGuard<'_, RedisTaskHandle>>> =
+                targets.iter().map(|_| None).collect();
+            for index in order {
+                if let EndTarget::Handle(handle) = &targets[index] {
+                    guards[index] = Some(handle.lock().await);
+                }
             }
-        }
-        let batch = targets
-            .iter()
-            .zip(guards.iter_mut())
-            .zip(ends)
-            .map(|((target, guard), end)| {
-                let target = match target {
-                    EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id.clone()),
-                    EndTarget::Handle(_) => EndTarget::Handle(
-                        &mut **guard.as_mut().expect("every handle of the batch is locked"),
-                    ),
-                };
-                (target, end)
-            })
-            .collect();
-        self.end_batch(batch).await
+            let batch = targets
+                .iter()
+                .zip(guards.iter_mut())
+                .zip(ends)
+                .map(|((target, guard), end)| {
+                    let target = match target {
+                        EndTarget::TaskId(task_id) => EndTarget::TaskId(task_id.clone()),
+                        EndTarget::Handle(_) => EndTarget::Handle(
+                            &mut **guard.as_mut().expect("every handle of the batch is locked"),
+                        ),
+                    };
+                    (target, end)
+                })
+                .collect();
+            session.end_batch(batch).await
+        })
     }
 }

@@ -65,7 +65,10 @@
 //! The model checks (`tests/loom.rs`) explore the record, signal, stripe, window and event-bus locks, and the id
 //! map as one lock of loom's (`sync::ModelledLocks`): dashmap's shard locks are invisible to loom, so without it
 //! the order in which threads reach the map was never explored. Under a shard lock the core does nothing but the
-//! map operation, reads of the run there, and the store of a late escalation's flag on a finished record.
+//! map operation, reads of the run there, the store of a late escalation's flag on a finished record, and the
+//! garbage collector's visit of finished records' values (`InMemorySubagentTaskTracker::visit_values`, under
+//! each shard's write lock in turn), whose callback takes no lock of the core's (a binding's own value lock at
+//! most, a leaf).
 
 #![forbid(unsafe_code)]
 

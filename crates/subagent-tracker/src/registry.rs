@@ -140,4 +140,11 @@ impl<V: Send + Sync> SessionList for RegistryShared<V> {
         };
         drop(left);
     }
+
+    fn lists(&self, session_id: &str, session_key: usize) -> bool {
+        self.sessions
+            .lock()
+            .get(session_id)
+            .is_some_and(|listed| listed.shared().key() == session_key)
+    }
 }

@@ -550,6 +550,15 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
         Arc::ptr_eq(&self.shared, &other.shared)
     }
 
+    /// Whether an [`InMemoryRegistry`](crate::InMemoryRegistry) lists this session now: from its creation there
+    /// until the registry is cleared, or the session leaves it (closed, with every task finished). A binding
+    /// gives the registry the values of the sessions it lists to show its garbage collector, and a session
+    /// those of its own alone.
+    #[must_use]
+    pub fn is_listed(&self) -> bool {
+        self.shared.is_listed()
+    }
+
     /// A number that tells this session apart from every other live one (for hashing by identity).
     #[must_use]
     pub fn session_key(&self) -> usize {
@@ -557,24 +566,11 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     }
 
     /// Calls `visit` with the metadata and result of every retained task, in no particular order (for a
-    /// binding that must show its garbage collector what the tracker holds). `visit` runs under a lock of the
-    /// session's (a finished task's values never change, so they are visited where the id map holds them) or
-    /// under the task's record lock, so it must not call back into the tracker.
-    pub fn visit_values(&self, mut visit: impl FnMut(&V)) {
-        let mut live = Vec::new();
-        // `retain` walks each shard under its lock with no reference counted per item, where the map's iterator
-        // counts one up and down for each; the collector visits every retained task.
-        self.shared.tasks.access().retain(|_, retained| {
-            match &retained.run {
-                Run::Finished(run) => run.visit_values(&mut visit),
-                // A live task's values are read under its record lock, which is never taken under the map's.
-                Run::Live(entry) => live.push(entry.clone()),
-            }
-            true
-        });
-        for entry in live {
-            entry.visit_values(&mut visit);
-        }
+    /// binding that must show its garbage collector what the tracker holds). `visit` runs under a shard lock of
+    /// the session's id map (a finished task's) or under the task's record lock (a live one's), so it must take
+    /// no lock of the tracker's and must not call back into it.
+    pub fn visit_values(&self, visit: impl FnMut(&V)) {
+        self.shared.visit_values(visit);
     }
 }
 

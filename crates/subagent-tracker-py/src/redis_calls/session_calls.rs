@@ -9,8 +9,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyList;
 use pyo3::IntoPyObjectExt;
 use subagent_tracker::{
-    check_batch_ends, EndTarget, RecordedEvent, SubagentTaskSnapshot, TaskEnd, TaskFailure,
-    TaskFilter, TaskStart,
+    EndTarget, RecordedEvent, SubagentTaskSnapshot, TaskEnd, TaskFailure, TaskFilter, TaskStart,
 };
 use subagent_tracker_redis::{
     RedisSession as CoreSession, RedisTaskHandle as CoreHandle, RedisTrackerError, SharedTaskHandle,
@@ -252,17 +251,11 @@ impl SessionStore for SessionCalls {
         py: Python<'py>,
         ends: Vec<(EndTarget<SharedTaskHandle>, TaskEnd<String>)>,
     ) -> Answer<'py> {
-        // The core's rule for a batch, checked as the call is made, as every argument is.
-        check_batch_ends(
-            self.session.session_id(),
-            &ends,
-            |_| true,
-            |handle| handle.task_id().clone(),
-        )
-        .map_err(|error| crate::errors::tracker_error(py, error))?;
-        self.value(py, move |session| async move {
-            session.end_batch_shared(ends).await
-        })
+        let batch = self
+            .session
+            .end_batch_shared(ends)
+            .map_err(|error| crate::errors::tracker_error(py, error))?;
+        self.delivery.call(py, self.made_in, batch, object)
     }
 
     fn cancel_matching<'py>(

@@ -37,6 +37,9 @@ use crate::{CancelCause, ClaimProblem, SubagentStatus, TrackerError};
 pub(crate) trait SessionList: Send + Sync {
     /// Removes the session `session_key` (see [`TrackerShared::key`]) if `session_id` still names it.
     fn leave(&self, session_id: &str, session_key: usize);
+
+    /// Whether `session_id` still names the session `session_key` here.
+    fn lists(&self, session_id: &str, session_key: usize) -> bool;
 }
 
 /// A retained run in the id table. The start sequence sits beside the pointer so that eviction, which visits
@@ -113,6 +116,25 @@ impl<V: Clone> TrackerShared<V> {
     /// has finished, so no cancel or end reaches it).
     pub(super) fn live_entry(&self, task_id: &str) -> Option<Arc<TaskEntry<V>>> {
         self.lookup(task_id).and_then(Run::live)
+    }
+
+    /// Calls `visit` with the values of every retained run: a finished record's where the map holds it (they
+    /// are read with no lock of the run's), a live entry's once the map's lock is released (they are read under
+    /// its record lock, never taken under the map's).
+    pub(super) fn visit_values(&self, mut visit: impl FnMut(&V)) {
+        let mut live = Vec::new();
+        // `retain` walks each shard under its write lock, counting no reference per item where the map's iterator
+        // counts one up and down for each; the collector visits every retained run.
+        self.tasks.access().retain(|_, retained| {
+            match &retained.run {
+                Run::Finished(run) => run.visit_values(&mut visit),
+                Run::Live(entry) => live.push(entry.clone()),
+            }
+            true
+        });
+        for entry in live {
+            entry.visit_values(&mut visit);
+        }
     }
 
     /// Every retained run, in start order, copied out of the map so that no map lock is held after.
@@ -527,6 +549,14 @@ impl<V: Clone> TrackerShared<V> {
         // The entry's own reference is the caller's too, so this is never the last one (no drop under the lock).
         current.run = Run::Finished(run.clone());
         true
+    }
+
+    /// Whether a registry lists this session now.
+    pub(super) fn is_listed(&self) -> bool {
+        self.registry
+            .get()
+            .and_then(Weak::upgrade)
+            .is_some_and(|registry| registry.lists(&self.session_id, self.key()))
     }
 
     /// A closed session in a registry leaves it once none of its tasks is unfinished.

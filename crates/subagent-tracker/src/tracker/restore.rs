@@ -53,7 +53,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let run = Arc::new(finished_run(sequence, restored_snapshot(snapshot, now)));
             // `try_entry`, not `entry`: a second caller of `entry` would keep the compiler from inlining it into
-            // `make_visible`, on every start's path. A shard's lock is held for a map operation only.
+            // `make_visible`, on every start's path.
             {
                 let tasks = self.tasks.access();
                 let entry = loop {

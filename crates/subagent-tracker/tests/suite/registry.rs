@@ -181,3 +181,33 @@ fn the_last_end_racing_close_removes_the_session() {
         assert!(registry.get_session("run").is_none(), "round {round}");
     }
 }
+
+/// `is_listed` says whether a registry lists the session now: from its creation there until it leaves (closed,
+/// with every task finished) or the registry is cleared; a session of no registry, or one that a new session of
+/// its id replaced, is not listed.
+#[test]
+fn a_session_is_listed_while_its_registry_lists_it() {
+    use subagent_tracker::InMemorySubagentTaskTracker;
+
+    let standalone: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    assert!(!standalone.is_listed());
+    let registry = registry();
+    let leaving = registry
+        .session(Some("leaving"), TrackerConfig::default())
+        .unwrap();
+    assert!(leaving.is_listed());
+    let handle = leaving.start(TaskStart::new().task_id("a")).unwrap();
+    leaving.close(None);
+    assert!(
+        leaving.is_listed(),
+        "its cancelled task's runner has not ended"
+    );
+    assert!(!handle.complete(None), "the close cancelled it");
+    assert!(!leaving.is_listed());
+    let successor = registry
+        .session(Some("leaving"), TrackerConfig::default())
+        .unwrap();
+    assert!(successor.is_listed() && !leaving.is_listed());
+    registry.clear();
+    assert!(!successor.is_listed());
+}
