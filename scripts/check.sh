@@ -11,7 +11,7 @@ step() { printf '\n== %s (at %d s)\n' "$*" "$SECONDS"; }
 step "set up .venv with the pinned tools (the first time: about 10 s)"
 . "$(dirname "$0")/_setup.sh"
 
-step "the Debian packages the tests start (redis-server, chromium, openssl) or lint with (lua-check), installed when missing"
+step "the Debian packages the tests start (redis-server, chromium, openssl, python3-dbg) or lint with (lua-check), installed when missing"
 missing=()
 command -v redis-server >/dev/null || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
@@ -19,6 +19,8 @@ command -v chromium >/dev/null || missing+=(chromium fonts-dejavu-core)
 command -v openssl >/dev/null || missing+=(openssl)
 # luacheck lints the server functions' library as Redis loads it (a test of `src/library.rs`).
 command -v luacheck >/dev/null || missing+=(lua-check)
+# A debug build of CPython checks the garbage collector's counts on every collection (a test of the sessions').
+command -v python3-dbg >/dev/null || missing+=(python3-dbg)
 if [ ${#missing[@]} -gt 0 ]; then
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"

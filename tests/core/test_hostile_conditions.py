@@ -14,6 +14,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from typing import Any, cast
 
 import pytest
 
+import subagent_tracker
 from subagent_tracker import (
     MAX_SECONDS,
     CancellationToken,
@@ -936,6 +938,51 @@ def test_a_cycle_through_a_tasks_values_is_collected_live_or_finished(through: s
         del session, marker, cycle
         _collect()
     assert dead() is None
+
+
+DEBUG_COLLECTIONS = """
+import gc, warnings
+warnings.simplefilter("ignore")
+from subagent_tracker import Registry, Session
+
+class Marker:
+    pass
+
+registry = Registry()
+sessions = [Session(), registry.session("listed"), registry.get_session("listed")]
+for number, session in enumerate(sessions):
+    parent = session.start_subagent_task(f"parent{number}", metadata={"k": "v", "marker": Marker()})
+    child = session.start_subagent_task(f"child{number}", parent_id=f"parent{number}")
+    child.progress("step", data={"marker": Marker()})
+    child.complete(result=[Marker()])
+    session.start_subagent_task(f"running{number}", metadata={"session": session})
+    gc.collect()
+held = registry.session("listed")
+del sessions, session, parent, child
+gc.collect()
+assert held.subagent_task("parent1").metadata["k"] == "v"
+print("ok")
+"""
+
+
+def test_the_collectors_counts_hold_under_a_debug_build_of_cpython() -> None:
+    """A debug build of CPython checks, on every collection, that no object is shown to the collector more
+    often than it is referenced (an abort: "refcount is too small"): sessions alone and in a registry, with
+    shared inherited metadata, finished and running tasks, progress data, results and cycles. Debian's
+    `python3-dbg` (which `scripts/check.sh` installs) loads the abi3 extension as it is."""
+    debug_python = shutil.which("python3-dbg")
+    if debug_python is None:
+        pytest.skip("no debug build of CPython here (Debian: apt-get install python3-dbg)")
+    package_parent = os.path.dirname(os.path.dirname(subagent_tracker.__file__))
+    completed = subprocess.run(
+        [debug_python, "-c", DEBUG_COLLECTIONS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": package_parent},
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert completed.stdout.strip() == "ok"
 
 
 def test_a_cycle_through_an_any_tokens_callback_is_collected(session: Session) -> None:

@@ -210,3 +210,17 @@ def test_a_session_that_left_its_registry_shows_its_values_again() -> None:
     del session, handle, marker
     gc.collect()
     assert collected() is None
+
+
+def test_a_registry_hands_out_one_object_per_session_while_it_lives() -> None:
+    """One object at a time, so that the one object shows the session's values to the collector once the
+    registry no longer lists it; a new one once it has gone."""
+    registry = Registry()
+    first = registry.session("one")
+    assert registry.session("one") is first
+    assert registry.get_session("one") is first
+    gone = weakref.ref(first)
+    del first
+    assert gone() is None
+    again = registry.session("one")
+    assert registry.get_session("one") is again

@@ -3,40 +3,66 @@
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use pyo3::PyTraverseError;
+use pyo3::{intern, PyTraverseError};
 use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
 
 use crate::arguments::{Id, SessionIdArgument};
 use crate::errors::tracker_error;
 use crate::keyword_options::session_config;
 use crate::python_types::{metadata_merge, PyValue, ValueVisit};
+use crate::session::Session;
 use crate::session_classes::{self, SessionOfStore};
 
 /// The live sessions of this process, by id.
 #[pyclass(frozen, module = "subagent_tracker._native")]
 pub(crate) struct Registry {
     registry: InMemoryRegistry<PyValue>,
+    /// The Python object of each session handed out and still alive, by its session key (a
+    /// `weakref.WeakValueDictionary`): a session has one object at a time, which alone shows its values to the
+    /// garbage collector once the registry no longer does (`Session.__traverse__`).
+    handed_out: Py<PyAny>,
 }
 
-/// The `subagent_tracker.Session` object for a session of the registry.
-fn session_object(
-    py: Python<'_>,
-    tracker: InMemorySubagentTaskTracker<PyValue>,
-) -> PyResult<Py<PyAny>> {
-    session_classes::session_object(
-        py,
-        |classes| &classes.session,
-        SessionOfStore::Memory(tracker),
-    )
+impl Registry {
+    /// The `subagent_tracker.Session` object of a session of the registry: the one already handed out, if it is
+    /// alive.
+    fn session_object(
+        &self,
+        py: Python<'_>,
+        tracker: InMemorySubagentTaskTracker<PyValue>,
+    ) -> PyResult<Py<PyAny>> {
+        let handed_out = self.handed_out.bind(py);
+        let key = tracker.session_key();
+        let found = handed_out.call_method1(intern!(py, "get"), (key,))?;
+        if let Ok(object) = found.cast::<Session>() {
+            // A key is an address: a session that has gone may have left it to a new one.
+            if object.get().tracker().same_session(&tracker) {
+                return Ok(object.clone().into_any().unbind());
+            }
+        }
+        let object = session_classes::session_object(
+            py,
+            |classes| &classes.session,
+            SessionOfStore::Memory(tracker),
+        )?;
+        // Two threads that both found none keep the first object stored.
+        Ok(handed_out
+            .call_method1(intern!(py, "setdefault"), (key, object))?
+            .unbind())
+    }
 }
 
 #[pymethods]
 impl Registry {
     #[new]
-    fn new() -> Registry {
-        Registry {
+    fn new(py: Python<'_>) -> PyResult<Registry> {
+        Ok(Registry {
             registry: InMemoryRegistry::with_metadata_merge(metadata_merge()),
-        }
+            handed_out: py
+                .import(intern!(py, "weakref"))?
+                .call_method0(intern!(py, "WeakValueDictionary"))?
+                .unbind(),
+        })
     }
 
     /// The live session `session_id`, created with these settings (`SessionOptions`) if there is none.
@@ -52,7 +78,7 @@ impl Registry {
             .registry
             .session(session_id.as_ref().map(|id| &*id.0), config)
             .map_err(|error| tracker_error(py, error))?;
-        session_object(py, tracker)
+        self.session_object(py, tracker)
     }
 
     /// The live session `session_id`, or None; never creates one.
@@ -63,7 +89,7 @@ impl Registry {
     ) -> PyResult<Option<Py<PyAny>>> {
         self.registry
             .get_session(&session_id.0)
-            .map(|tracker| session_object(py, tracker))
+            .map(|tracker| self.session_object(py, tracker))
             .transpose()
     }
 
@@ -80,6 +106,7 @@ impl Registry {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.handed_out)?;
         let mut values = ValueVisit::new(&visit);
         self.registry
             .visit_sessions(|session| session.visit_values(|value| values.value(value)));

@@ -23,7 +23,8 @@ use crate::session_methods::session_methods;
 /// It owns the Python references its tasks hold (metadata and results): it shows them to the garbage
 /// collector, and clears them when the collector finds it unreachable in a cycle. Handles keep it alive, so
 /// nothing reachable ever sees them cleared.
-#[pyclass(subclass, frozen, module = "subagent_tracker._native")]
+// `weakref`: a registry hands out one object per session while it lives (`Registry::session_object`).
+#[pyclass(subclass, frozen, weakref, module = "subagent_tracker._native")]
 pub(crate) struct Session {
     store: SessionCalls,
 }
