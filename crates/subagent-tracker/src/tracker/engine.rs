@@ -118,37 +118,6 @@ impl<V: Clone> TrackerShared<V> {
         self.lookup(task_id).and_then(Run::live)
     }
 
-    /// Calls `visit` with the values of every retained run: a finished record's where the map holds it (they
-    /// are read with no lock of the run's), a live entry's once the map's lock is released (they are read under
-    /// its record lock, never taken under the map's).
-    pub(super) fn visit_values(&self, mut visit: impl FnMut(&V)) {
-        let mut live = Vec::new();
-        // `retain` walks each shard under its write lock, counting no reference per item where the map's iterator
-        // counts one up and down for each; the collector visits every retained run.
-        self.tasks.access().retain(|_, retained| {
-            match &retained.run {
-                Run::Finished(run) => run.visit_values(&mut visit),
-                Run::Live(entry) => live.push(entry.clone()),
-            }
-            true
-        });
-        for entry in live {
-            entry.visit_values(&mut visit);
-        }
-    }
-
-    /// Every retained run, in start order, copied out of the map so that no map lock is held after.
-    pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
-        let mut runs: Vec<Run<V>> = self
-            .tasks
-            .access()
-            .iter()
-            .map(|item| item.value().run.clone())
-            .collect();
-        runs.sort_unstable_by_key(Run::sequence);
-        runs
-    }
-
     pub(super) fn not_claimable(
         &self,
         task_id: &Arc<str>,

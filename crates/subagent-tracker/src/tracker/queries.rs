@@ -1,9 +1,10 @@
 //! Reading a session in memory: one task, every task, pages of them, the pending ones, a task's token and
-//! watch, and the event stream.
+//! watch, and the event stream; and the session's own reads of every retained run.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use crate::tracker::engine::TrackerShared;
 use crate::tracker::event_bus::EventSubscription;
 use crate::tracker::run::Run;
 use crate::InMemorySubagentTaskTracker;
@@ -160,4 +161,37 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
 fn is_aged<V>(task: &SubagentTaskSnapshot<V>, cutoff: Option<SystemTime>) -> bool {
     task.finished
         && cutoff.is_some_and(|cutoff| task.ended_at.is_some_and(|ended_at| ended_at <= cutoff))
+}
+
+impl<V: Clone> TrackerShared<V> {
+    /// Calls `visit` with the values of every retained run: a finished record's where the map holds it (they
+    /// are read with no lock of the run's), a live entry's once the map's lock is released (they are read under
+    /// its record lock, never taken under the map's).
+    pub(super) fn visit_values(&self, mut visit: impl FnMut(&V)) {
+        let mut live = Vec::new();
+        // `retain` walks each shard under its write lock, counting no reference per item where the map's iterator
+        // counts one up and down for each; the collector visits every retained run.
+        self.tasks.access().retain(|_, retained| {
+            match &retained.run {
+                Run::Finished(run) => run.visit_values(&mut visit),
+                Run::Live(entry) => live.push(entry.clone()),
+            }
+            true
+        });
+        for entry in live {
+            entry.visit_values(&mut visit);
+        }
+    }
+
+    /// Every retained run, in start order, copied out of the map so that no map lock is held after.
+    pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
+        let mut runs: Vec<Run<V>> = self
+            .tasks
+            .access()
+            .iter()
+            .map(|item| item.value().run.clone())
+            .collect();
+        runs.sort_unstable_by_key(Run::sequence);
+        runs
+    }
 }
