@@ -224,3 +224,21 @@ def test_a_registry_hands_out_one_object_per_session_while_it_lives() -> None:
     assert gone() is None
     again = registry.session("one")
     assert registry.get_session("one") is again
+
+
+def test_a_session_object_keeps_its_registry_and_its_values_alive() -> None:
+    """Held alone, a session object keeps the registry that handed it out, and so the values that registry
+    shows: a collection never takes them for garbage, even when only a task's metadata refers to the
+    registry."""
+    registry = Registry()
+    session = registry.session("held")
+    handle = session.start_subagent_task("a", metadata={"registry": registry, "k": "v"})
+    handle.complete(result={"answer": 42})
+    del registry, handle
+    gc.collect()
+    snapshot = session.subagent_task("a")
+    assert snapshot is not None
+    metadata = dict(snapshot.metadata or {})
+    assert isinstance(metadata.pop("registry", None), Registry)
+    assert metadata == {"k": "v"}
+    assert snapshot.result == {"answer": 42}

@@ -27,11 +27,11 @@ impl Registry {
     /// The `subagent_tracker.Session` object of a session of the registry: the one already handed out, if it is
     /// alive.
     fn session_object(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         tracker: InMemorySubagentTaskTracker<PyValue>,
     ) -> PyResult<Py<PyAny>> {
-        let handed_out = self.handed_out.bind(py);
+        let py = slf.py();
+        let handed_out = slf.get().handed_out.bind(py);
         let key = tracker.session_key();
         let found = handed_out.call_method1(intern!(py, "get"), (key,))?;
         if let Ok(object) = found.cast::<Session>() {
@@ -43,7 +43,7 @@ impl Registry {
         let object = session_classes::session_object(
             py,
             |classes| &classes.session,
-            SessionOfStore::Memory(tracker),
+            SessionOfStore::Memory(tracker, Some(slf.clone().into_any().unbind())),
         )?;
         // Two threads that both found none keep the first object stored.
         Ok(handed_out
@@ -68,28 +68,28 @@ impl Registry {
     /// The live session `session_id`, created with these settings (`SessionOptions`) if there is none.
     #[pyo3(signature = (session_id=None, **options))]
     fn session(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         session_id: Option<Id<SessionIdArgument>>,
         options: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Py<PyAny>> {
         let config = session_config(options, "Registry.session")?;
-        let tracker = self
+        let tracker = slf
+            .get()
             .registry
             .session(session_id.as_ref().map(|id| &*id.0), config)
-            .map_err(|error| tracker_error(py, error))?;
-        self.session_object(py, tracker)
+            .map_err(|error| tracker_error(slf.py(), error))?;
+        Registry::session_object(slf, tracker)
     }
 
     /// The live session `session_id`, or None; never creates one.
     fn get_session(
-        &self,
-        py: Python<'_>,
+        slf: &Bound<'_, Self>,
         session_id: Id<SessionIdArgument>,
     ) -> PyResult<Option<Py<PyAny>>> {
-        self.registry
+        slf.get()
+            .registry
             .get_session(&session_id.0)
-            .map(|tracker| self.session_object(py, tracker))
+            .map(|tracker| Registry::session_object(slf, tracker))
             .transpose()
     }
 

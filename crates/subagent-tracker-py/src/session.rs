@@ -1,6 +1,7 @@
 //! `Session`: one scope of subagent tasks, backed by the core's in-memory tracker. Its methods are every
 //! session's (`session_methods!`); this file holds what only an in-memory session has.
 
+use parking_lot::Mutex;
 use pyo3::exceptions::PyTypeError;
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
@@ -27,6 +28,9 @@ use crate::session_methods::session_methods;
 #[pyclass(subclass, frozen, weakref, module = "subagent_tracker._native")]
 pub(crate) struct Session {
     store: SessionCalls,
+    /// The registry object that handed this session out, kept alive while the session object is: the registry
+    /// shows the values of the sessions it lists, and the collector must see that this object reaches them.
+    registry: Mutex<Option<Py<PyAny>>>,
 }
 
 impl Session {
@@ -47,12 +51,16 @@ session_methods! {
             text_signature = "(session_id=None, *, max_finished_tasks=10_000, event_buffer=4096, max_finished_age=None, early_cancel_ttl=60, progress_log_size=16)"
         )]
         fn new(
+            py: Python<'_>,
             session_id: Option<Id<SessionIdArgument>>,
             _state: Option<PyRef<'_, SessionState>>,
             options: Option<&Bound<'_, PyDict>>,
         ) -> PyResult<Session> {
-            let tracker = match _state.as_deref() {
-                Some(SessionState(SessionOfStore::Memory(tracker))) => tracker.clone(),
+            let (tracker, registry) = match _state.as_deref() {
+                Some(SessionState(SessionOfStore::Memory(tracker, registry))) => (
+                    tracker.clone(),
+                    registry.as_ref().map(|registry| registry.clone_ref(py)),
+                ),
                 Some(_) => return Err(PyTypeError::new_err("a Session is built around an in-memory session")),
                 None => {
                     let config = session_config(options, "Session")?;
@@ -61,7 +69,7 @@ session_methods! {
                         config,
                     );
                     tracker.set_metadata_merge(metadata_merge());
-                    tracker
+                    (tracker, None)
                 }
             };
             Ok(Session {
@@ -69,6 +77,7 @@ session_methods! {
                     tracker,
                     awaited: false,
                 },
+                registry: Mutex::new(registry),
             })
         }
 
@@ -87,6 +96,10 @@ session_methods! {
         /// a session has a Python object for each `session()` and `get_session()` call, and each value is one
         /// reference, so no object of the session shows it too.
         fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+            // Never waits: `__clear__` holds the lock only to take the reference out.
+            if let Some(registry) = self.registry.try_lock() {
+                visit.call(registry.as_ref())?;
+            }
             let tracker = &self.store.tracker;
             let mut values = ValueVisit::new(&visit);
             if !tracker.is_listed() {
@@ -98,6 +111,8 @@ session_methods! {
         /// Only the values this object shows are its to clear: an object of a registry's session that the
         /// collector finds in a cycle leaves the registry's session whole.
         fn __clear__(&self) {
+            let registry = self.registry.lock().take();
+            drop(registry);
             let tracker = &self.store.tracker;
             if tracker.is_listed() {
                 return;

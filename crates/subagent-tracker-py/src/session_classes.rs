@@ -19,7 +19,8 @@ pub(crate) struct SessionState(pub(crate) SessionOfStore);
 
 /// A session of one store.
 pub(crate) enum SessionOfStore {
-    Memory(InMemorySubagentTaskTracker<PyValue>),
+    /// An in-memory session, and the registry object that listed it, if one did.
+    Memory(InMemorySubagentTaskTracker<PyValue>, Option<Py<PyAny>>),
     Redis(RedisCalls),
 }
 
@@ -39,7 +40,7 @@ pub(crate) fn session_object(
 pub(crate) fn redis_calls(state: &SessionState) -> PyResult<RedisCalls> {
     match &state.0 {
         SessionOfStore::Redis(calls) => Ok(calls.clone()),
-        SessionOfStore::Memory(_) => Err(PyTypeError::new_err(
+        SessionOfStore::Memory(..) => Err(PyTypeError::new_err(
             "a Redis session is built around a Redis session",
         )),
     }
