@@ -21,9 +21,9 @@ use crate::session_methods::session_methods;
 /// A scope that owns subagent tasks. The Python `subagent_tracker.Session` adds what is best written in Python
 /// (`session_classes`).
 ///
-/// It owns the Python references its tasks hold (metadata and results): it shows them to the garbage
-/// collector, and clears them when the collector finds it unreachable in a cycle. Handles keep it alive, so
-/// nothing reachable ever sees them cleared.
+/// It owns the Python references its tasks hold (metadata and results), unless a registry lists it: it shows
+/// them to the garbage collector, and clears them when the collector finds it unreachable in a cycle. Handles
+/// keep it alive, so nothing reachable ever sees them cleared.
 // `weakref`: a registry hands out one object per session while it lives (`Registry::session_object`).
 #[pyclass(subclass, frozen, weakref, module = "subagent_tracker._native")]
 pub(crate) struct Session {
@@ -92,9 +92,8 @@ session_methods! {
             EventSubscription::new(self.store.tracker.subscribe())
         }
 
-        /// The values of a session that a registry lists are the registry's to show (`Registry.__traverse__`):
-        /// a session has a Python object for each `session()` and `get_session()` call, and each value is one
-        /// reference, so no object of the session shows it too.
+        /// The values of a session that a registry lists are the registry's to show (`Registry.__traverse__`),
+        /// and this object shows the registry; each value is one reference, shown by one owner.
         fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
             // Never waits: `__clear__` holds the lock only to take the reference out.
             if let Some(registry) = self.registry.try_lock() {
