@@ -217,6 +217,34 @@ fn eviction_races_restart() {
     });
 }
 
+/// A restart races the end of the run it replaces, which, outside any tree, collapses into its record within
+/// its end: the restart is refused while the run is live, and otherwise the replaced run stops counting as
+/// retained. A closed session leaves its registry once every run it retains is finished, so it stays listed
+/// exactly while the restart runs: a replaced run still counted would let it leave early.
+#[test]
+fn restart_races_an_end() {
+    static OUTCOMES: Outcomes<2> = Outcomes::new();
+    model(|| {
+        let registry: InMemoryRegistry = InMemoryRegistry::new();
+        let session = registry
+            .session(Some("session"), TrackerConfig::default())
+            .unwrap();
+        let first = session.start(TaskStart::new().task_id("a")).unwrap();
+        let restarter = session.clone();
+        let restart = thread::spawn(move || restarter.start(TaskStart::new().task_id("a")).ok());
+        assert!(first.complete(None));
+        let restarted = restart.join().unwrap();
+        OUTCOMES.reached(usize::from(restarted.is_none()));
+        session.close(None);
+        assert_eq!(
+            registry.get_session("session").is_some(),
+            restarted.is_some(),
+            "listed while the restart runs, and only then"
+        );
+    });
+    OUTCOMES.assert_all_reached("restart after the end, restart refused");
+}
+
 /// Two generations finish at once while the root is cancelled: the great-grandchild is adopted past both
 /// finished ancestors, or reached by the cascade, never left out of the root's reach.
 #[test]

@@ -34,7 +34,7 @@ use crate::token::delivery::Delivery;
 use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::deadline_timer::DeadlineKey;
 use crate::tracker::event_bus::EventBus;
-use crate::tracker::finished_run::ClaimRefusal;
+use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
 use crate::tracker::pending_index::{self, Indexed};
 use crate::tracker::retention;
 use crate::{
@@ -141,6 +141,8 @@ pub(crate) struct EndEffects<V> {
     pub(crate) orphans: Vec<Arc<TaskEntry<V>>>,
     pub(crate) deadline_key: Option<DeadlineKey>,
     pub(crate) claim_timeout_key: Option<DeadlineKey>,
+    /// The finished record the run collapsed into within its end, if it did (see [`TaskEntry::end`]).
+    pub(crate) collapsed: Option<Arc<FinishedRun<V>>>,
 }
 
 /// Where a task that its runner paused stands (contract §5, pause and resume), as
@@ -421,6 +423,7 @@ impl<V> TaskEntry<V> {
                 .unwrap_or_default(),
             deadline_key: record.deadline_key.take(),
             claim_timeout_key: record.claim_timeout_key.take(),
+            collapsed: None,
         }
     }
 
@@ -454,12 +457,22 @@ impl<V> TaskEntry<V> {
     ///
     /// A `Running` task takes the reported status; a `Cancelled` one stays cancelled and keeps what the runner
     /// reported for diagnosis. Either way the task becomes finished.
+    ///
+    /// A task with no parent and no child collapses here, under the record lock the end holds, offering its
+    /// record to `install` (see [`collapse`](Self::collapse); `None` when the session keeps no finished run).
+    /// The session has nothing to settle for it before the collapse (no parent forgets it, no group rule
+    /// reaches it, nothing is adopted), so this saves the collapse's own taking of the lock. A task in a tree
+    /// collapses once the session has settled the tree around it, as it always has.
     pub(crate) fn end(
         &self,
         end: RunnerEnd<V>,
         bus: &EventBus,
         delivery: &mut Delivery,
-    ) -> Option<EndEffects<V>> {
+        install: Option<impl FnOnce(&Arc<FinishedRun<V>>) -> bool>,
+    ) -> Option<EndEffects<V>>
+    where
+        V: Clone,
+    {
         let mut record = self.record.lock();
         let ending = match &end {
             RunnerEnd::Completed(_) => Ending::Completed,
@@ -485,10 +498,24 @@ impl<V> TaskEntry<V> {
                 delivery,
             );
         }
-        Some(EndEffects {
+        let mut effects = EndEffects {
             transitioned,
             ..Self::take_end_effects(&mut record)
-        })
+        };
+        let mut refused = None;
+        if let Some(install) =
+            install.filter(|_| effects.parent.is_none() && effects.orphans.is_empty())
+        {
+            match self.collapse_locked(&record, install) {
+                Some((run, true)) => effects.collapsed = Some(run),
+                Some((run, false)) => refused = Some(run),
+                None => {}
+            }
+        }
+        drop(record);
+        // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
+        drop(refused);
+        Some(effects)
     }
 
     /// Lets `children` in, unless this task has finished; a cancelled task passes its cancel on instead.

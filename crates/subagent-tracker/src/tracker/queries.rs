@@ -171,8 +171,8 @@ impl<V: Clone> TrackerShared<V> {
         let mut live = Vec::new();
         // `retain` walks each shard under its write lock, counting no reference per item where the map's iterator
         // counts one up and down for each; the collector visits every retained run.
-        self.tasks.access().retain(|_, retained| {
-            match &retained.run {
+        self.tasks.access().retain(|retained, ()| {
+            match &retained.0 {
                 Run::Finished(run) => run.visit_values(&mut visit),
                 Run::Live(entry) => live.push(entry.clone()),
             }
@@ -189,7 +189,7 @@ impl<V: Clone> TrackerShared<V> {
             .tasks
             .access()
             .iter()
-            .map(|item| item.value().run.clone())
+            .map(|item| item.key().0.clone())
             .collect();
         runs.sort_unstable_by_key(Run::sequence);
         runs

@@ -8,7 +8,7 @@ use dashmap::mapref::entry::Entry;
 
 use crate::task_id::validate_task_id;
 use crate::token::cancel_record::CancelRecord;
-use crate::tracker::engine::{RetainedRun, TrackerShared};
+use crate::tracker::engine::{finished_slot, TrackerShared};
 use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
 use crate::tracker::run::Run;
 use crate::{SubagentStatus, SubagentTaskSnapshot, TaskFailure, TrackerError};
@@ -52,31 +52,20 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 .next_sequence
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let run = Arc::new(finished_run(sequence, restored_snapshot(snapshot, now)));
-            // `try_entry`, not `entry`: a second caller of `entry` would keep the compiler from inlining it into
-            // `make_visible`, on every start's path.
             {
                 let tasks = self.tasks.access();
-                let entry = loop {
-                    if let Some(entry) = tasks.try_entry(run.task_id.clone()) {
-                        break entry;
-                    }
-                    std::hint::spin_loop();
-                };
-                let Entry::Vacant(vacant) = entry else {
+                let Entry::Vacant(vacant) = finished_slot(&tasks, &run) else {
                     continue;
                 };
-                vacant.insert(RetainedRun {
-                    sequence,
-                    run: Run::Finished(run.clone()),
-                });
+                vacant.insert(());
             }
             restored += 1;
             let released = self.finished.record(Run::Finished(run));
             if let Some(evicted) = &released.evicted {
                 self.tasks
                     .access()
-                    .remove_if(evicted.task_id(), |_, retained| {
-                        retained.sequence == evicted.sequence()
+                    .remove_if(&**evicted.task_id(), |retained, ()| {
+                        retained.0.sequence() == evicted.sequence()
                     });
             }
             // Dropped with no lock held: the last reference to an evicted run may own foreign objects.

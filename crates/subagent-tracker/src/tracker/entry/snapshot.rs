@@ -19,12 +19,25 @@ impl<V: Clone> TaskEntry<V> {
         install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
     ) -> Option<Arc<FinishedRun<V>>> {
         let record = self.record.lock();
+        let (run, installed) = self.collapse_locked(&record, install)?;
+        // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
+        drop(record);
+        installed.then_some(run)
+    }
+
+    /// [`collapse`](Self::collapse), under the record lock the caller holds: the record, and whether `install`
+    /// took it. One it refused is for the caller to drop once the lock is released.
+    pub(super) fn collapse_locked(
+        &self,
+        record: &TaskRecord<V>,
+        install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
+    ) -> Option<(Arc<FinishedRun<V>>, bool)> {
         if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
             return None;
         }
         // Most runs keep nothing beyond the record's own fields: their details are neither copied out nor dropped.
         // (The debug builds the tests run copy them all the same, to check that both rules of "nothing" agree.)
-        let kept = self.has_details(&record);
+        let kept = self.has_details(record);
         let details = (kept || cfg!(debug_assertions)).then(|| RunDetails {
             parent_id: self.parent_id.clone(),
             agent: self.agent.clone(),
@@ -60,9 +73,7 @@ impl<V: Clone> TaskEntry<V> {
             details: details.filter(|_| kept),
         }));
         let installed = install(&run);
-        // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
-        drop(record);
-        installed.then_some(run)
+        Some((run, installed))
     }
 
     /// Whether the run has anything its finished record keeps in a [`RunDetails`]: the same fields that
