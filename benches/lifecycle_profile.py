@@ -11,7 +11,9 @@ instruction with a ``lock`` prefix, or an ``xchg`` with memory, which is what an
 compare-exchange compiles to on x86-64. ``--by-function`` names where ours are, per lifecycle, from the same
 runs (``--dump-instr=yes``, read by ``callgrind_annotate``); the names need an extension that keeps its
 symbols (the wheel strips them: ``cargo build --release -p subagent-tracker-py`` and its ``lib_native.so`` in
-place of the installed ``_native.abi3.so``), or they read as addresses.
+place of the installed ``_native.abi3.so``), or they read as addresses. ``--by-line`` names each locked
+instruction by the source lines it was inlined from (``addr2line -i``), which needs line tables too:
+``CARGO_PROFILE_RELEASE_DEBUG=line-tables-only`` on that build.
 
 Needs valgrind (Debian: ``apt-get install valgrind``); without it, it says so and exits. ``--smoke`` for tiny
 sizes.
@@ -64,6 +66,7 @@ class Lifecycle:
     instructions: float
     atomics: float
     atomics_by_function: list[tuple[float, str]]
+    atomics_by_line: list[tuple[float, str]]
 
 
 def run(kind: str, count: int, built: int, directory: str, prelude: str) -> Run:
@@ -116,7 +119,105 @@ def atomics_by_function(profile: str) -> dict[str, int]:
     return counts
 
 
-def lifecycle(kind: str, low: int, high: int, by_function: bool = False, prelude: str = "") -> Lifecycle:
+def atomics_by_address(profile: str) -> tuple[dict[int, int], int | None]:
+    """Atomic read-modify-writes per executed address of the extension, and where the extension was loaded
+    (the address of its ``PyInit__native`` less that symbol's own), from callgrind's ``--dump-instr``."""
+    names: dict[tuple[str, str], str] = {}
+    counts: dict[int, int] = {}
+    module_init: int | None = None
+    in_extension = in_module_init = after_calls = False
+    last = 0
+    with open(profile) as lines:
+        for line in lines:
+            named = re.match(r"^c?(ob|fn|fl|fi|fe)=\((\d+)\)(?: (.*))?$", line.rstrip("\n"))
+            if named:
+                kind, ident, name = named.groups()
+                if name:
+                    names[(kind, ident)] = name
+                if line.startswith("ob="):
+                    in_extension = "_native" in names.get(("ob", ident), "")
+                elif line.startswith("fn="):
+                    in_module_init = names.get(("fn", ident)) == "PyInit__native"
+                continue
+            if line.startswith("calls="):
+                after_calls = True
+                continue
+            cost = re.match(r"^(0x[0-9a-f]+|[+-]\d+|\*)\s+(.*)$", line)
+            if not cost:
+                continue
+            position, values = cost.groups()
+            if position.startswith("0x"):
+                last = int(position, 16)
+            elif position != "*":
+                last += int(position)
+            # A call's cost line carries its callee's inclusive cost, counted where the callee is.
+            if after_calls:
+                after_calls = False
+                continue
+            if in_extension:
+                if in_module_init:
+                    module_init = last if module_init is None else min(module_init, last)
+                events = values.split()
+                if len(events) >= 3 and int(events[2]):
+                    counts[last] = counts.get(last, 0) + int(events[2])
+    return counts, module_init
+
+
+def atomics_by_line(fewer: str, more: str, lifecycles: int) -> list[tuple[float, str]]:
+    """Each locked instruction of the extension per lifecycle, named by the lines it was inlined from."""
+    import subagent_tracker._native as native
+
+    extension = native.__file__
+    assert extension is not None
+    before, _ = atomics_by_address(fewer)
+    after, module_init = atomics_by_address(more)
+    symbols = subprocess.run(
+        # The dynamic symbols: the module's entry point is one, in a stripped wheel too.
+        ["nm", "--dynamic", "--defined-only", extension],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    symbol = re.search(r"^([0-9a-f]+) T PyInit__native$", symbols, re.MULTILINE)
+    assert module_init is not None and symbol is not None, "no PyInit__native in the profile or the symbols"
+    base = module_init - int(symbol.group(1), 16)
+    shares = {
+        address: (after.get(address, 0) - before.get(address, 0)) / lifecycles
+        for address in after.keys() | before.keys()
+    }
+    hot = sorted(address for address, share in shares.items() if share >= 0.5)
+    if not hot:
+        return []
+    located = subprocess.run(
+        ["addr2line", "-a", "-i", "-f", "-C", "-e", extension, *(hex(address - base) for address in hot)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    # One block per address: a function name and a source line for each frame of inlining. The first name is
+    # the function the code sits in; the lines run from the locked instruction's out to that function's own.
+    blocks = re.split(r"^0x[0-9a-f]+$", located, flags=re.MULTILINE)[1:]
+    rows = []
+    for address, block in zip(hot, blocks, strict=True):
+        lines = block.strip().splitlines()
+        owner = re.sub(r"<[^<>]*>", "", re.sub(r"<[^<>]*>", "", lines[0])).split("::")[-1]
+        # The standard library's frames (the atomic, the `Arc`, the mutex's guard) are left out; a
+        # dependency's are named by its crate.
+        places = [
+            re.sub(r"^.*/registry/src/[^/]+/([^/]+?)-[\d.]+/src/", r"\1 ", line).rsplit("/", 1)[-1]
+            for line in lines[1::2]
+            if "/rustc/" not in line
+        ]
+        if not places:
+            # Drop glue alone: the type it drops says whose reference goes.
+            owner = re.sub(r"\w+::", "", lines[0])
+        rows.append((shares[address], f"`{owner}`: " + " > ".join(reversed(places))))
+    return rows
+
+
+def lifecycle(
+    kind: str, low: int, high: int, by_function: bool = False, prelude: str = "", by_line: bool = False
+) -> Lifecycle:
     """One lifecycle of ``kind`` (``ours`` or ``reference``): the runs over ``high`` and ``low`` ids, their
     difference over ``high - low``; ``prelude`` runs first in both (an import whose cost is measured, say)."""
     with tempfile.TemporaryDirectory() as directory:
@@ -133,6 +234,7 @@ def lifecycle(kind: str, low: int, high: int, by_function: bool = False, prelude
             instructions=(more.instructions - fewer.instructions) / lifecycles,
             atomics=(more.atomics - fewer.atomics) / lifecycles,
             atomics_by_function=sorted(rows, reverse=True),
+            atomics_by_line=atomics_by_line(fewer.profile, more.profile, lifecycles) if by_line else [],
         )
 
 
@@ -140,12 +242,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check that the script runs")
     parser.add_argument("--by-function", action="store_true", help="where ours makes its atomic operations")
+    parser.add_argument(
+        "--by-line", action="store_true", help="each of ours, by the source lines it was inlined from"
+    )
     arguments = parser.parse_args()
     if shutil.which("valgrind") is None:
         print("skipped: valgrind is not installed (Debian: apt-get install valgrind)")
         return
     low, high = (200, 600) if arguments.smoke else (20_000, 60_000)
-    ours = lifecycle("ours", low, high, arguments.by_function)
+    ours = lifecycle("ours", low, high, arguments.by_function, by_line=arguments.by_line)
     reference = lifecycle("reference", low, high)
     print(
         f"| per Python start + complete (callgrind, {high - low:,} lifecycles) | ours | reference "
@@ -162,6 +267,11 @@ def main() -> None:
         print("|---|---|")
         for share, function in ours.atomics_by_function:
             print(f"| {share:.1f} | `{function}` |")
+    if arguments.by_line:
+        print("\n| ours: per lifecycle | the function, and the lines inlined into it, outermost first |")
+        print("|---|---|")
+        for share, frames in ours.atomics_by_line:
+            print(f"| {share:.1f} | {frames} |")
 
 
 if __name__ == "__main__":
