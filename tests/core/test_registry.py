@@ -116,10 +116,24 @@ def test_concurrent_get_or_create_makes_one_session() -> None:
                 thread.start()
             for thread in threads:
                 thread.join()
-            assert len(sessions) == 4 and all(session == sessions[0] for session in sessions), round_
+            # One object, not merely equal ones: a second object of a session that later leaves its registry
+            # would show the session's values to the garbage collector a second time.
+            assert len(sessions) == 4 and all(session is sessions[0] for session in sessions), round_
             assert registry.sessions() == ["run"]
     finally:
         sys.setswitchinterval(previous)
+
+
+def test_a_registry_keeps_no_trace_of_session_objects_gone() -> None:
+    registry = Registry()
+    for index in range(1_000):
+        session = registry.session(f"run-{index}")
+        session.close()
+        del session
+    assert registry.sessions() == []
+    # The registry's record of the objects it handed out, shown to the collector: swept as it grows.
+    (handed_out,) = [referent for referent in gc.get_referents(registry) if isinstance(referent, dict)]
+    assert len(handed_out) <= 64
 
 
 def _create(registry: Registry, barrier: threading.Barrier, sessions: list[Session]) -> None:
