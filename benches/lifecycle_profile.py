@@ -169,8 +169,10 @@ def atomics_by_line(fewer: str, more: str, lifecycles: int) -> list[tuple[float,
 
     extension = native.__file__
     assert extension is not None
-    before, _ = atomics_by_address(fewer)
+    before, loaded_at = atomics_by_address(fewer)
     after, module_init = atomics_by_address(more)
+    # The two runs' counts are subtracted address by address: both must have loaded the extension alike.
+    assert loaded_at == module_init, "the two runs loaded the extension at different addresses"
     symbols = subprocess.run(
         # The dynamic symbols: the module's entry point is one, in a stripped wheel too.
         ["nm", "--dynamic", "--defined-only", extension],
@@ -194,8 +196,9 @@ def atomics_by_line(fewer: str, more: str, lifecycles: int) -> list[tuple[float,
         capture_output=True,
         text=True,
     ).stdout
-    # One block per address: a function name and a source line for each frame of inlining. The first name is
-    # the function the code sits in; the lines run from the locked instruction's out to that function's own.
+    # One block per address: a function name and a source line for each frame of inlining. As binutils'
+    # addr2line prints them, the first name is the function the code sits in, and the lines run from the
+    # locked instruction's out to that function's own.
     blocks = re.split(r"^0x[0-9a-f]+$", located, flags=re.MULTILINE)[1:]
     rows = []
     for address, block in zip(hot, blocks, strict=True):
@@ -249,6 +252,9 @@ def main() -> None:
     if shutil.which("valgrind") is None:
         print("skipped: valgrind is not installed (Debian: apt-get install valgrind)")
         return
+    if arguments.by_line and not (shutil.which("nm") and shutil.which("addr2line")):
+        print("--by-line skipped: it needs nm and addr2line (Debian: apt-get install binutils)")
+        arguments.by_line = False
     low, high = (200, 600) if arguments.smoke else (20_000, 60_000)
     ours = lifecycle("ours", low, high, arguments.by_function, by_line=arguments.by_line)
     reference = lifecycle("reference", low, high)

@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pyo3::gc::PyVisit;
 use pyo3::prelude::*;
+use pyo3::sync::critical_section::with_critical_section;
 use pyo3::types::{PyDict, PyWeakrefReference};
 use pyo3::PyTraverseError;
 use subagent_tracker::{InMemoryRegistry, InMemorySubagentTaskTracker};
@@ -35,7 +36,8 @@ impl Registry {
     /// collection it sets off runs finalizers), so another thread may come in meanwhile; but from the second
     /// look to the insert nothing runs Python code (the keys are ints, the references have no callback, and
     /// what the insert replaces is a reference to an object gone), so under the GIL no thread comes between
-    /// them, and the first object inserted is the one every caller gets.
+    /// them, and the first object inserted is the one every caller gets. Without a GIL (a free-threaded build)
+    /// the dict's critical section holds them together.
     fn session_object(
         slf: &Bound<'_, Self>,
         tracker: InMemorySubagentTaskTracker<PyValue>,
@@ -52,10 +54,16 @@ impl Registry {
             SessionOfStore::Memory(tracker, Some(slf.clone().into_any().unbind())),
         )?;
         let reference = PyWeakrefReference::new(object.bind(py))?;
-        if let Some(found) = live_object(handed_out, key)? {
+        let found = with_critical_section(handed_out.as_any(), || {
+            let found = live_object(handed_out, key)?;
+            if found.is_none() {
+                handed_out.set_item(key, reference)?;
+            }
+            PyResult::Ok(found)
+        })?;
+        if let Some(found) = found {
             return Ok(found);
         }
-        handed_out.set_item(key, reference)?;
         slf.get().sweep_if_grown(handed_out)?;
         Ok(object)
     }

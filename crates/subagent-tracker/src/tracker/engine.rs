@@ -23,7 +23,8 @@ use crate::tracker::config::TrackerConfig;
 use crate::tracker::deadline_timer;
 use crate::tracker::early_cancels::EarlyCancels;
 use crate::tracker::entry::{
-    Admission, CancelOutcome, CancelRequest, EndEffects, OpenRefusal, RunnerEnd, TaskEntry,
+    Admission, CancelOutcome, CancelRequest, EndCollapse, EndEffects, OpenRefusal, RunnerEnd,
+    TaskEntry,
 };
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
@@ -38,7 +39,10 @@ use crate::{CancelCause, ClaimProblem, SubagentStatus, TrackerError};
 ///
 /// Through `try_entry`, not `entry`: every start calls `entry`, and a second caller would keep the compiler
 /// from inlining it there, at about 100 instructions a lifecycle; this is the one caller of `try_entry`. A shard
-/// held elsewhere (by a lookup, or a visit of every run) is waited for by yielding. `tasks` is the map as
+/// held elsewhere (by a lookup, or a visit of every run) is waited for by yielding, where `entry` would park:
+/// a collapse runs under its task's record lock, so a cancel or a snapshot of that task waits the while, as it
+/// would for `entry`, and nothing that holds a shard ever waits for a record lock. Under the model checks every
+/// map access holds `ModelledLocks`' lock, so `try_entry` never fails there. `tasks` is the map as
 /// `ModelledLocks::access` gives it.
 pub(super) fn finished_slot<'map, V>(
     tasks: &'map impl Deref<Target = DashMap<RunById<V>, (), RandomState>>,
@@ -416,13 +420,12 @@ impl<V: Clone> TrackerShared<V> {
         #[cfg(all(test, not(subagent_tracker_loom)))]
         tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
         // A session that keeps no finished run (a store's local mirror) evicts it at once: nothing to collapse. A
-        // run its end collapsed already is not offered again.
-        let collapsed = if effects.collapsed.is_some() {
-            effects.collapsed
-        } else if self.config.max_finished_tasks == 0 {
-            None
-        } else {
-            entry.collapse(|run| self.install_finished(entry, run))
+        // run its end collapsed, or tried to, is not offered again.
+        let collapsed = match effects.collapse {
+            EndCollapse::Installed(run) => Some(run),
+            EndCollapse::Kept => None,
+            EndCollapse::Later if self.config.max_finished_tasks == 0 => None,
+            EndCollapse::Later => entry.collapse(|run| self.install_finished(entry, run)),
         };
         let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
         let released = self.finished.record(run);
@@ -527,7 +530,8 @@ impl<V: Clone> TrackerShared<V> {
     }
 
     /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.
-    /// Runs under `entry`'s record lock (see `TaskEntry::collapse`).
+    /// Runs under `entry`'s record lock (see `TaskEntry::collapse`, and `TaskEntry::end` for a task outside any
+    /// tree).
     fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
         let tasks = self.tasks.access();
         let Entry::Occupied(occupied) = finished_slot(&tasks, run) else {
@@ -624,13 +628,15 @@ impl<V: Clone> TrackerShared<V> {
 #[cfg(all(test, not(subagent_tracker_loom)))]
 mod tests {
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Mutex, PoisonError};
     use std::time::{Duration, Instant};
 
     use crate::{InMemorySubagentTaskTracker, TaskStart};
 
     /// Widens the window in which a start is in the id map but not yet in the pending index.
     pub(super) static PAUSE_BETWEEN_MAP_AND_INDEX: AtomicBool = AtomicBool::new(false);
-    /// Widens the window between a run's end and its collapse into a record.
+    /// Widens the window between the end of a run in a tree and its collapse into a record (a run outside any
+    /// tree collapses within its end).
     pub(super) static PAUSE_BEFORE_COLLAPSE: AtomicBool = AtomicBool::new(false);
     /// Widens the window between a restart's forgetting the finished run it replaces and its look again.
     pub(super) static PAUSE_AFTER_FORGETTING: AtomicBool = AtomicBool::new(false);
@@ -645,6 +651,7 @@ mod tests {
     /// must not leave it in the index for good (the start takes it out again).
     #[test]
     fn an_end_racing_a_start_leaves_nothing_in_the_pending_index() {
+        let _pausing = PAUSING.lock().unwrap_or_else(PoisonError::into_inner);
         let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
         PAUSE_BETWEEN_MAP_AND_INDEX.store(true, Ordering::Relaxed);
         for round in 0..20 {
@@ -677,14 +684,20 @@ mod tests {
         a_restart_racing_an_end_forgets_what_it_replaces(Some("parent"));
     }
 
-    /// A task outside any tree collapses within its end (under the record lock the end holds): a restart
-    /// finds either its entry, unfinished, or its record.
+    /// A task outside any tree collapses within its end, under the record lock the end holds. A restart may
+    /// still find its entry finished and not yet collapsed (it reads the status without that lock): the model
+    /// check `restart_races_an_end` explores that order. Here the restart waits for a snapshot, which takes the
+    /// lock, and so finds the record.
     #[test]
     fn a_restart_racing_the_end_of_a_task_outside_a_tree_forgets_the_record() {
         a_restart_racing_an_end_forgets_what_it_replaces(None);
     }
 
+    /// The tests that set the pauses run one at a time: one's reset would cut the other's pauses short.
+    static PAUSING: Mutex<()> = Mutex::new(());
+
     fn a_restart_racing_an_end_forgets_what_it_replaces(parent: Option<&str>) {
+        let _pausing = PAUSING.lock().unwrap_or_else(PoisonError::into_inner);
         let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
         let _parent = parent.map(|parent| tracker.start(TaskStart::new().task_id(parent)).unwrap());
         PAUSE_BEFORE_COLLAPSE.store(true, Ordering::Relaxed);

@@ -141,8 +141,19 @@ pub(crate) struct EndEffects<V> {
     pub(crate) orphans: Vec<Arc<TaskEntry<V>>>,
     pub(crate) deadline_key: Option<DeadlineKey>,
     pub(crate) claim_timeout_key: Option<DeadlineKey>,
-    /// The finished record the run collapsed into within its end, if it did (see [`TaskEntry::end`]).
-    pub(crate) collapsed: Option<Arc<FinishedRun<V>>>,
+    /// Whether the run collapsed into its finished record within its end (see [`TaskEntry::end`]).
+    pub(crate) collapse: EndCollapse<V>,
+}
+
+/// What became of a run's collapse within its end.
+pub(crate) enum EndCollapse<V> {
+    /// Not tried: the session collapses the run once it has settled it.
+    Later,
+    /// The record the session put in the entry's place.
+    Installed(Arc<FinishedRun<V>>),
+    /// Tried, and the entry stays where it is: the session refused the record (the id was started again), or
+    /// the run keeps its entry.
+    Kept,
 }
 
 /// Where a task that its runner paused stands (contract §5, pause and resume), as
@@ -423,7 +434,7 @@ impl<V> TaskEntry<V> {
                 .unwrap_or_default(),
             deadline_key: record.deadline_key.take(),
             claim_timeout_key: record.claim_timeout_key.take(),
-            collapsed: None,
+            collapse: EndCollapse::Later,
         }
     }
 
@@ -506,11 +517,14 @@ impl<V> TaskEntry<V> {
         if let Some(install) =
             install.filter(|_| effects.parent.is_none() && effects.orphans.is_empty())
         {
-            match self.collapse_locked(&record, install) {
-                Some((run, true)) => effects.collapsed = Some(run),
-                Some((run, false)) => refused = Some(run),
-                None => {}
-            }
+            effects.collapse = match self.collapse_locked(&record, install) {
+                Some((run, true)) => EndCollapse::Installed(run),
+                Some((run, false)) => {
+                    refused = Some(run);
+                    EndCollapse::Kept
+                }
+                None => EndCollapse::Kept,
+            };
         }
         drop(record);
         // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
