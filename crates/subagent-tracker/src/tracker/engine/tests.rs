@@ -1,0 +1,104 @@
+//! The engine's races, widened by pauses the engine takes where these switches say (test builds only).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::{InMemorySubagentTaskTracker, TaskStart};
+
+/// Widens the window in which a start is in the id map but not yet in the pending index.
+pub(super) static PAUSE_BETWEEN_MAP_AND_INDEX: AtomicBool = AtomicBool::new(false);
+/// Widens the window between the end of a run in a tree and its collapse into a record (a run outside any
+/// tree collapses within its end).
+pub(super) static PAUSE_BEFORE_COLLAPSE: AtomicBool = AtomicBool::new(false);
+/// Widens the window between a restart's forgetting the finished run it replaces and its look again.
+pub(super) static PAUSE_AFTER_FORGETTING: AtomicBool = AtomicBool::new(false);
+
+pub(super) fn pause(switch: &AtomicBool, milliseconds: u64) {
+    if switch.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(milliseconds));
+    }
+}
+
+/// An end by id that finds a task between its entering the id map and its entering the pending index
+/// must not leave it in the index for good (the start takes it out again).
+#[test]
+fn an_end_racing_a_start_leaves_nothing_in_the_pending_index() {
+    let _pausing = PAUSING.lock().unwrap_or_else(PoisonError::into_inner);
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    PAUSE_BETWEEN_MAP_AND_INDEX.store(true, Ordering::Relaxed);
+    for round in 0..20 {
+        let task_id = format!("t{round}");
+        std::thread::scope(|scope| {
+            let ender = scope.spawn(|| {
+                let began = Instant::now();
+                while !tracker.end(&task_id, Ok(None)) {
+                    if began.elapsed() > Duration::from_secs(5) {
+                        panic!("the start never became visible");
+                    }
+                    std::hint::spin_loop();
+                }
+            });
+            let handle = tracker.start(TaskStart::new().task_id(task_id.as_str()));
+            ender.join().unwrap();
+            drop(handle);
+        });
+    }
+    PAUSE_BETWEEN_MAP_AND_INDEX.store(false, Ordering::Relaxed);
+    assert!(tracker.shared.pending.entries().is_empty());
+}
+
+/// A restart that forgets the finished run it replaces while that run is still an entry, and then finds
+/// it collapsed into a record, must forget the record too: otherwise the retention window counts a run
+/// the id map no longer holds. A child collapses once the session has settled its end, so the pause
+/// widens the window between the two.
+#[test]
+fn a_restart_between_an_end_and_its_collapse_forgets_the_record() {
+    a_restart_racing_an_end_forgets_what_it_replaces(Some("parent"));
+}
+
+/// A task outside any tree collapses within its end, under the record lock the end holds. A restart may
+/// still find its entry finished and not yet collapsed (it reads the status without that lock): the model
+/// check `restart_races_an_end` explores that order. Here the restart waits for a snapshot, which takes the
+/// lock, and so finds the record.
+#[test]
+fn a_restart_racing_the_end_of_a_task_outside_a_tree_forgets_the_record() {
+    a_restart_racing_an_end_forgets_what_it_replaces(None);
+}
+
+/// The tests that set the pauses run one at a time: one's reset would cut the other's pauses short.
+static PAUSING: Mutex<()> = Mutex::new(());
+
+fn a_restart_racing_an_end_forgets_what_it_replaces(parent: Option<&str>) {
+    let _pausing = PAUSING.lock().unwrap_or_else(PoisonError::into_inner);
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+    let _parent = parent.map(|parent| tracker.start(TaskStart::new().task_id(parent)).unwrap());
+    PAUSE_BEFORE_COLLAPSE.store(true, Ordering::Relaxed);
+    PAUSE_AFTER_FORGETTING.store(true, Ordering::Relaxed);
+    let mut start = TaskStart::new().task_id("a");
+    if let Some(parent) = parent {
+        start = start.parent_id(parent);
+    }
+    let handle = tracker.start(start).unwrap();
+    std::thread::scope(|scope| {
+        let restarter = scope.spawn(|| {
+            let began = Instant::now();
+            while !tracker.get("a").is_some_and(|snapshot| snapshot.finished) {
+                assert!(
+                    began.elapsed() < Duration::from_secs(5),
+                    "the end never came"
+                );
+                std::hint::spin_loop();
+            }
+            tracker.start(TaskStart::new().task_id("a")).unwrap()
+        });
+        handle.complete(None);
+        let restarted = restarter.join().unwrap();
+        PAUSE_BEFORE_COLLAPSE.store(false, Ordering::Relaxed);
+        PAUSE_AFTER_FORGETTING.store(false, Ordering::Relaxed);
+        restarted.complete(None);
+    });
+    // The parent, unfinished, is retained beside the restarted run; the window counts the restart alone.
+    assert_eq!(tracker.retained_count(), 1 + usize::from(parent.is_some()));
+    assert_eq!(tracker.shared.finished.retained(), 1);
+}
