@@ -33,7 +33,7 @@ echo "== Python scenarios"
 python benches/python_bench.py $smoke
 echo
 echo "== a Python lifecycle at 1,000 and at 1,000,000 retained tasks, beside the reference's own growth"
-python benches/lifecycle_scale.py $smoke
+python benches/lifecycle_scale.py $smoke --by-function
 echo
 echo "== a Python lifecycle's instructions and atomic read-modify-writes (callgrind; skipped without valgrind)"
 python benches/lifecycle_profile.py $smoke --by-function

@@ -144,7 +144,7 @@ python examples/fanout_deadline.py >/dev/null
 python examples/event_stream_feed.py >/dev/null
 for example in examples/integrations/*.py; do python "$example" >/dev/null; done
 python benches/python_bench.py --smoke >/dev/null
-python benches/lifecycle_scale.py --smoke >/dev/null
+python benches/lifecycle_scale.py --smoke --by-function >/dev/null
 python benches/lifecycle_profile.py --smoke --by-function --by-line >/dev/null
 python benches/integrations_bench.py --smoke >/dev/null
 python benches/deadline_soak.py --tasks 1000 --rounds 1 >/dev/null

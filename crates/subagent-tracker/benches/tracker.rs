@@ -147,6 +147,22 @@ fn baseline_mutex_hashmap_lifecycle(bencher: Bencher) {
         });
 }
 
+/// One uncontended atomic read-modify-write (a `lock`-prefixed add, as an `Arc` clone or a lock's acquire
+/// compiles to), beside the plain add it would be without the prefix. callgrind counts each as one instruction,
+/// so `benches/lifecycle_profile.py`'s count of atomics per lifecycle turns into time by this figure.
+#[divan::bench(args = [false, true], sample_size = 10_000)]
+fn read_modify_write(bencher: Bencher, atomic: bool) {
+    let counter = AtomicU64::new(0);
+    let mut plain = 0u64;
+    if atomic {
+        bencher.bench_local(|| black_box(&counter).fetch_add(1, Ordering::Relaxed));
+    } else {
+        bencher.bench_local(|| {
+            plain = black_box(plain) + 1;
+        });
+    }
+}
+
 #[divan::bench(args = [false, true])]
 fn is_cancelled(bencher: Bencher, cancelled: bool) {
     let tracker = tracker(10);
