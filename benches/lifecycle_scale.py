@@ -90,6 +90,14 @@ def measure(kind: str, retained: int, lifecycles: int, repeats: int) -> float:
     return float(output.strip())
 
 
+# A row of `perf report --stdio`: the share, the privilege level (`[.]` user, `[k]` kernel, ...), the symbol.
+SAMPLE_ROW = re.compile(r"\s*([\d.]+)%\s+\[[^\]]+\]\s+(.+?)\s*$")
+
+
+class PerfUnavailable(Exception):
+    """perf is installed but gave no profile (a kernel's ``perf_event_paranoid``, a container's policy)."""
+
+
 def profile(kind: str, retained: int, lifecycles: int, repeats: int, directory: str) -> dict[str, float]:
     """Each function's share of the CPU-clock samples taken during the timed loops, from ``perf``."""
     data = os.path.join(directory, f"perf.{kind}.{retained}.data")
@@ -97,16 +105,22 @@ def profile(kind: str, retained: int, lifecycles: int, repeats: int, directory: 
     for fifo in (command, acknowledged):
         if not os.path.exists(fifo):
             os.mkfifo(fifo)
-    subprocess.run(
+    recorded = subprocess.run(
         [
-            *("perf", "record", "--quiet", "--delay=-1", f"--control=fifo:{command},{acknowledged}"),
+            *("perf", "record", "--delay=-1", f"--control=fifo:{command},{acknowledged}"),
             *("--event=cpu-clock", "--freq=5000", f"--output={data}", "--"),
             *probe_command(kind, retained, lifecycles, repeats),
         ],
-        check=True,
         capture_output=True,
+        text=True,
         env={**os.environ, "LIFECYCLE_SCALE_PERF_CONTROL": f"{command},{acknowledged}"},
     )
+    try:
+        # The probe prints its figure only once its loops have run: without it, nothing was profiled.
+        float(recorded.stdout.strip())
+    except ValueError:
+        reason = recorded.stderr.strip().splitlines()
+        raise PerfUnavailable(reason[0] if reason else f"perf record exited {recorded.returncode}") from None
     report = subprocess.run(
         ["perf", "report", f"--input={data}", "--stdio", "--no-children", "--sort=sym", "--percent-limit=0"],
         check=True,
@@ -115,9 +129,11 @@ def profile(kind: str, retained: int, lifecycles: int, repeats: int, directory: 
     ).stdout
     shares: dict[str, float] = {}
     for line in report.splitlines():
-        row = re.match(r"\s*([\d.]+)%\s+\[[.k]\]\s+(.+?)\s*$", line)
+        row = SAMPLE_ROW.match(line)
         if row:
             shares[row.group(2)] = shares.get(row.group(2), 0.0) + float(row.group(1)) / 100
+    if not shares:
+        raise PerfUnavailable("perf recorded no samples")
     return shares
 
 
@@ -182,10 +198,8 @@ def main() -> None:
                 kind: [profile(kind, retained, lifecycles, repeats, directory) for retained in (small, large)]
                 for kind in rows
             }
-        except subprocess.CalledProcessError as error:
-            # perf is there but may not sample (a kernel's perf_event_paranoid, a container's seccomp policy).
-            reason = (error.stderr or b"").decode(errors="replace").strip().splitlines()
-            print(f"\n--by-function skipped: perf could not sample ({reason[0] if reason else error})")
+        except PerfUnavailable as error:
+            print(f"\n--by-function skipped: perf could not sample ({error})")
             return
     shown = 6 if arguments.smoke else 12
     for kind, seconds in rows.items():

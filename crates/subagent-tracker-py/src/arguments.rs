@@ -7,10 +7,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PyMapping, PySet, PyString, PyTuple,
+};
 use subagent_tracker::{TaskFailure, TrackerError};
 
 use crate::errors::tracker_error;
@@ -53,6 +55,29 @@ pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
         .get_type()
         .name()
         .map_or_else(|_| "object".to_owned(), |name| name.to_string())
+}
+
+/// `value` as a mapping, or a `TypeError` (for a batch's item or a record, whose caller says which) that names
+/// its type.
+pub(crate) fn as_mapping<'a, 'py>(
+    value: &'a Bound<'py, PyAny>,
+) -> PyResult<&'a Bound<'py, PyMapping>> {
+    value
+        .cast::<PyMapping>()
+        .map_err(|_| PyTypeError::new_err(format!("is a {}, not a mapping", type_name(value))))
+}
+
+/// The value of `key` in a mapping of keyword arguments: `None` for a key it lacks or maps to `None`.
+pub(crate) fn mapping_value<'py>(
+    mapping: &Bound<'py, PyMapping>,
+    key: &str,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
+    match mapping.get_item(key) {
+        Ok(value) if value.is_none() => Ok(None),
+        Ok(value) => Ok(Some(value)),
+        Err(error) if error.is_instance_of::<PyKeyError>(mapping.py()) => Ok(None),
+        Err(error) => Err(error),
+    }
 }
 
 /// A `str` argument.
@@ -125,40 +150,6 @@ pub(crate) fn count(value: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     value.extract::<usize>().map_err(|_| {
         PyValueError::new_err(format!("{name} must be a non-negative int, got {value}"))
     })
-}
-
-/// A session's settings from the keyword arguments of `Session(...)` and `Registry.session(...)`.
-pub(crate) fn tracker_config(
-    max_finished_tasks: Option<&Bound<'_, PyAny>>,
-    event_buffer: Option<&Bound<'_, PyAny>>,
-    max_finished_age: Option<Seconds<MaxFinishedAgeArgument>>,
-    early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>>,
-    progress_log_size: Option<&Bound<'_, PyAny>>,
-) -> PyResult<subagent_tracker::TrackerConfig> {
-    let mut config = subagent_tracker::TrackerConfig::default();
-    if let Some(value) = progress_log_size {
-        let size = count(value, "progress_log_size")?;
-        if size > subagent_tracker::MAX_PROGRESS_LOG_SIZE {
-            return Err(PyValueError::new_err(format!(
-                "progress_log_size must be at most {}, got {size}",
-                subagent_tracker::MAX_PROGRESS_LOG_SIZE
-            )));
-        }
-        config = config.with_progress_log_size(size);
-    }
-    if let Some(ttl) = early_cancel_ttl {
-        config = config.with_early_cancel_ttl(ttl.0);
-    }
-    if let Some(age) = max_finished_age {
-        config = config.with_max_finished_age(age.0);
-    }
-    if let Some(value) = max_finished_tasks {
-        config = config.with_max_finished_tasks(count(value, "max_finished_tasks")?);
-    }
-    if let Some(value) = event_buffer {
-        config = config.with_event_buffer(count(value, "event_buffer")?);
-    }
-    Ok(config)
 }
 
 /// A number (an `int` or a `float`, not a `bool`) as an `f64`; an `int` too large for a float is infinite,
@@ -240,9 +231,7 @@ impl<'a, 'py> FromPyObject<'a, 'py> for Metadata {
 
     fn extract(value: pyo3::Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
         check_mapping(&value)?;
-        Ok(Metadata(
-            nested_copy(&value, "metadata", Copy::Frozen, 0)?.unbind(),
-        ))
+        Ok(Metadata(frozen_copy(&value, "metadata")?))
     }
 }
 

@@ -413,7 +413,8 @@ fn is_interrupt(py: Python<'_>, error: &PyErr) -> bool {
     !error.is_instance_of::<PyException>(py)
 }
 
-fn is_done(future: &Bound<'_, PyAny>) -> bool {
+/// Whether an asyncio future is done; one whose `done()` raises counts as not done.
+pub(crate) fn is_done(future: &Bound<'_, PyAny>) -> bool {
     future
         .call_method0(intern!(future.py(), "done"))
         .and_then(|done| done.is_truthy())

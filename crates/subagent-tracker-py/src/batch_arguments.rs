@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping, PyString};
 use subagent_tracker::TaskStart;
 
+use crate::arguments;
 use crate::start_arguments::{StartArguments, StoredMetadata, CLAIM_TIMEOUT, START_OPTIONS};
 
 /// Every task of the batch `tasks`, described for the core, each with its own claim timeout if it has one
@@ -58,11 +59,7 @@ pub(crate) fn batch_items<'py>(
     let refused = || {
         pyo3::exceptions::PyTypeError::new_err(format!(
             "{expected}, got {}",
-            batch
-                .get_type()
-                .name()
-                .map(|name| name.to_string())
-                .unwrap_or_default()
+            arguments::type_name(batch)
         ))
     };
     if batch.is_instance_of::<PyString>()
@@ -80,15 +77,7 @@ pub(crate) fn batch_mapping<'a, 'py>(
     item: &'a Bound<'py, PyAny>,
     allowed: impl Fn(&str) -> bool,
 ) -> PyResult<impl Fn(&str) -> PyResult<Option<Bound<'py, PyAny>>> + 'a> {
-    let mapping = item.cast::<PyMapping>().map_err(|_| {
-        pyo3::exceptions::PyTypeError::new_err(format!(
-            "is a {}, not a mapping",
-            item.get_type()
-                .name()
-                .map(|name| name.to_string())
-                .unwrap_or_default()
-        ))
-    })?;
+    let mapping = arguments::as_mapping(item)?;
     for key in mapping.keys()? {
         if !key.extract::<&str>().ok().is_some_and(&allowed) {
             return Err(pyo3::exceptions::PyTypeError::new_err(format!(
@@ -97,16 +86,7 @@ pub(crate) fn batch_mapping<'a, 'py>(
             )));
         }
     }
-    Ok(move |key: &str| -> PyResult<Option<Bound<'py, PyAny>>> {
-        match mapping.get_item(key) {
-            Ok(value) if value.is_none() => Ok(None),
-            Ok(value) => Ok(Some(value)),
-            Err(error) if error.is_instance_of::<pyo3::exceptions::PyKeyError>(item.py()) => {
-                Ok(None)
-            }
-            Err(error) => Err(error),
-        }
-    })
+    Ok(move |key: &str| arguments::mapping_value(mapping, key))
 }
 
 fn batch_task<'py>(item: &Bound<'py, PyAny>, reserving: bool) -> PyResult<StartArguments<'py>> {

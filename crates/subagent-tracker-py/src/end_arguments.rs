@@ -53,11 +53,7 @@ fn batch_end<'py, H, V>(
         (Some(handle), None) => EndTarget::Handle(handle_of(&handle).ok_or_else(|| {
             PyTypeError::new_err(format!(
                 "has a handle that is a {}, not {handle_kinds}",
-                handle
-                    .get_type()
-                    .name()
-                    .map(|name| name.to_string())
-                    .unwrap_or_default()
+                arguments::type_name(&handle)
             ))
         })?),
         (None, Some(task_id)) => EndTarget::TaskId(task_id.extract::<Id<TaskIdArgument>>()?.0),

@@ -4,6 +4,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
+use pyo3::PyErrArguments;
 use subagent_tracker::TrackerError;
 
 use crate::python_half::error_class;
@@ -34,10 +35,7 @@ pub(crate) fn tracker_error(py: Python<'_>, error: TrackerError) -> PyErr {
         TrackerError::SessionClosed { .. } => "SessionClosedError",
         _ => return PyValueError::new_err(error.to_string()),
     };
-    match error_class(py, class_name) {
-        Ok(class) => PyErr::from_type(class, error.to_string()),
-        Err(import_error) => import_error,
-    }
+    package_error(py, class_name, error.to_string())
 }
 
 /// The Python exception for an error of the Redis store.
@@ -54,16 +52,26 @@ pub(crate) fn redis_error(
         RedisTrackerError::SessionLost { .. } => "SessionLostError",
         _ => "RegistryProtocolError",
     };
-    match error_class(py, class_name) {
-        Ok(class) => PyErr::from_type(class, error.to_string()),
-        Err(import_error) => import_error,
-    }
+    package_error(py, class_name, error.to_string())
 }
 
 /// `TaskCancelledError(task_id, reason)`.
 pub(crate) fn task_cancelled_error(py: Python<'_>, task_id: &str, reason: &str) -> PyErr {
-    match error_class(py, "TaskCancelledError") {
-        Ok(class) => PyErr::from_type(class, (task_id.to_owned(), reason.to_owned())),
+    package_error(
+        py,
+        "TaskCancelledError",
+        (task_id.to_owned(), reason.to_owned()),
+    )
+}
+
+/// The package's exception `class_name` with `arguments`, or the error that importing the package raised.
+fn package_error(
+    py: Python<'_>,
+    class_name: &'static str,
+    arguments: impl PyErrArguments + 'static,
+) -> PyErr {
+    match error_class(py, class_name) {
+        Ok(class) => PyErr::from_type(class, arguments),
         Err(import_error) => import_error,
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyMapping, PyString};
 use subagent_tracker::{RecordedEvent, TaskFailure};
@@ -62,14 +62,7 @@ pub(crate) fn recorded_event<V: StoredValue>(
             arguments::type_name(event)
         ))
     })?;
-    let value = |key: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-        match mapping.get_item(key) {
-            Ok(value) if value.is_none() => Ok(None),
-            Ok(value) => Ok(Some(value)),
-            Err(error) if error.is_instance_of::<PyKeyError>(event.py()) => Ok(None),
-            Err(error) => Err(error),
-        }
-    };
+    let value = |key: &str| arguments::mapping_value(mapping, key);
     let kind = value("kind")?.ok_or_else(|| PyTypeError::new_err("event must have a 'kind'"))?;
     let kind = kind.cast::<PyString>().map_err(|_| {
         PyTypeError::new_err(format!(
@@ -86,13 +79,16 @@ pub(crate) fn recorded_event<V: StoredValue>(
         .extract()?;
     Ok(Some(match kind {
         "started" => {
-            let mut start = StartArguments::new(Some(task_id));
-            start.parent_id = value("parent_id")?
-                .map(|value| value.extract())
-                .transpose()?;
-            start.agent = value("agent")?;
-            start.description = value("description")?;
-            start.metadata = value("metadata")?;
+            let start = StartArguments {
+                task_id: Some(task_id),
+                parent_id: value("parent_id")?
+                    .map(|value| value.extract())
+                    .transpose()?,
+                agent: value("agent")?,
+                description: value("description")?,
+                metadata: value("metadata")?,
+                ..StartArguments::default()
+            };
             let (start, _) = start.into_start()?;
             RecordedEvent::Started(start)
         }

@@ -6,7 +6,7 @@
 //! once too, as the typed dicts of `subagent_tracker._options` that the stubs unpack (a test holds each pair
 //! equal, and a start's signature to its list).
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use subagent_tracker::TrackerConfig;
@@ -106,13 +106,31 @@ pub(crate) fn session_config(
     let early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>> =
         keyword(value("early_cancel_ttl")?, "early_cancel_ttl", true)?;
     let given = |key| -> PyResult<_> { Ok(value(key)?.filter(|value| !value.is_none())) };
-    arguments::tracker_config(
-        given("max_finished_tasks")?.as_ref(),
-        given("event_buffer")?.as_ref(),
-        max_finished_age,
-        early_cancel_ttl,
-        given("progress_log_size")?.as_ref(),
-    )
+    let (max_finished_tasks, event_buffer) = (given("max_finished_tasks")?, given("event_buffer")?);
+    let mut config = TrackerConfig::default();
+    if let Some(value) = given("progress_log_size")? {
+        let size = arguments::count(&value, "progress_log_size")?;
+        if size > subagent_tracker::MAX_PROGRESS_LOG_SIZE {
+            return Err(PyValueError::new_err(format!(
+                "progress_log_size must be at most {}, got {size}",
+                subagent_tracker::MAX_PROGRESS_LOG_SIZE
+            )));
+        }
+        config = config.with_progress_log_size(size);
+    }
+    if let Some(ttl) = early_cancel_ttl {
+        config = config.with_early_cancel_ttl(ttl.0);
+    }
+    if let Some(age) = max_finished_age {
+        config = config.with_max_finished_age(age.0);
+    }
+    if let Some(value) = max_finished_tasks {
+        config = config.with_max_finished_tasks(arguments::count(&value, "max_finished_tasks")?);
+    }
+    if let Some(value) = event_buffer {
+        config = config.with_event_buffer(arguments::count(&value, "event_buffer")?);
+    }
+    Ok(config)
 }
 
 /// The URL and options of a Redis registry, from `url` and the keyword arguments `options` of `call`.

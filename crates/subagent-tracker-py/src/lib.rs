@@ -118,53 +118,31 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "_PENDING_STATUSES",
         pyo3::types::PyTuple::new(module.py(), pending)?,
     )?;
-    module.add("MAX_TASK_ID_BYTES", subagent_tracker::MAX_TASK_ID_BYTES)?;
-    module.add("MAX_SECONDS", subagent_tracker::MAX_SECONDS)?;
-    module.add(
-        "DEFAULT_MAX_FINISHED_TASKS",
+    // The core's limits, defaults and messages, each under its Rust name.
+    macro_rules! add_constants {
+        ($($owner:ident::$name:ident),* $(,)?) => {
+            $(module.add(stringify!($name), $owner::$name)?;)*
+        };
+    }
+    add_constants!(
+        subagent_tracker::MAX_TASK_ID_BYTES,
+        subagent_tracker::MAX_SECONDS,
         subagent_tracker::DEFAULT_MAX_FINISHED_TASKS,
-    )?;
-    module.add(
-        "DEFAULT_EVENT_BUFFER",
         subagent_tracker::DEFAULT_EVENT_BUFFER,
-    )?;
-    module.add(
-        "DEFAULT_CANCEL_REASON",
         subagent_tracker::DEFAULT_CANCEL_REASON,
-    )?;
-    module.add(
-        "BATCH_REFUSED_REASON",
         subagent_tracker::BATCH_REFUSED_REASON,
-    )?;
-    module.add("DEADLINE_REASON", subagent_tracker::DEADLINE_REASON)?;
-    module.add("CHILD_FAILED_REASON", subagent_tracker::CHILD_FAILED_REASON)?;
-    module.add("GROUP_ENDED_REASON", subagent_tracker::GROUP_ENDED_REASON)?;
-    module.add(
-        "WORKER_LOST_ERROR",
+        subagent_tracker::DEADLINE_REASON,
+        subagent_tracker::CHILD_FAILED_REASON,
+        subagent_tracker::GROUP_ENDED_REASON,
         subagent_tracker_redis::WORKER_LOST_ERROR,
-    )?;
-    module.add(
-        "LEASE_LOST_REASON",
         subagent_tracker_redis::LEASE_LOST_REASON,
-    )?;
-    module.add(
-        "ORPHANED_RUN_ERROR",
         subagent_tracker_redis::ORPHANED_RUN_ERROR,
-    )?;
-    module.add(
-        "SESSION_LOST_REASON",
         subagent_tracker_redis::SESSION_LOST_REASON,
-    )?;
-    module.add("CLAIM_TIMEOUT_ERROR", subagent_tracker::CLAIM_TIMEOUT_ERROR)?;
-    module.add(
-        "RESTORED_WITHOUT_RUNNER_ERROR",
+        subagent_tracker::CLAIM_TIMEOUT_ERROR,
         subagent_tracker::RESTORED_WITHOUT_RUNNER_ERROR,
-    )?;
-    module.add("_EVENT_STREAM_BUSY", errors::EVENT_STREAM_BUSY)?;
-    module.add(
-        "DROPPED_HANDLE_ERROR",
         subagent_tracker::DROPPED_HANDLE_ERROR,
-    )?;
+    );
+    module.add("_EVENT_STREAM_BUSY", errors::EVENT_STREAM_BUSY)?;
     Ok(())
 }
 

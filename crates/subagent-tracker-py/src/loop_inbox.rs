@@ -323,11 +323,7 @@ where
             };
             // Asking first would cost a call per outcome; a future its awaiter gave up on refuses instead.
             if let Err(error) = resolved.call_method1(method, (value,)) {
-                let done = resolved
-                    .call_method0(intern!(py, "done"))
-                    .and_then(|done| done.is_truthy())
-                    .unwrap_or(false);
-                if !done {
+                if !crate::asyncio_waker::is_done(resolved) {
                     error.write_unraisable(py, Some(resolved));
                 }
             }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyMapping, PyString};
 use subagent_tracker::{
@@ -50,20 +50,8 @@ fn snapshot_of<V: StoredValue>(
     record: &Bound<'_, PyAny>,
     session_id: &Arc<str>,
 ) -> PyResult<SubagentTaskSnapshot<V>> {
-    let mapping = record.cast::<PyMapping>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "is a {}, not a mapping",
-            arguments::type_name(record)
-        ))
-    })?;
-    let value = |key: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-        match mapping.get_item(key) {
-            Ok(value) if value.is_none() => Ok(None),
-            Ok(value) => Ok(Some(value)),
-            Err(error) if error.is_instance_of::<PyKeyError>(record.py()) => Ok(None),
-            Err(error) => Err(error),
-        }
-    };
+    let mapping = arguments::as_mapping(record)?;
+    let value = |key: &str| arguments::mapping_value(mapping, key);
     let text = |key: &'static str| -> PyResult<Option<Arc<str>>> {
         Ok(arguments::optional_string(value(key)?.as_ref(), key)?.map(Arc::from))
     };

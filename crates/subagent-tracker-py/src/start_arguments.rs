@@ -43,7 +43,8 @@ pub(crate) const START_OPTIONS: [&str; 9] = [
 pub(crate) const CLAIM_TIMEOUT: &str = "claim_timeout";
 
 /// A task's description as the caller gave it: ids, times and tokens already extracted, the strings and the
-/// metadata checked by [`into_start`](Self::into_start).
+/// metadata checked by [`into_start`](Self::into_start). Its default is every option at its default.
+#[derive(Default)]
 pub(crate) struct StartArguments<'py> {
     pub(crate) task_id: Option<Id<TaskIdArgument>>,
     pub(crate) parent_id: Option<Id<ParentIdArgument>>,
@@ -161,23 +162,6 @@ impl StartKeywords<'_> {
 }
 
 impl<'py> StartArguments<'py> {
-    /// The task `task_id` with every option at its default.
-    pub(crate) fn new(task_id: Option<Id<TaskIdArgument>>) -> StartArguments<'py> {
-        StartArguments {
-            task_id,
-            parent_id: None,
-            agent: None,
-            description: None,
-            metadata: None,
-            timeout: None,
-            deadline: None,
-            detached: false,
-            structured: false,
-            linked: None,
-            claim_timeout: None,
-        }
-    }
-
     /// The start of the task `task_id` with every option at its default: the call users repeat most, which
     /// needs no options read.
     pub(crate) fn bare_start<V>(task_id: Option<Id<TaskIdArgument>>) -> TaskStart<V> {
@@ -197,7 +181,10 @@ impl<'py> StartArguments<'py> {
         call: &str,
     ) -> PyResult<StartArguments<'py>> {
         let Some(options) = options else {
-            return Ok(StartArguments::new(task_id));
+            return Ok(StartArguments {
+                task_id,
+                ..StartArguments::default()
+            });
         };
         let known = |key: &str| START_OPTIONS.contains(&key) || (reserving && key == CLAIM_TIMEOUT);
         let value = keywords(Some(options), known, call)?;

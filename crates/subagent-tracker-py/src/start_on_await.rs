@@ -90,15 +90,18 @@ impl StartOnAwait {
         // The call may fail, or have nothing to wait for; the coroutine is then done.
         *step = Step::Done;
         drop(step);
+        Ok(Some(self.begin(py)?.unbind()))
+    }
+
+    /// Starts the call and awaits the future it gives: the future's iterator, which is then the step. The
+    /// `StopIteration` of `finish`'s value (or its error) when the call has nothing to wait for.
+    fn begin<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let Some(future) = (self.start)(self.owner.bind(py))? else {
             return Err(self.finished(py));
         };
-        let iterator = future
-            .bind(py)
-            .call_method0(intern!(py, "__await__"))?
-            .unbind();
-        *self.step.lock() = Step::Awaiting(iterator.clone_ref(py));
-        Ok(Some(iterator))
+        let iterator = future.bind(py).call_method0(intern!(py, "__await__"))?;
+        *self.step.lock() = Step::Awaiting(iterator.clone().unbind());
+        Ok(iterator)
     }
 
     /// The `StopIteration` that ends the coroutine with `finish`'s value, or `finish`'s error.
@@ -130,12 +133,7 @@ impl StartOnAwait {
     /// Once a wait's future is done: the next future to wait for, stepped once, or `finish`'s value when there
     /// is none (the wait is over).
     fn wait_again(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let Some(future) = (self.start)(self.owner.bind(py))? else {
-            return Err(self.finished(py));
-        };
-        let iterator = future.bind(py).call_method0(intern!(py, "__await__"))?;
-        *self.step.lock() = Step::Awaiting(iterator.clone().unbind());
-        let outcome = iterator.call_method0(intern!(py, "__next__"));
+        let outcome = self.begin(py)?.call_method0(intern!(py, "__next__"));
         self.settle(py, outcome)
     }
 }
