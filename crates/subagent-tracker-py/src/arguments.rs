@@ -50,6 +50,7 @@ argument_names! {
     EarlyCancelTtlArgument = "early_cancel_ttl",
 }
 
+/// The name of `value`'s type, for messages; `object` when it cannot be read.
 pub(crate) fn type_name(value: &Bound<'_, PyAny>) -> String {
     value
         .get_type()

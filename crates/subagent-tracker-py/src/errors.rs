@@ -64,7 +64,8 @@ pub(crate) fn task_cancelled_error(py: Python<'_>, task_id: &str, reason: &str) 
     )
 }
 
-/// The package's exception `class_name` with `arguments`, or the error that importing the package raised.
+/// The package's exception `class_name` with `arguments`, or the error of finding the class (the package's
+/// Python half not yet handed over).
 fn package_error(
     py: Python<'_>,
     class_name: &'static str,
@@ -72,7 +73,7 @@ fn package_error(
 ) -> PyErr {
     match error_class(py, class_name) {
         Ok(class) => PyErr::from_type(class, arguments),
-        Err(import_error) => import_error,
+        Err(error) => error,
     }
 }
 

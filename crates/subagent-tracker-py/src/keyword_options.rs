@@ -106,10 +106,9 @@ pub(crate) fn session_config(
     let early_cancel_ttl: Option<Seconds<EarlyCancelTtlArgument>> =
         keyword(value("early_cancel_ttl")?, "early_cancel_ttl", true)?;
     let given = |key| -> PyResult<_> { Ok(value(key)?.filter(|value| !value.is_none())) };
-    let (max_finished_tasks, event_buffer) = (given("max_finished_tasks")?, given("event_buffer")?);
     let mut config = TrackerConfig::default();
-    if let Some(value) = given("progress_log_size")? {
-        let size = arguments::count(&value, "progress_log_size")?;
+    if let Some(size) = given("progress_log_size")? {
+        let size = arguments::count(&size, "progress_log_size")?;
         if size > subagent_tracker::MAX_PROGRESS_LOG_SIZE {
             return Err(PyValueError::new_err(format!(
                 "progress_log_size must be at most {}, got {size}",
@@ -124,11 +123,11 @@ pub(crate) fn session_config(
     if let Some(age) = max_finished_age {
         config = config.with_max_finished_age(age.0);
     }
-    if let Some(value) = max_finished_tasks {
-        config = config.with_max_finished_tasks(arguments::count(&value, "max_finished_tasks")?);
+    if let Some(tasks) = given("max_finished_tasks")? {
+        config = config.with_max_finished_tasks(arguments::count(&tasks, "max_finished_tasks")?);
     }
-    if let Some(value) = event_buffer {
-        config = config.with_event_buffer(arguments::count(&value, "event_buffer")?);
+    if let Some(buffer) = given("event_buffer")? {
+        config = config.with_event_buffer(arguments::count(&buffer, "event_buffer")?);
     }
     Ok(config)
 }

@@ -118,7 +118,7 @@ fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
         "_PENDING_STATUSES",
         pyo3::types::PyTuple::new(module.py(), pending)?,
     )?;
-    // The core's limits, defaults and messages, each under its Rust name.
+    // The core's and the Redis store's limits, defaults and messages, each under its Rust name.
     macro_rules! add_constants {
         ($($owner:ident::$name:ident),* $(,)?) => {
             $(module.add(stringify!($name), $owner::$name)?;)*

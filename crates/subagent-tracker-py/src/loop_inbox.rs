@@ -34,7 +34,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
 use pyo3::PyTraverseError;
 
-use crate::asyncio_waker::running_loop;
+use crate::asyncio_waker::{is_done, running_loop};
 use crate::interpreter::with_python;
 use crate::runtime::{runtime, MadeIn};
 
@@ -323,7 +323,7 @@ where
             };
             // Asking first would cost a call per outcome; a future its awaiter gave up on refuses instead.
             if let Err(error) = resolved.call_method1(method, (value,)) {
-                if !crate::asyncio_waker::is_done(resolved) {
+                if !is_done(resolved) {
                     error.write_unraisable(py, Some(resolved));
                 }
             }

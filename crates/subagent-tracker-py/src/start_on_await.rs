@@ -94,7 +94,8 @@ impl StartOnAwait {
     }
 
     /// Starts the call and awaits the future it gives: the future's iterator, which is then the step. The
-    /// `StopIteration` of `finish`'s value (or its error) when the call has nothing to wait for.
+    /// `StopIteration` of `finish`'s value (or its error) when the call has nothing to wait for. The step must be
+    /// `Done` already: it stays so when the call fails, gives nothing, or its future's `__await__` raises.
     fn begin<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let Some(future) = (self.start)(self.owner.bind(py))? else {
             return Err(self.finished(py));
