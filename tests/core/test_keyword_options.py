@@ -168,6 +168,21 @@ def test_of_several_bad_start_options_each_store_reports_the_one_its_type_is_rea
     assert tracked_session.subagent_task("a") is None
 
 
+def test_of_several_bad_session_settings_each_session_reports_the_same_one_first() -> None:
+    # The seconds are read as they are extracted, then the counts: the log's size, the bound, the buffer.
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"event_buffer": -1, "early_cancel_ttl": "soon"}, "early_cancel_ttl"),
+        ({"event_buffer": -1, "max_finished_tasks": -1, "progress_log_size": 10**6}, "progress_log_size"),
+        ({"event_buffer": -1, "max_finished_tasks": -1}, "max_finished_tasks"),
+        ({"event_buffer": -1}, "event_buffer"),
+    ]
+    for settings, reported in cases:
+        with pytest.raises((TypeError, ValueError), match=reported):
+            Session(**settings)
+        with pytest.raises((TypeError, ValueError), match=reported):
+            Registry().session("s", **settings)
+
+
 #: A task of another session, whose token the tasks below are linked to.
 _LINK = Session().start_subagent_task("link")
 

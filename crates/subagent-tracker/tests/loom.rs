@@ -55,6 +55,14 @@ fn tracker(max_finished_tasks: usize) -> InMemorySubagentTaskTracker {
     )
 }
 
+/// The session "session" of `registry`, with the default settings: a session that leaves its registry once it
+/// is closed and every run it retains has finished.
+fn listed_session(registry: &InMemoryRegistry) -> InMemorySubagentTaskTracker {
+    registry
+        .session(Some("session"), TrackerConfig::default())
+        .unwrap()
+}
+
 /// A child started while its parent is being cancelled is reached by the cascade or starts cancelled.
 #[test]
 fn open_races_cancel() {
@@ -226,9 +234,7 @@ fn restart_races_an_end() {
     static OUTCOMES: Outcomes<2> = Outcomes::new();
     model(|| {
         let registry: InMemoryRegistry = InMemoryRegistry::new();
-        let session = registry
-            .session(Some("session"), TrackerConfig::default())
-            .unwrap();
+        let session = listed_session(&registry);
         let first = session.start(TaskStart::new().task_id("a")).unwrap();
         let restarter = session.clone();
         let restart = thread::spawn(move || restarter.start(TaskStart::new().task_id("a")).ok());
@@ -319,9 +325,7 @@ fn claims_race() {
 fn close_races_the_last_end() {
     model(|| {
         let registry: InMemoryRegistry = InMemoryRegistry::new();
-        let session = registry
-            .session(Some("session"), TrackerConfig::default())
-            .unwrap();
+        let session = listed_session(&registry);
         let handle = session.start(TaskStart::new().task_id("task")).unwrap();
         let ender = thread::spawn(move || handle.complete(None));
         session.close(None);
