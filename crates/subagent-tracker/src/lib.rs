@@ -49,10 +49,10 @@
 //! 5. Leaves, taken under any of the above or under none, and under which nothing else is taken:
 //!    - a task's signal lock (`token::signal`); when the signal fires, the tokio-util token bridged to it is
 //!      cancelled by the delivery, never under the lock, since cancelling it wakes its waiters;
-//!    - a session's own locks (`tracker::engine`): a shard of its id map, a stripe of its pending index
-//!      (`tracker::pending_index`), its retention window (`tracker::retention`; a run's place in the window is
-//!      read and written only under it, so it moves by plain loads and stores), its cancels recorded before
-//!      their tasks start (`tracker::early_cancels`);
+//!    - a session's own locks (`tracker::engine`): a shard of its id map, which also holds which of the
+//!      shard's runs are pending (`tracker::run_map`), its retention window (`tracker::retention`; a run's
+//!      place in the window is read and written only under it, so it moves by plain loads and stores), its
+//!      cancels recorded before their tasks start (`tracker::early_cancels`);
 //!    - the deadline timer's map of scheduled deadlines;
 //!    - a registry's map of sessions (`registry`): a session leaves it with none of its own locks held, and
 //!      sessions that leave are dropped after the map's lock is released;
@@ -62,13 +62,12 @@
 //! A signal's last owner takes its state without the lock (`Drop`, and `into_sources` after `Arc::into_inner`,
 //! hold the only reference).
 //!
-//! The model checks (`tests/loom.rs`) explore the record, signal, stripe, window and event-bus locks, and the id
-//! map as one lock of loom's (`sync::ModelledLocks`): dashmap's shard locks are invisible to loom, so without it
-//! the order in which threads reach the map was never explored. Under a shard lock the core does nothing but the
-//! map operation, reads of the run there, the store of a late escalation's flag on a finished record, and the
-//! garbage collector's visit of finished records' values (`InMemorySubagentTaskTracker::visit_values`, under
-//! each shard's write lock in turn), whose callback takes no lock of the core's (a binding's own value lock at
-//! most, a leaf).
+//! The model checks (`tests/loom.rs`) explore every one of these locks but the deadline timer's two and the
+//! delivery pool's, the id map's shards included (`sync` gives them loom's). Under a shard lock the core does
+//! nothing but the map operation, the shard's pending runs, reads of the run there and of the status of a run
+//! it makes visible, the store of a late escalation's flag on a finished record, and the garbage collector's
+//! visit of finished records' values (`InMemorySubagentTaskTracker::visit_values`, under each shard's read lock
+//! in turn), whose callback takes no lock of the core's (a binding's own value lock at most, a leaf).
 
 #![forbid(unsafe_code)]
 

@@ -17,59 +17,6 @@ pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize}
 #[cfg(subagent_tracker_loom)]
 pub(crate) use loom_mutex::{Mutex, RwLock};
 
-/// A structure that locks itself with locks loom cannot see: the id map (dashmap's shard locks).
-///
-/// Under the model checks, each access holds a lock of loom's for as long as the reference it gives lives. Loom
-/// then explores the orders in which threads reach the map (a cancel that finds a run before its end collapsed
-/// it, and after), where it would otherwise see no step at all and run each scenario in one order; and a thread
-/// that would wait for a shard waits where loom sees it. Outside the model checks, [`access`](Self::access)
-/// gives the structure itself.
-pub(crate) struct ModelledLocks<T> {
-    inner: T,
-    #[cfg(subagent_tracker_loom)]
-    seen_by_loom: Mutex<()>,
-}
-
-impl<T> ModelledLocks<T> {
-    pub(crate) fn new(inner: T) -> ModelledLocks<T> {
-        ModelledLocks {
-            inner,
-            #[cfg(subagent_tracker_loom)]
-            seen_by_loom: Mutex::new(()),
-        }
-    }
-
-    #[cfg(not(subagent_tracker_loom))]
-    #[inline(always)]
-    pub(crate) fn access(&self) -> &T {
-        &self.inner
-    }
-
-    #[cfg(subagent_tracker_loom)]
-    pub(crate) fn access(&self) -> Access<'_, T> {
-        Access {
-            _held: self.seen_by_loom.lock(),
-            inner: &self.inner,
-        }
-    }
-}
-
-/// The structure, with loom's lock held while it is in use.
-#[cfg(subagent_tracker_loom)]
-pub(crate) struct Access<'a, T> {
-    _held: loom::sync::MutexGuard<'a, ()>,
-    inner: &'a T,
-}
-
-#[cfg(subagent_tracker_loom)]
-impl<T> std::ops::Deref for Access<'_, T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        self.inner
-    }
-}
-
 #[cfg(subagent_tracker_loom)]
 mod loom_mutex {
     /// loom's mutex with `parking_lot`'s signature: no poisoning, `lock` returns the guard.

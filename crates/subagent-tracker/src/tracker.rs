@@ -3,7 +3,7 @@
 //! The layer's parts, from the bottom up:
 //! - [`config`], [`reasons`], [`start`]: a session's settings, the reasons it writes, the description of a
 //!   task to start;
-//! - [`pending_index`], [`retention`]: where a session keeps its pending tasks and its finished ones;
+//! - [`retention`]: the bound on the finished tasks a session keeps, and which of them goes first;
 //! - [`early_cancels`]: cancels recorded for tasks that have not started; [`task_filter`]: which pending tasks a
 //!   cancel by filter reaches;
 //! - [`finished_run`]: the compact record a finished run collapses into, and [`restore`], which fills a session
@@ -13,7 +13,8 @@
 //! - [`event_bus`]: the session's lifecycle events;
 //! - [`entry`]: one task's record, its place in the tree, and the transitions that keep the status rules (lock
 //!   level 2 in the crate's hierarchy);
-//! - [`run`]: a run as the session holds it, live or collapsed, and [`watch`], which waits for one;
+//! - [`run`]: a run as the session holds it, live or collapsed; [`run_map`]: the session's runs by id, and
+//!   which of them are pending (lock level 5); [`watch`], which waits for a run;
 //! - [`engine`]: the session's shared state and the transitions that span tasks (cancel cascades, ends,
 //!   adoption), with [`opening`] (how tasks enter), [`expiry`] (what its timers do) and [`linked_task`]
 //!   (tasks cancelled by a token they are linked to);
@@ -36,13 +37,13 @@ mod finished_run;
 pub(crate) mod handle;
 mod linked_task;
 mod opening;
-mod pending_index;
 mod queries;
 pub(crate) mod reasons;
 pub(crate) mod recorded_event;
 pub(crate) mod restore;
 pub(crate) mod retention;
 mod run;
+mod run_map;
 pub(crate) mod start;
 pub(crate) mod task_filter;
 pub(crate) mod watch;

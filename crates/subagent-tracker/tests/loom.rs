@@ -107,6 +107,34 @@ fn a_batch_races_a_cancel_of_its_parent() {
     });
 }
 
+/// A cancel before start races the start of its id (contract §3, cancel before start): the cancel reaches the
+/// task whichever comes first, either as the task's first status or as a cancel of the running task, and the
+/// record is used up. The model reaches both ways: each side's write and the other's look meet in the id map's
+/// shard, which orders them (`early_cancels`' docs), so this holds only while the map's accesses are steps of
+/// the model.
+#[test]
+fn a_cancel_before_start_races_the_start() {
+    static WAYS: Outcomes<2> = Outcomes::new();
+    model(|| {
+        let tracker = tracker(16);
+        let canceller = tracker.clone();
+        let cancel = thread::spawn(move || canceller.cancel_before_start("task", Some("stop")));
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let cancelled_running = cancel.join().unwrap();
+        WAYS.reached(usize::from(cancelled_running));
+        assert!(handle.is_cancelled());
+        assert_eq!(
+            tracker.get("task").unwrap().cancel_reason.as_deref(),
+            Some("stop")
+        );
+        drop(handle);
+        // The record is used up: the id's next run starts pending.
+        let next_run = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        assert!(!next_run.is_cancelled());
+    });
+    WAYS.assert_all_reached("two ways a cancel before start reaches its task");
+}
+
 /// The runner's end and a cancel race: exactly one wins, and the status says which. The model reaches both
 /// winners: the cancel finds the task by id, so this holds only while the id map's accesses are steps of the
 /// model (`ModelledLocks` in the crate's `sync`), not invisible to it.
@@ -332,6 +360,43 @@ fn close_races_the_last_end() {
         ender.join().unwrap();
         assert!(registry.get_session("session").is_none());
     });
+}
+
+/// A runner's end races a wait for it that registers on the task's signal: the waiter is woken, or finds the
+/// task finished. An end takes no lock while nothing waits on the signal, so this holds only while the first
+/// registration is seen by every later end.
+#[test]
+fn an_end_races_a_wait_for_it() {
+    use std::task::{Context, Wake, Waker};
+
+    struct Flag(loom::sync::atomic::AtomicBool);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    static FIRST: Outcomes<2> = Outcomes::new();
+    model(|| {
+        let tracker = tracker(16);
+        let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
+        let mut wait = tracker.watch("task").unwrap().wait_finished();
+        let ender = thread::spawn(move || assert!(handle.complete(None)));
+        let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let registered = wait
+            .poll_finished(&mut Context::from_waker(&waker))
+            .is_pending();
+        FIRST.reached(usize::from(registered));
+        ender.join().unwrap();
+        if registered {
+            assert!(flag.0.load(Ordering::SeqCst), "the waiter was woken");
+        }
+        assert!(wait
+            .poll_finished(&mut Context::from_waker(&waker))
+            .is_ready());
+    });
+    FIRST.assert_all_reached("orders (the end first, the wait first)");
 }
 
 /// A resume and a cancel race on a paused task whose runner waits: the runner is woken whichever comes first,

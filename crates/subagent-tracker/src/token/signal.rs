@@ -8,8 +8,12 @@
 //!
 //! - The status word moves forward only: `Queued` to `Running`, a pending status to a terminal one, and
 //!   `finished` is set once. The one move back and forth is a pause: `Running` to `Paused` and back, each
-//!   woken in the resume waiters, which also wake when the signal fires or finishes. Both live in one atomic byte, so a lock-free reader sees them together. Every
-//!   write happens under the lock.
+//!   woken in the resume waiters, which also wake when the signal fires or finishes. Both live in one atomic
+//!   byte, so a lock-free reader sees them together.
+//! - Every write of the status word happens under the lock, but one: the end of a signal whose lock nobody has
+//!   taken. The first taker of the lock marks the word for good ([`LOCK_USED`]) before anything else, and
+//!   until then the state under the lock is empty, so such an end owes nothing to anyone: it writes the word
+//!   with one compare-and-swap that fails once the mark is there, where it would take the lock.
 //! - A signal fires (a pending status to `Cancelled`) at most once. A `Queued` signal has no runner to wait
 //!   for, so firing it finishes it too. Firing takes its waiters, callbacks and dependents
 //!   out under the lock and hands them to a [`Delivery`]; they run only when the caller calls
@@ -26,6 +30,7 @@
 //! other lock is taken and no foreign code runs.
 
 use std::any::Any;
+use std::ops::DerefMut;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -41,6 +46,9 @@ use std::sync::atomic::Ordering;
 
 /// Set in the status word once the runner has reported its end (or its handle was closed).
 const FINISHED: u8 = 0x80;
+
+/// Set in the status word, for good, by the first taker of the signal's lock; no reader of the status sees it.
+const LOCK_USED: u8 = 0x40;
 
 /// What happened when a dependent tried to register on a source.
 pub(crate) enum Registration {
@@ -133,7 +141,21 @@ impl CancelSignal {
 
     #[inline]
     pub(crate) fn word(&self) -> StatusWord {
-        StatusWord(self.word.load(Ordering::Acquire))
+        StatusWord(self.word.load(Ordering::Acquire) & !LOCK_USED)
+    }
+
+    /// Writes the status word, under the lock (which [`lock`](Self::lock) has marked as used).
+    fn set_word(&self, word: u8) {
+        self.word.store(word | LOCK_USED, Ordering::Release);
+    }
+
+    /// The state, locked, once the word is marked as used: from then on an end takes the lock too.
+    fn lock(&self) -> impl DerefMut<Target = SignalState> + '_ {
+        let state = self.state.lock();
+        if self.word.load(Ordering::Relaxed) & LOCK_USED == 0 {
+            self.word.fetch_or(LOCK_USED, Ordering::AcqRel);
+        }
+        state
     }
 
     #[inline]
@@ -143,7 +165,8 @@ impl CancelSignal {
 
     #[inline]
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.word.load(Ordering::Acquire) & !FINISHED == SubagentStatus::Cancelled as u8
+        self.word.load(Ordering::Acquire) & !(FINISHED | LOCK_USED)
+            == SubagentStatus::Cancelled as u8
     }
 
     #[inline]
@@ -156,7 +179,7 @@ impl CancelSignal {
         if !self.is_cancelled() {
             return None;
         }
-        self.state.lock().cancel.clone()
+        self.lock().cancel.clone()
     }
 
     pub(crate) fn cancel_reason(&self) -> Option<Arc<str>> {
@@ -177,7 +200,7 @@ impl CancelSignal {
         if !self.status().is_pending() {
             return false;
         }
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         let word = self.word();
         if !word.status().is_pending() {
             return false;
@@ -187,10 +210,7 @@ impl CancelSignal {
         } else {
             word.0 & FINISHED
         };
-        self.word.store(
-            SubagentStatus::Cancelled as u8 | finished,
-            Ordering::Release,
-        );
+        self.set_word(SubagentStatus::Cancelled as u8 | finished);
         if let Some(token) = &state.token {
             delivery.cancel_bridge(token.clone());
         }
@@ -219,19 +239,31 @@ impl CancelSignal {
     /// either becomes finished. Returns `None` if it had already finished, otherwise whether this moved it out
     /// of its pending status.
     pub(crate) fn finish(&self, ending: Ending, delivery: &mut Delivery) -> Option<bool> {
-        let mut state = self.state.lock();
+        let unlocked = self.word.load(Ordering::Acquire);
+        if unlocked & (LOCK_USED | FINISHED) == 0 {
+            let word = StatusWord(unlocked);
+            let status = ended_status(word, ending);
+            if self
+                .word
+                .compare_exchange(
+                    unlocked,
+                    status as u8 | FINISHED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+            {
+                return Some(word.status().is_pending() && !status.is_pending());
+            }
+        }
+        let mut state = self.lock();
         let word = self.word();
         if word.is_finished() {
             return None;
         }
         let running = word.status().is_pending();
-        let status = match ending {
-            _ if !running => word.status(),
-            Ending::Completed => SubagentStatus::Completed,
-            Ending::Failed => SubagentStatus::Failed,
-            Ending::Stopped => word.status(),
-        };
-        self.word.store(status as u8 | FINISHED, Ordering::Release);
+        let status = ended_status(word, ending);
+        self.set_word(status as u8 | FINISHED);
         delivery.wake_waiters(&mut state.finish_waiters);
         state.wake_resume_waiters(delivery);
         if status != SubagentStatus::Cancelled {
@@ -270,11 +302,11 @@ impl CancelSignal {
         to: SubagentStatus,
         delivery: Option<&mut Delivery>,
     ) -> bool {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         if self.word().0 != from as u8 {
             return false;
         }
-        self.word.store(to as u8, Ordering::Release);
+        self.set_word(to as u8);
         if let Some(delivery) = delivery {
             state.wake_resume_waiters(delivery);
         }
@@ -287,7 +319,7 @@ impl CancelSignal {
         if self.is_cancelled() {
             return Err(callback);
         }
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         if self.is_cancelled() {
             return Err(callback);
         }
@@ -314,7 +346,7 @@ impl CancelSignal {
     /// Removes a callback that has not run; true if it was still registered. It is dropped with no lock held.
     pub(crate) fn remove_callback(&self, id: u64) -> bool {
         let removed = {
-            let mut state = self.state.lock();
+            let mut state = self.lock();
             let position = state.callbacks.iter().position(|(key, _)| *key == id);
             position.map(|position| state.callbacks.swap_remove(position))
         };
@@ -323,7 +355,7 @@ impl CancelSignal {
 
     /// Registers a dependent to fire when this signal fires.
     pub(crate) fn add_dependent(&self, dependent: Weak<dyn Dependent>) -> Registration {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         if let Some(cancel) = &state.cancel {
             return Registration::Fired(cancel.clone());
         }
@@ -338,7 +370,7 @@ impl CancelSignal {
     /// Keeps `links` (this signal's registrations on its sources) until it fires or finishes; hands them back
     /// if it already has, for the caller to release.
     pub(crate) fn keep_sources(&self, links: Vec<SourceLink>) -> Vec<SourceLink> {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         if self.is_cancelled() || self.is_finished() {
             return links;
         }
@@ -349,13 +381,13 @@ impl CancelSignal {
     /// Callbacks and dependents waiting for this signal: a diagnostic for leaks, back to zero once the signal
     /// fires, finishes, or each registration is removed.
     pub(crate) fn registration_count(&self) -> usize {
-        let state = self.state.lock();
+        let state = self.lock();
         state.callbacks.len() + state.dependents.len()
     }
 
     /// Calls `visit` with every registered callback of type `T`.
     pub(crate) fn visit_callbacks<T: Any>(&self, mut visit: impl FnMut(&T)) {
-        let state = self.state.lock();
+        let state = self.lock();
         for (_, callback) in &state.callbacks {
             let callback: &dyn Any = &**callback;
             if let Some(callback) = callback.downcast_ref::<T>() {
@@ -366,7 +398,7 @@ impl CancelSignal {
 
     /// The tokio-util token bridged to this signal, made on first request; cancelled if the signal has fired.
     pub(crate) fn cancellation_token(&self) -> CancellationToken {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         let cancelled = self.is_cancelled();
         state
             .token
@@ -392,7 +424,7 @@ impl CancelSignal {
             return Poll::Ready(());
         }
         let replaced = {
-            let mut state = self.state.lock();
+            let mut state = self.lock();
             if self.is_cancelled() {
                 return Poll::Ready(());
             }
@@ -422,7 +454,7 @@ impl CancelSignal {
             return Poll::Ready(());
         }
         let replaced = {
-            let mut state = self.state.lock();
+            let mut state = self.lock();
             if self.is_finished() {
                 return Poll::Ready(());
             }
@@ -449,7 +481,7 @@ impl CancelSignal {
             return Poll::Ready(());
         }
         let replaced = {
-            let mut state = self.state.lock();
+            let mut state = self.lock();
             if self.word().0 != SubagentStatus::Paused as u8 {
                 return Poll::Ready(());
             }
@@ -469,7 +501,7 @@ impl CancelSignal {
     /// Takes back a waiter's registration; the waker is dropped with no lock held.
     pub(crate) fn remove_waiter(&self, key: u64) {
         let removed = {
-            let mut state = self.state.lock();
+            let mut state = self.lock();
             take_waiter(&mut state.cancel_waiters, key)
                 .or_else(|| take_waiter(&mut state.finish_waiters, key))
                 .or_else(|| {
@@ -533,7 +565,7 @@ impl Dependent for CancelSignal {
 
 impl Source for CancelSignal {
     fn remove_dependent(&self, id: u64) {
-        let mut state = self.state.lock();
+        let mut state = self.lock();
         if let Some(position) = state.dependents.iter().position(|(key, _)| *key == id) {
             state.dependents.swap_remove(position);
         }
@@ -561,6 +593,16 @@ impl Drop for CancelSignal {
             link.source.remove_dependent(link.registration);
             pending.append(&mut link.source.into_sources());
         }
+    }
+}
+
+/// The status an end leaves: a pending signal takes the ending's, a `Cancelled` one keeps its own.
+fn ended_status(word: StatusWord, ending: Ending) -> SubagentStatus {
+    match ending {
+        _ if !word.status().is_pending() => word.status(),
+        Ending::Completed => SubagentStatus::Completed,
+        Ending::Failed => SubagentStatus::Failed,
+        Ending::Stopped => word.status(),
     }
 }
 

@@ -2,10 +2,12 @@
 //! of the id begins `Cancelled`, with the recorded reason and cause `requested`. A record lasts the session's
 //! `early_cancel_ttl`; at most [`MAX_EARLY_CANCELS`] are kept, and the oldest goes first.
 //!
-//! A cancel records and then looks for a pending task of the id; a start becomes visible and then takes the
-//! record. A fence separates each side's write from its look, so at least one of them sees the other, and a
-//! record never misses the start it was meant for. The map's lock is a leaf (level 5 in the crate's lock
-//! hierarchy, see the crate root).
+//! A cancel records and then looks for the task in the session's id map; a start becomes visible in the id map
+//! and then looks for a record. Both looks at the map go through the lock of the id's shard, so one side's
+//! critical section comes first and everything before it happens before the other's, and all after: either
+//! the cancel finds the task, or the start finds the record. So a record never misses the start it was meant
+//! for, with no fence of its own (`tests/loom.rs` checks it). The records' lock is a leaf (level 5 in the
+//! crate's lock hierarchy, see the crate root).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
@@ -24,7 +26,8 @@ pub const MAX_EARLY_CANCELS: usize = 10_000;
 pub const DEFAULT_EARLY_CANCEL_TTL: Duration = Duration::from_secs(60);
 
 pub(crate) struct EarlyCancels {
-    /// How many records there are: a start in a session that has none takes no lock.
+    /// How many records there are: a start in a session that has none takes no lock. Written under the records'
+    /// lock; read with no order of its own, since the id map's lock orders a start with a cancel (module docs).
     count: AtomicU64,
     records: Mutex<Records>,
 }
@@ -103,16 +106,13 @@ impl EarlyCancels {
         records.order.push_back((task_id, stamp));
         records.trim(now);
         self.count
-            .store(records.by_id.len() as u64, Ordering::SeqCst);
-        drop(records);
-        // The recording is seen before the caller looks for the task (see the module's docs).
-        std::sync::atomic::fence(Ordering::SeqCst);
+            .store(records.by_id.len() as u64, Ordering::Relaxed);
     }
 
     /// The reason of the live record for `task_id`, left in place.
     #[inline]
     pub(crate) fn peek(&self, task_id: &str) -> Option<Arc<str>> {
-        if self.count.load(Ordering::SeqCst) == 0 {
+        if self.count.load(Ordering::Relaxed) == 0 {
             return None;
         }
         self.peek_recorded(task_id)
@@ -127,12 +127,11 @@ impl EarlyCancels {
             .then(|| recorded.reason.clone())
     }
 
-    /// Takes the live record for `task_id`: its reason, once. Called once the task it applies to is visible.
+    /// Takes the live record for `task_id`: its reason, once. Called once the task it applies to is visible in
+    /// the id map (see the module's docs).
     #[inline]
     pub(crate) fn take(&self, task_id: &str) -> Option<Arc<str>> {
-        // The task was made visible before this look (see the module's docs).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.count.load(Ordering::SeqCst) == 0 {
+        if self.count.load(Ordering::Relaxed) == 0 {
             return None;
         }
         self.take_recorded(task_id)
@@ -142,7 +141,7 @@ impl EarlyCancels {
         let mut records = self.records.lock();
         let recorded = records.by_id.remove(task_id)?;
         self.count
-            .store(records.by_id.len() as u64, Ordering::SeqCst);
+            .store(records.by_id.len() as u64, Ordering::Relaxed);
         recorded
             .expires
             .is_none_or(|expires| expires > Instant::now())

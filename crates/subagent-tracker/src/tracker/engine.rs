@@ -2,22 +2,15 @@
 //! what they settle (retention, adoption, leaving the registry).
 //!
 //! A task's record lock may be held while one of the session's own leaf locks is taken: a shard of the id
-//! map, a stripe of the pending index, or the retention window (levels 2 and 5 in the crate's lock hierarchy,
-//! see the crate root, which also says what the model checks leave out).
+//! map or the retention window (levels 2 and 5 in the crate's lock hierarchy, see the crate root).
 
 use std::collections::HashSet;
-use std::ops::Deref;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::SystemTime;
 
 use crossbeam_utils::CachePadded;
-use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
-// Seeded per process, so ids chosen by users cannot be crafted to collide; several times faster than SipHash
-// on the short keys used here (measured in BENCHMARKS.md).
-use foldhash::fast::RandomState;
 
-use crate::sync::{AtomicU64, ModelledLocks};
+use crate::sync::AtomicU64;
 use crate::token::delivery::Delivery;
 use crate::tracker::config::TrackerConfig;
 use crate::tracker::deadline_timer;
@@ -28,33 +21,12 @@ use crate::tracker::entry::{
 };
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
-use crate::tracker::pending_index::PendingIndex;
 use crate::tracker::reasons::{cancel_reason, CHILD_FAILED_REASON, GROUP_ENDED_REASON};
 use crate::tracker::retention::FinishedTasks;
-use crate::tracker::run::{Run, RunById};
+use crate::tracker::run::Run;
+use crate::tracker::run_map::RunMap;
 use crate::tracker::task_filter::TaskFilter;
 use crate::{CancelCause, ClaimProblem, SubagentStatus, TrackerError};
-
-/// The id map's slot for the finished record `run` (a collapse, a restore), holding its shard's lock.
-///
-/// Through `try_entry`, not `entry`: every start calls `entry`, and a second caller would keep the compiler
-/// from inlining it there, at about 100 instructions a lifecycle; this is the one caller of `try_entry`. A shard
-/// held elsewhere (by a lookup, or a visit of every run) is waited for by yielding, where `entry` would park:
-/// a collapse runs under its task's record lock, so a cancel or a snapshot of that task waits the while, as it
-/// would for `entry`, and nothing that holds a shard ever waits for a record lock. Under the model checks every
-/// map access holds `ModelledLocks`' lock, so `try_entry` never fails there. `tasks` is the map as
-/// `ModelledLocks::access` gives it.
-pub(super) fn finished_slot<'map, V>(
-    tasks: &'map impl Deref<Target = DashMap<RunById<V>, (), RandomState>>,
-    run: &Arc<FinishedRun<V>>,
-) -> Entry<'map, RunById<V>, ()> {
-    loop {
-        if let Some(slot) = tasks.try_entry(RunById(Run::Finished(run.clone()))) {
-            return slot;
-        }
-        std::thread::yield_now();
-    }
-}
 
 /// Where a session is listed (a registry, above this layer), seen only as far as the session needs to leave it.
 pub(crate) trait SessionList: Send + Sync {
@@ -68,10 +40,8 @@ pub(crate) trait SessionList: Send + Sync {
 pub(crate) struct TrackerShared<V> {
     pub(super) session_id: Arc<str>,
     pub(super) config: TrackerConfig,
-    /// Every retained run, by id: the map's keys are the runs themselves (it holds no values).
-    pub(super) tasks: ModelledLocks<DashMap<RunById<V>, (), RandomState>>,
-    /// The pending (queued, running or paused: not cancelled) tasks.
-    pub(super) pending: PendingIndex<TaskEntry<V>>,
+    /// Every retained run, by id, and which of them are pending (queued, running or paused: not cancelled).
+    pub(super) tasks: RunMap<V>,
     // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
     // reference counts on theirs): a write by one thread then never evicts the read-mostly fields above from
     // the other threads' caches.
@@ -99,8 +69,7 @@ impl<V> TrackerShared<V> {
             session_id,
             finished: CachePadded::new(FinishedTasks::new(config.max_finished_tasks)),
             config,
-            tasks: ModelledLocks::new(DashMap::with_hasher(RandomState::default())),
-            pending: PendingIndex::new(),
+            tasks: RunMap::new(),
             next_sequence: CachePadded::new(AtomicU64::new(0)),
             closed: OnceLock::new(),
             bus: Arc::new(EventBus::new()),
@@ -122,11 +91,9 @@ impl<V: Clone> TrackerShared<V> {
     }
 
     pub(super) fn lookup(&self, task_id: &str) -> Option<Run<V>> {
-        // The map guard is dropped before the run is used: no task lock is ever taken under a map lock.
-        self.tasks
-            .access()
-            .get(task_id)
-            .map(|item| item.key().0.clone())
+        // Copied out, so that the map's lock is released before the run is used: no task lock is ever taken
+        // under a map lock.
+        self.tasks.read(task_id, Run::clone)
     }
 
     /// The entry of `task_id` while it can still change: `None` for an unknown id or a collapsed run (which
@@ -155,20 +122,21 @@ impl<V: Clone> TrackerShared<V> {
     /// record it may have collapsed into.
     pub(super) fn record_escalation(&self, entry: &TaskEntry<V>) {
         entry.record_escalation(|| {
-            if let Some(item) = self.tasks.access().get(&*entry.task_id) {
-                if let Run::Finished(run) = &item.key().0 {
+            self.tasks.read(&entry.task_id, |held| {
+                if let Run::Finished(run) = held {
                     if run.sequence == entry.sequence {
                         run.record_escalation();
                     }
                 }
-            }
+            });
         });
     }
 
-    /// Indexes a new entry, unless its id is live (or retained at all, when it `restarts` no finished run).
-    /// Runs under the new entry's record lock when `open` takes
-    /// it (not for a parentless start that nobody listens to). A finished run it replaces goes to `replaced`,
-    /// for the caller to drop once no lock is held: an eviction may have let go of every other reference.
+    /// Indexes a new entry, unless its id is live (or retained at all, when it `restarts` no finished run), and
+    /// counts it among the pending unless it `starts_cancelled`. Runs under the new entry's record lock when
+    /// `open` takes it (not for a parentless start that nobody listens to). A finished run it replaces goes to
+    /// `replaced`, for the caller to drop once no lock is held: an eviction may have let go of every other
+    /// reference.
     pub(super) fn make_visible(
         &self,
         entry: &Arc<TaskEntry<V>>,
@@ -177,31 +145,27 @@ impl<V: Clone> TrackerShared<V> {
         replaced: &mut Vec<Run<V>>,
     ) -> Result<(), OpenRefusal> {
         loop {
-            let previous = {
-                let tasks = self.tasks.access();
-                // Bound, not the block's value: the map's entry must be dropped before the map's access.
-                let previous = match tasks.entry(RunById(Run::Live(entry.clone()))) {
-                    Entry::Occupied(occupied) if !restarts || !occupied.key().0.is_finished() => {
+            let previous = self.tasks.write(&entry.task_id, |slot| {
+                match slot.run() {
+                    Some(held) if !restarts || !held.is_finished() => {
                         return Err(OpenRefusal::DuplicateTask)
                     }
-                    Entry::Occupied(occupied)
-                        if replaced
-                            .last()
-                            .is_none_or(|forgotten| !forgotten.is(&occupied.key().0)) =>
-                    {
-                        occupied.key().0.clone()
+                    Some(held) if replaced.last().is_none_or(|forgotten| !forgotten.is(held)) => {
+                        return Ok(Some(held.clone()))
                     }
                     // The run it replaces is `replaced`'s last, so the map's reference is not the last one.
-                    Entry::Occupied(occupied) => {
-                        occupied.replace_entry(());
-                        break;
-                    }
-                    Entry::Vacant(vacant) => {
-                        vacant.insert(());
-                        break;
-                    }
-                };
-                previous
+                    _ => drop(slot.put(Run::Live(entry.clone()))),
+                }
+                // Under the lock that made it visible by id, so that whatever finds it by id and moves it out
+                // of pending (a cancel, an end) takes it out of the pending runs after this: a task that stopped
+                // being pending before is not counted.
+                if !starts_cancelled && entry.status().is_pending() {
+                    slot.index_pending(entry);
+                }
+                Ok(None)
+            })?;
+            let Some(previous) = previous else {
+                return Ok(());
             };
             // A finished run of this id stops counting against the retention bound before it is replaced, so
             // that a restart never evicts another task and a closed session never counts the new run as
@@ -212,19 +176,6 @@ impl<V: Clone> TrackerShared<V> {
             tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
             replaced.push(previous);
         }
-        #[cfg(all(test, not(subagent_tracker_loom)))]
-        tests::pause(&tests::PAUSE_BETWEEN_MAP_AND_INDEX, 2);
-        if !starts_cancelled {
-            // Out of the map's lock, so another thread may already have found the task by id and ended or
-            // cancelled it, its removal from the index finding nothing. The stripe's lock orders the two:
-            // whichever comes second sees the other's work, so a task that stopped being pending meanwhile is
-            // taken out again here.
-            self.pending.insert(entry);
-            if !entry.status().is_pending() {
-                self.pending.remove(entry);
-            }
-        }
-        Ok(())
     }
 
     /// Cancels each pending root with its pending descendants, all at one instant; returns how many tasks
@@ -286,7 +237,7 @@ impl<V: Clone> TrackerShared<V> {
                 }
                 moved += 1;
                 noted(entry.sequence);
-                self.pending.remove(&entry);
+                self.tasks.unindex_pending(&entry);
                 stack.append(&mut children);
                 if let CancelOutcome::CancelledUnclaimed(effects) = outcome {
                     finished_unclaimed.push((entry, effects));
@@ -303,7 +254,7 @@ impl<V: Clone> TrackerShared<V> {
     }
 
     pub(super) fn cancel_running(&self, reason: &Arc<str>) -> usize {
-        let running = self.pending.entries();
+        let running = self.tasks.pending_entries();
         let mut delivery = Delivery::default();
         let moved = self.cancel_trees(running, reason, CancelCause::Session, None, &mut delivery);
         delivery.deliver();
@@ -319,8 +270,8 @@ impl<V: Clone> TrackerShared<V> {
         reason: &Arc<str>,
     ) -> Vec<Arc<str>> {
         let matched: Vec<Arc<TaskEntry<V>>> = self
-            .pending
-            .entries()
+            .tasks
+            .pending_entries()
             .into_iter()
             .filter(|entry| {
                 filter.matches_status_and_agent(entry.status(), entry.agent.as_deref())
@@ -390,7 +341,7 @@ impl<V: Clone> TrackerShared<V> {
         Some(transitioned)
     }
 
-    /// The session's bookkeeping for a task that has just finished: the pending index, the tree (its pending
+    /// The session's bookkeeping for a task that has just finished: the pending runs, the tree (its pending
     /// children go to its nearest unfinished ancestor), retention, its timers, and the registry.
     pub(super) fn settle(
         &self,
@@ -398,8 +349,9 @@ impl<V: Clone> TrackerShared<V> {
         effects: EndEffects<V>,
         delivery: &mut Delivery,
     ) {
-        if effects.transitioned {
-            self.pending.remove(entry);
+        // A run its end collapsed left the pending runs under the map's lock it took for that.
+        if effects.transitioned && !matches!(effects.collapse, EndCollapse::Installed(_)) {
+            self.tasks.unindex_pending(entry);
         }
         if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);
@@ -429,12 +381,9 @@ impl<V: Clone> TrackerShared<V> {
         };
         let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
         let released = self.finished.record(run);
+        // Not the last reference to the evicted run: `released` holds it.
         if let Some(evicted) = &released.evicted {
-            self.tasks
-                .access()
-                .remove_if(&**evicted.task_id(), |retained, ()| {
-                    retained.0.sequence() == evicted.sequence()
-                });
+            drop(self.tasks.remove(evicted));
         }
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
         for key in [effects.deadline_key, effects.claim_timeout_key]
@@ -501,11 +450,7 @@ impl<V: Clone> TrackerShared<V> {
     pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
         let released = self.finished.forget_ended_before(cutoff);
         for run in &released.forgotten {
-            self.tasks
-                .access()
-                .remove_if(&**run.task_id(), |retained, ()| {
-                    retained.0.sequence() == run.sequence()
-                });
+            drop(self.tasks.remove(run));
         }
         let forgotten = released.forgotten.len();
         if forgotten > 0 {
@@ -529,20 +474,20 @@ impl<V: Clone> TrackerShared<V> {
         Some(cutoff)
     }
 
-    /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again.
-    /// Runs under `entry`'s record lock (see `TaskEntry::collapse`, and `TaskEntry::end` for a task outside any
-    /// tree).
+    /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again,
+    /// and takes `entry` out of the pending runs either way. Runs under `entry`'s record lock (see
+    /// `TaskEntry::collapse`, and `TaskEntry::end` for a task outside any tree), once the entry has finished.
     fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
-        let tasks = self.tasks.access();
-        let Entry::Occupied(occupied) = finished_slot(&tasks, run) else {
-            return false;
-        };
-        if !matches!(&occupied.key().0, Run::Live(live) if Arc::ptr_eq(live, entry)) {
-            return false;
-        }
-        // The entry's own reference is the caller's too, so this is never the last one (no drop under the lock).
-        occupied.replace_entry(());
-        true
+        self.tasks.write(&entry.task_id, |slot| {
+            slot.unindex_pending(entry);
+            if !matches!(slot.run(), Some(Run::Live(live)) if Arc::ptr_eq(live, entry)) {
+                return false;
+            }
+            // The entry's own reference is the caller's too, so this is never the last one (no drop under the
+            // lock).
+            drop(slot.put(Run::Finished(run.clone())));
+            true
+        })
     }
 
     /// Whether a registry lists this session now.
@@ -564,7 +509,7 @@ impl<V: Clone> TrackerShared<V> {
         // Every retained run is either counted by the retention window or unfinished; a run being recorded or
         // evicted right now is counted on the unfinished side, so the last end to finish its bookkeeping is
         // the one that sees zero.
-        if self.tasks.access().len() <= self.finished.retained() {
+        if self.tasks.len() <= self.finished.retained() {
             registry.leave(&self.session_id, self.key());
         }
     }

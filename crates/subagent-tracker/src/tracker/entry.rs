@@ -35,8 +35,8 @@ use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::deadline_timer::DeadlineKey;
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
-use crate::tracker::pending_index::{self, Indexed};
 use crate::tracker::retention;
+use crate::tracker::run_map;
 use crate::{
     CancelCause, ProgressEntry, SubagentEvent, SubagentEventKind, SubagentStatus, TaskFailure,
 };
@@ -66,11 +66,8 @@ pub(crate) struct TaskEntry<V> {
     pub(crate) structured: bool,
     /// Reserved (it started `Queued`), so a runner must claim it.
     pub(crate) reserved: bool,
-    /// Its stripe in the session's index of pending tasks: that of the thread that started it. (A byte, so
-    /// that it fits beside the flags above rather than growing every retained record.)
-    pub(crate) pending_stripe: u8,
-    /// Its slot in that stripe while it is pending (`pending_index`).
-    pending_slot: AtomicU32,
+    /// Its slot among its shard's pending runs while it is pending (`run_map`).
+    pub(crate) pending_slot: AtomicU32,
     pub(crate) signal: Arc<CancelSignal>,
     /// Where this run stands in the session's retention window (`retention::state`).
     pub(crate) retention: AtomicU8,
@@ -196,20 +193,6 @@ pub(crate) enum Admission<V> {
     Finished(Option<Arc<TaskEntry<V>>>),
 }
 
-impl<V> Indexed for TaskEntry<V> {
-    fn stripe(&self) -> u8 {
-        self.pending_stripe
-    }
-
-    fn slot(&self) -> &AtomicU32 {
-        &self.pending_slot
-    }
-
-    fn sequence(&self) -> u64 {
-        self.sequence
-    }
-}
-
 impl<V> TaskEntry<V> {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
@@ -235,8 +218,7 @@ impl<V> TaskEntry<V> {
             detached,
             structured,
             reserved,
-            pending_stripe: pending_index::current_stripe(),
-            pending_slot: AtomicU32::new(pending_index::NOT_INDEXED),
+            pending_slot: AtomicU32::new(run_map::NOT_INDEXED),
             signal: Arc::new(CancelSignal::new(if reserved {
                 SubagentStatus::Queued
             } else {

@@ -227,25 +227,23 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
         // Merged before any lock is taken: a store's merge may run foreign code.
         let metadata = self.inherited_metadata(parent.as_ref(), start.detached, start.metadata);
         let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
-        // Built inside the allocation (`new_cyclic` allocates first), not on the stack and then copied: the
-        // copy of this large struct was a measurable share of a lifecycle.
-        let entry = Arc::new_cyclic(|_| {
-            TaskEntry::new(
-                sequence,
-                task_id,
-                parent.clone(),
-                start.agent,
-                start.description,
-                metadata,
-                deadline,
-                [
-                    start.detached,
-                    start.structured,
-                    matches!(opening, Opening::Reserve { .. }),
-                ],
-                SystemTime::now(),
-            )
-        });
+        // `Arc::new`, which copies the struct into its allocation (about 25 instructions), rather than
+        // `new_cyclic`, which builds it there but sets the count with a locked instruction (BENCHMARKS.md).
+        let entry = Arc::new(TaskEntry::new(
+            sequence,
+            task_id,
+            parent.clone(),
+            start.agent,
+            start.description,
+            metadata,
+            deadline,
+            [
+                start.detached,
+                start.structured,
+                matches!(opening, Opening::Reserve { .. }),
+            ],
+            SystemTime::now(),
+        ));
         let mut delivery = Delivery::default();
         let mut replaced = Vec::new();
         // The entry holds the id from here on: reading it there saves the reference count a copy would cost.

@@ -52,7 +52,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     pub fn tasks(&self) -> Vec<SubagentTaskSnapshot<V>> {
         let cutoff = self.shared.forget_aged();
         self.shared
-            .retained_runs()
+            .tasks
+            .runs()
             .iter()
             .map(|run| run.snapshot(&self.shared.session_id))
             .filter(|task| !is_aged(task, cutoff))
@@ -103,8 +104,8 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     #[must_use]
     pub fn pending(&self) -> Vec<SubagentTaskSnapshot<V>> {
         self.shared
-            .pending
-            .entries()
+            .tasks
+            .pending_entries()
             .iter()
             .map(|entry| entry.snapshot(&self.shared.session_id))
             // A task cancelled a moment ago may still be indexed; the snapshot tells.
@@ -116,7 +117,7 @@ impl<V: Clone + Send + Sync + 'static> InMemorySubagentTaskTracker<V> {
     #[must_use]
     pub fn retained_count(&self) -> usize {
         self.shared.forget_aged();
-        self.shared.tasks.access().len()
+        self.shared.tasks.len()
     }
 
     /// Waits until the task `task_id` has finished and returns its final snapshot.
@@ -169,29 +170,13 @@ impl<V: Clone> TrackerShared<V> {
     /// its record lock, never taken under the map's).
     pub(super) fn visit_values(&self, mut visit: impl FnMut(&V)) {
         let mut live = Vec::new();
-        // `retain` walks each shard under its write lock, counting no reference per item where the map's iterator
-        // counts one up and down for each; the collector visits every retained run.
-        self.tasks.access().retain(|retained, ()| {
-            match &retained.0 {
-                Run::Finished(run) => run.visit_values(&mut visit),
-                Run::Live(entry) => live.push(entry.clone()),
-            }
-            true
+        // Where the map holds them, counting no reference per run: the collector visits every retained run.
+        self.tasks.visit(|retained| match retained {
+            Run::Finished(run) => run.visit_values(&mut visit),
+            Run::Live(entry) => live.push(entry.clone()),
         });
         for entry in live {
             entry.visit_values(&mut visit);
         }
-    }
-
-    /// Every retained run, in start order, copied out of the map so that no map lock is held after.
-    pub(super) fn retained_runs(&self) -> Vec<Run<V>> {
-        let mut runs: Vec<Run<V>> = self
-            .tasks
-            .access()
-            .iter()
-            .map(|item| item.key().0.clone())
-            .collect();
-        runs.sort_unstable_by_key(Run::sequence);
-        runs
     }
 }

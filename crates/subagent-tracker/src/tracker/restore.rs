@@ -4,11 +4,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use dashmap::mapref::entry::Entry;
-
 use crate::task_id::validate_task_id;
 use crate::token::cancel_record::CancelRecord;
-use crate::tracker::engine::{finished_slot, TrackerShared};
+use crate::tracker::engine::TrackerShared;
 use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
 use crate::tracker::run::Run;
 use crate::{SubagentStatus, SubagentTaskSnapshot, TaskFailure, TrackerError};
@@ -52,21 +50,17 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
                 .next_sequence
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let run = Arc::new(finished_run(sequence, restored_snapshot(snapshot, now)));
-            {
-                let tasks = self.tasks.access();
-                let Entry::Vacant(vacant) = finished_slot(&tasks, &run) else {
-                    continue;
-                };
-                vacant.insert(());
+            let vacant = self.tasks.write(&run.task_id, |slot| {
+                slot.run().is_none() && slot.put(Run::Finished(run.clone())).is_none()
+            });
+            if !vacant {
+                continue;
             }
             restored += 1;
             let released = self.finished.record(Run::Finished(run));
+            // Not the last reference to the evicted run: `released` holds it.
             if let Some(evicted) = &released.evicted {
-                self.tasks
-                    .access()
-                    .remove_if(&**evicted.task_id(), |retained, ()| {
-                        retained.0.sequence() == evicted.sequence()
-                    });
+                drop(self.tasks.remove(evicted));
             }
             // Dropped with no lock held: the last reference to an evicted run may own foreign objects.
             drop(released);

@@ -5,8 +5,6 @@
 //! One finished run keeps its entry: a reservation cancelled before anyone claimed it, because its claim
 //! still succeeds, hands over a handle whose token has fired, and records when it was claimed.
 
-use std::borrow::Borrow;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -23,35 +21,6 @@ pub(crate) enum Run<V> {
     /// Finished, collapsed into its record.
     Finished(Arc<FinishedRun<V>>),
 }
-
-/// A run as the session's id map holds it: hashed and compared by its task id, so that the map keeps no copy of
-/// the id beside the run. A run's id never changes, so neither does its place in the map; a run that collapses
-/// is put in its own place with the entry API's `replace_entry`, which swaps the key.
-pub(crate) struct RunById<V>(pub(crate) Run<V>);
-
-impl<V> Borrow<str> for RunById<V> {
-    #[inline]
-    fn borrow(&self) -> &str {
-        self.0.task_id()
-    }
-}
-
-// As `str` hashes and compares, which `Borrow<str>` requires: the map is searched by `&str`.
-impl<V> Hash for RunById<V> {
-    #[inline]
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        str::hash(self.0.task_id(), state);
-    }
-}
-
-impl<V> PartialEq for RunById<V> {
-    #[inline]
-    fn eq(&self, other: &Self) -> bool {
-        self.0.task_id() == other.0.task_id()
-    }
-}
-
-impl<V> Eq for RunById<V> {}
 
 impl<V> Clone for Run<V> {
     fn clone(&self) -> Self {

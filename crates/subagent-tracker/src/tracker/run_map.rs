@@ -1,0 +1,372 @@
+//! The session's id map: every retained run by its task id, in shards, each shard also indexing its pending runs.
+//!
+//! A shard is a hash table of runs, hashed and compared by their task ids (the map keeps no copy of an id
+//! beside its run), and the slots of its pending runs, so that listing them costs what is pending, not what is
+//! retained. A run enters its slot under the lock that makes it visible by id, and leaves it under the lock of
+//! whatever moves it out of pending: a cancel, an end, or the end's collapse into its record, which holds the
+//! lock already. A start and an end each take the one lock, where an index of its own would have had them
+//! take two.
+//!
+//! A slot holds its run's hash and start sequence, by which a listing finds the run in the table; the run's
+//! entry holds the slot's number, read and written only under the shard's lock, so it moves by plain loads
+//! and stores. A listing reads the free slots too: as many as the shard ever held pending runs at once.
+//!
+//! Each shard's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root). No run is dropped
+//! under it: what the map lets go of is returned to the caller.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use crossbeam_utils::CachePadded;
+// Seeded per process, so ids chosen by users cannot be crafted to collide; several times faster than SipHash
+// on the short keys used here (measured in BENCHMARKS.md).
+#[cfg(not(subagent_tracker_loom))]
+use foldhash::fast::RandomState as IdHasher;
+// The model checks replay each run, which must reach the same shards every time.
+#[cfg(subagent_tracker_loom)]
+use foldhash::fast::FixedState as IdHasher;
+use hashbrown::hash_table::Entry;
+use hashbrown::HashTable;
+
+use crate::sync::RwLock;
+use crate::tracker::entry::TaskEntry;
+use crate::tracker::run::Run;
+
+/// The slot number of a run that is not among the pending.
+pub(crate) const NOT_INDEXED: u32 = u32::MAX;
+
+pub(crate) struct RunMap<V> {
+    hasher: IdHasher,
+    /// How far a hash is shifted to give its shard's number.
+    shift: u32,
+    shards: Box<[CachePadded<RwLock<Shard<V>>>]>,
+}
+
+struct Shard<V> {
+    runs: HashTable<Run<V>>,
+    pending: PendingSlots,
+}
+
+/// The pending runs of one shard, each by its hash and start sequence, and the slots free for the next ones.
+#[derive(Default)]
+struct PendingSlots {
+    slots: Vec<Option<(u64, u64)>>,
+    free: Vec<u32>,
+}
+
+impl<V> RunMap<V> {
+    pub(crate) fn new() -> RunMap<V> {
+        let count = shard_count();
+        RunMap {
+            hasher: IdHasher::default(),
+            shift: u64::BITS - count.trailing_zeros(),
+            shards: (0..count)
+                .map(|_| {
+                    CachePadded::new(RwLock::new(Shard {
+                        runs: HashTable::new(),
+                        pending: PendingSlots::default(),
+                    }))
+                })
+                .collect(),
+        }
+    }
+
+    #[inline]
+    fn hash(&self, task_id: &str) -> u64 {
+        self.hasher.hash_one(task_id)
+    }
+
+    /// The shard of `hash`, chosen by the bits below the seven at the top that the table keeps as each run's
+    /// tag, so that the tags within a shard stay as varied as the hashes.
+    #[inline]
+    fn shard(&self, hash: u64) -> &RwLock<Shard<V>> {
+        let index =
+            usize::try_from((hash << 7) >> self.shift).expect("fewer shards than usize::MAX");
+        &self.shards[index]
+    }
+
+    /// `read` given the run of `task_id`, under its shard's read lock.
+    #[inline]
+    pub(crate) fn read<R>(&self, task_id: &str, read: impl FnOnce(&Run<V>) -> R) -> Option<R> {
+        let hash = self.hash(task_id);
+        let shard = self.shard(hash).read();
+        shard
+            .runs
+            .find(hash, |run| &**run.task_id() == task_id)
+            .map(read)
+    }
+
+    /// `write` given the slot of `task_id` (its run, if there is one), under its shard's write lock.
+    #[inline]
+    pub(crate) fn write<R>(&self, task_id: &str, write: impl FnOnce(&mut Slot<'_, V>) -> R) -> R {
+        let hash = self.hash(task_id);
+        let mut shard = self.shard(hash).write();
+        let Shard { runs, pending } = &mut *shard;
+        let entry = runs.entry(
+            hash,
+            |run| &**run.task_id() == task_id,
+            |run| self.hasher.hash_one(&**run.task_id()),
+        );
+        write(&mut Slot {
+            entry: Some(entry),
+            pending,
+            hash,
+        })
+    }
+
+    /// Takes `run` out of the map, unless its id names another run now; returns what the map held, for the
+    /// caller to drop once no lock is held.
+    pub(crate) fn remove(&self, run: &Run<V>) -> Option<Run<V>> {
+        self.write(run.task_id(), |slot| {
+            slot.remove_if(|held| held.sequence() == run.sequence())
+        })
+    }
+
+    /// Takes `entry` out of the pending runs; nothing happens if it is not among them.
+    pub(crate) fn unindex_pending(&self, entry: &TaskEntry<V>) {
+        self.write(&entry.task_id, |slot| slot.unindex_pending(entry));
+    }
+
+    /// How many runs the map holds.
+    pub(crate) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.read().runs.len())
+            .sum()
+    }
+
+    /// Every run, copied out so that no lock of the map is held after, in start order.
+    pub(crate) fn runs(&self) -> Vec<Run<V>> {
+        let mut runs = Vec::new();
+        for shard in &*self.shards {
+            runs.extend(shard.read().runs.iter().cloned());
+        }
+        runs.sort_unstable_by_key(Run::sequence);
+        runs
+    }
+
+    /// Calls `visit` with every run, under each shard's read lock in turn: `visit` takes no lock of the core's.
+    pub(crate) fn visit(&self, mut visit: impl FnMut(&Run<V>)) {
+        for shard in &*self.shards {
+            shard.read().runs.iter().for_each(&mut visit);
+        }
+    }
+
+    /// The entries of the pending runs, in start order. A run that stopped being pending a moment ago may be
+    /// among them.
+    pub(crate) fn pending_entries(&self) -> Vec<Arc<TaskEntry<V>>> {
+        let mut entries = Vec::new();
+        for shard in &*self.shards {
+            let shard = shard.read();
+            entries.extend(
+                shard
+                    .pending
+                    .slots
+                    .iter()
+                    .flatten()
+                    .filter_map(|&(hash, sequence)| {
+                        match shard.runs.find(hash, |run| run.sequence() == sequence) {
+                            Some(Run::Live(entry)) => Some(entry.clone()),
+                            _ => None,
+                        }
+                    }),
+            );
+        }
+        entries.sort_unstable_by_key(|entry| entry.sequence);
+        entries
+    }
+
+    /// How many pending slots the shards hold, taken and free: what a listing reads.
+    #[cfg(all(test, not(subagent_tracker_loom)))]
+    pub(crate) fn pending_slots(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.read().pending.slots.len())
+            .sum()
+    }
+}
+
+/// The place of one task id in its shard, with the shard's lock held: the id's run, if there is one, and the
+/// shard's pending runs.
+pub(crate) struct Slot<'a, V> {
+    /// `None` only while a method moves the table's entry from vacant to occupied.
+    entry: Option<Entry<'a, Run<V>>>,
+    pending: &'a mut PendingSlots,
+    hash: u64,
+}
+
+impl<V> Slot<'_, V> {
+    /// The run the id names, if there is one.
+    #[inline]
+    pub(crate) fn run(&self) -> Option<&Run<V>> {
+        match &self.entry {
+            Some(Entry::Occupied(occupied)) => Some(occupied.get()),
+            _ => None,
+        }
+    }
+
+    /// Makes the id name `run`; returns the run it named before, for the caller to drop once no lock is held.
+    #[inline]
+    pub(crate) fn put(&mut self, run: Run<V>) -> Option<Run<V>> {
+        match self.entry.take() {
+            Some(Entry::Occupied(mut occupied)) => {
+                let before = std::mem::replace(occupied.get_mut(), run);
+                self.entry = Some(Entry::Occupied(occupied));
+                Some(before)
+            }
+            Some(Entry::Vacant(vacant)) => {
+                self.entry = Some(Entry::Occupied(vacant.insert(run)));
+                None
+            }
+            None => unreachable!("a slot's entry is put back by every method that takes it"),
+        }
+    }
+
+    /// Takes the id's run out of the map if `remove` says so; returns it, for the caller to drop once no lock
+    /// is held.
+    fn remove_if(&mut self, remove: impl FnOnce(&Run<V>) -> bool) -> Option<Run<V>> {
+        match self.entry.take() {
+            Some(Entry::Occupied(occupied)) if remove(occupied.get()) => {
+                let (run, vacant) = occupied.remove();
+                self.entry = Some(Entry::Vacant(vacant));
+                Some(run)
+            }
+            entry => {
+                self.entry = entry;
+                None
+            }
+        }
+    }
+
+    /// Adds `entry`, the id's run, to the shard's pending runs.
+    #[inline]
+    pub(crate) fn index_pending(&mut self, entry: &TaskEntry<V>) {
+        let slot = match self.pending.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.pending.slots.push(None);
+                u32::try_from(self.pending.slots.len() - 1)
+                    .expect("fewer pending tasks than slot numbers")
+            }
+        };
+        self.pending.slots[slot as usize] = Some((self.hash, entry.sequence));
+        entry.pending_slot.store(slot, Ordering::Relaxed);
+    }
+
+    /// Takes `entry`, a run of the id, out of the shard's pending runs; nothing happens if it is not among them.
+    #[inline]
+    pub(crate) fn unindex_pending(&mut self, entry: &TaskEntry<V>) {
+        let slot = entry.pending_slot.load(Ordering::Relaxed);
+        if slot == NOT_INDEXED {
+            return;
+        }
+        entry.pending_slot.store(NOT_INDEXED, Ordering::Relaxed);
+        self.pending.slots[slot as usize] = None;
+        self.pending.free.push(slot);
+    }
+}
+
+/// Four shards a core, as dashmap has, so that threads that run at once rarely wait for one another's shard.
+fn shard_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(8, |cores| (cores.get() * 4).next_power_of_two())
+            .clamp(2, 1 << 10)
+    })
+}
+
+#[cfg(all(test, not(subagent_tracker_loom)))]
+mod tests {
+    use crate::{InMemorySubagentTaskTracker, TaskStart};
+
+    use super::shard_count;
+
+    /// Contract §6: listing the pending tasks costs what is running, not what is retained. However many tasks
+    /// have finished, the shards hold no more pending slots than ever ran at once in each.
+    #[test]
+    fn the_pending_slots_grow_with_the_running_tasks_not_with_the_retained() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        let mut running = std::collections::VecDeque::new();
+        for index in 0..5_000 {
+            let start = TaskStart::new().task_id(format!("t{index}"));
+            running.push_back(tracker.start(start).unwrap());
+            if running.len() > 3 {
+                assert!(running.pop_front().unwrap().complete(None));
+            }
+        }
+        assert_eq!(tracker.pending().len(), 3);
+        assert_eq!(tracker.tasks().len(), 5_000);
+        assert!(tracker.shared().tasks.pending_slots() <= 4 * shard_count());
+    }
+
+    /// Every way out of pending takes a run out of the pending runs: an end, a cancel and its cascade, the
+    /// cancel of a reservation nobody claimed, a closed handle, a close; and a run that starts cancelled never
+    /// enters them.
+    #[test]
+    fn every_way_out_of_pending_leaves_the_pending_runs() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        let pending = || tracker.shared().tasks.pending_entries().len();
+        let ended = tracker.start(TaskStart::new().task_id("ended")).unwrap();
+        assert_eq!(pending(), 1);
+        assert!(ended.complete(None));
+        assert_eq!(pending(), 0);
+        let parent = tracker.start(TaskStart::new().task_id("parent")).unwrap();
+        let child = tracker
+            .start(TaskStart::new().task_id("child").parent_id("parent"))
+            .unwrap();
+        let reserved = tracker
+            .reserve(TaskStart::new().task_id("reserved"), None)
+            .unwrap();
+        assert_eq!(pending(), 3);
+        assert!(tracker.cancel("parent", None));
+        assert!(tracker.cancel(&reserved, None));
+        assert_eq!(pending(), 0);
+        let late_child = tracker
+            .start(TaskStart::new().task_id("late").parent_id("parent"))
+            .unwrap();
+        assert!(late_child.is_cancelled());
+        assert_eq!(pending(), 0);
+        drop((parent, child, late_child));
+        let dropped = tracker.start(TaskStart::new().task_id("dropped")).unwrap();
+        drop(dropped);
+        let restarted = tracker.start(TaskStart::new().task_id("ended")).unwrap();
+        assert_eq!(pending(), 1);
+        tracker.close(None);
+        assert_eq!(pending(), 0);
+        drop(restarted);
+    }
+
+    /// A run leaves its slot free for the next one; an unindexing of a run not among the pending, or a second
+    /// time, changes nothing; the listing is in start order whatever the slots.
+    #[test]
+    fn slots_are_reused_and_unindexing_a_run_not_pending_changes_nothing() {
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
+        let handles: Vec<_> = (0..4)
+            .map(|index| {
+                tracker
+                    .start(TaskStart::new().task_id(format!("t{index}")))
+                    .unwrap()
+            })
+            .collect();
+        let map = &tracker.shared().tasks;
+        let entries = map.pending_entries();
+        let sequences = |entries: &[std::sync::Arc<crate::tracker::entry::TaskEntry<String>>]| {
+            entries
+                .iter()
+                .map(|entry| entry.sequence)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sequences(&entries), [0, 1, 2, 3]);
+        let slots = map.pending_slots();
+        map.unindex_pending(&entries[0]);
+        map.unindex_pending(&entries[0]);
+        assert_eq!(sequences(&map.pending_entries()), [1, 2, 3]);
+        map.write(&entries[0].task_id, |slot| slot.index_pending(&entries[0]));
+        assert_eq!(map.pending_slots(), slots, "the freed slot is reused");
+        assert_eq!(sequences(&map.pending_entries()), [0, 1, 2, 3]);
+        drop(handles);
+        assert!(map.pending_entries().is_empty());
+    }
+}
