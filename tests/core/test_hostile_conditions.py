@@ -1444,23 +1444,27 @@ def test_deadlines_fire_in_a_child_forked_while_the_timer_was_idle() -> None:
 
 
 def test_a_finalizer_run_by_an_eviction_may_use_the_session() -> None:
-    """Evicting a run can free the last reference to its metadata, whose finalizer may start and end tasks:
-    nothing of the session may be locked while that happens."""
+    """Letting go of a run (a restart replacing it, an eviction) can free the last reference to its metadata,
+    whose finalizer may start and end tasks: nothing of the session may be locked while that happens."""
     finished = _run_child(
         """
         import weakref
         from subagent_tracker import Session
 
         session = Session(max_finished_tasks=1)
+        ran = []
         class Payload:
             pass
-        payload = Payload()
-        weakref.finalize(payload, lambda: session.start_subagent_task("from-finalizer").complete())
-        session.start_subagent_task("a", metadata={"payload": payload}).complete()
-        del payload
-        session.start_subagent_task("a").complete()  # replaces the first run: its record goes stale
-        session.start_subagent_task("b").complete()  # evicts, dropping the stale record and its metadata
-        assert session.subagent_task("from-finalizer") is not None
+        def payload(name):
+            held = Payload()
+            weakref.finalize(held, lambda: ran.append((name, session.start_subagent_task(name).complete())))
+            return {"payload": held}
+        session.start_subagent_task("a", metadata=payload("replaced")).complete()
+        session.start_subagent_task("a").complete()  # replaces the first run, the last holder of its metadata
+        assert ran == [("replaced", True)], ran
+        session.start_subagent_task("b", metadata=payload("evicted")).complete()
+        session.start_subagent_task("c").complete()  # evicts b, the last holder of its metadata
+        assert ran == [("replaced", True), ("evicted", True)], ran
         print("ok")
         """,
         timeout=20,

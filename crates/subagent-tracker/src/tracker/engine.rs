@@ -16,13 +16,13 @@ use crate::tracker::config::TrackerConfig;
 use crate::tracker::deadline_timer;
 use crate::tracker::early_cancels::EarlyCancels;
 use crate::tracker::entry::{
-    Admission, CancelOutcome, CancelRequest, EndCollapse, EndEffects, OpenRefusal, RunnerEnd,
-    TaskEntry,
+    Admission, CancelOutcome, CancelRequest, EndCollapse, EndEffects, Installed, OpenRefusal,
+    RunnerEnd, TaskEntry,
 };
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
 use crate::tracker::reasons::{cancel_reason, CHILD_FAILED_REASON, GROUP_ENDED_REASON};
-use crate::tracker::retention::FinishedTasks;
+use crate::tracker::retention::{FinishedTasks, RunKey};
 use crate::tracker::run::Run;
 use crate::tracker::run_map::RunMap;
 use crate::tracker::task_filter::TaskFilter;
@@ -45,7 +45,7 @@ pub(crate) struct TrackerShared<V> {
     // The two fields every lifecycle writes sit on cache lines of their own (which also puts the `Arc`'s
     // reference counts on theirs): a write by one thread then never evicts the read-mostly fields above from
     // the other threads' caches.
-    pub(super) finished: CachePadded<FinishedTasks<Run<V>>>,
+    pub(super) finished: CachePadded<FinishedTasks>,
     pub(super) next_sequence: CachePadded<AtomicU64>,
     /// Set once, by `close`, to the reason given.
     pub(super) closed: OnceLock<Arc<str>>,
@@ -135,8 +135,7 @@ impl<V: Clone> TrackerShared<V> {
     /// Indexes a new entry, unless its id is live (or retained at all, when it `restarts` no finished run), and
     /// counts it among the pending unless it `starts_cancelled`. Runs under the new entry's record lock when
     /// `open` takes it (not for a parentless start that nobody listens to). A finished run it replaces goes to
-    /// `replaced`, for the caller to drop once no lock is held: an eviction may have let go of every other
-    /// reference.
+    /// `replaced`, for the caller to drop once no lock is held: the map's reference may be its last.
     pub(super) fn make_visible(
         &self,
         entry: &Arc<TaskEntry<V>>,
@@ -144,38 +143,24 @@ impl<V: Clone> TrackerShared<V> {
         restarts: bool,
         replaced: &mut Vec<Run<V>>,
     ) -> Result<(), OpenRefusal> {
-        loop {
-            let previous = self.tasks.write(&entry.task_id, |slot| {
-                match slot.run() {
-                    Some(held) if !restarts || !held.is_finished() => {
-                        return Err(OpenRefusal::DuplicateTask)
-                    }
-                    Some(held) if replaced.last().is_none_or(|forgotten| !forgotten.is(held)) => {
-                        return Ok(Some(held.clone()))
-                    }
-                    // The run it replaces is `replaced`'s last, so the map's reference is not the last one.
-                    _ => drop(slot.put(Run::Live(entry.clone()))),
+        self.tasks.write(&entry.task_id, |slot| {
+            if let Some(held) = slot.run() {
+                if !restarts || !held.is_finished() {
+                    return Err(OpenRefusal::DuplicateTask);
                 }
-                // Under the lock that made it visible by id, so that whatever finds it by id and moves it out
-                // of pending (a cancel, an end) takes it out of the pending runs after this: a task that stopped
-                // being pending before is not counted.
-                if !starts_cancelled && entry.status().is_pending() {
-                    slot.index_pending(entry);
-                }
-                Ok(None)
-            })?;
-            let Some(previous) = previous else {
-                return Ok(());
-            };
-            // A finished run of this id stops counting against the retention bound before it is replaced, so
-            // that a restart never evicts another task and a closed session never counts the new run as
-            // finished; out of the map's lock, which nests no other. Then the entry is looked at again: the run
-            // may have collapsed into its record meanwhile, and the record is forgotten in turn.
-            self.finished.forget(&previous);
-            #[cfg(all(test, not(subagent_tracker_loom)))]
-            tests::pause(&tests::PAUSE_AFTER_FORGETTING, 20);
-            replaced.push(previous);
-        }
+                // Under the lock that replaces it, so that a restart never evicts another task and a closed
+                // session never counts the new run as finished.
+                self.finished.forget(held);
+            }
+            replaced.extend(slot.put(Run::Live(entry.clone())));
+            // Under the lock that made it visible by id, so that whatever finds it by id and moves it out of
+            // pending (a cancel, an end) takes it out of the pending runs after this: a task that stopped being
+            // pending before is not counted.
+            if !starts_cancelled && entry.status().is_pending() {
+                slot.index_pending(entry);
+            }
+            Ok(())
+        })
     }
 
     /// Cancels each pending root with its pending descendants, all at one instant; returns how many tasks
@@ -334,7 +319,7 @@ impl<V: Clone> TrackerShared<V> {
         delivery: &mut Delivery,
     ) -> Option<bool> {
         let install = (self.config.max_finished_tasks != 0)
-            .then_some(|run: &Arc<FinishedRun<V>>| self.install_finished(entry, run));
+            .then_some(|run: Arc<FinishedRun<V>>| self.install_finished(entry, run));
         let effects = entry.end(end, &self.bus, delivery, install)?;
         let transitioned = effects.transitioned;
         self.settle(entry, effects, delivery);
@@ -373,16 +358,18 @@ impl<V: Clone> TrackerShared<V> {
         tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
         // A session that keeps no finished run (a store's local mirror) evicts it at once: nothing to collapse. A
         // run its end collapsed, or tried to, is not offered again.
-        let collapsed = match effects.collapse {
-            EndCollapse::Installed(run) => Some(run),
-            EndCollapse::Kept => None,
-            EndCollapse::Later if self.config.max_finished_tasks == 0 => None,
-            EndCollapse::Later => entry.collapse(|run| self.install_finished(entry, run)),
+        let collapse = match effects.collapse {
+            EndCollapse::Later if self.config.max_finished_tasks != 0 => {
+                entry.collapse(|run| self.install_finished(entry, run))
+            }
+            collapse => collapse,
         };
-        let run = collapsed.map_or_else(|| Run::Live(entry.clone()), Run::Finished);
-        let released = self.finished.record(run);
-        // Not the last reference to the evicted run: `released` holds it.
-        if let Some(evicted) = &released.evicted {
+        let evicted = match collapse {
+            EndCollapse::Installed(evicted) => evicted,
+            EndCollapse::Later | EndCollapse::Kept => self.retain_entry(entry),
+        };
+        if let Some(evicted) = evicted {
+            // With no lock held: the map's reference is the evicted run's last, and it may own foreign objects.
             drop(self.tasks.remove(evicted));
         }
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
@@ -394,8 +381,6 @@ impl<V: Clone> TrackerShared<V> {
         }
         self.forget_aged();
         self.leave_registry_if_drained();
-        // Dropped here, with no lock held: the last reference to an evicted run may own foreign objects.
-        drop(released);
     }
 
     /// The rules of task groups (contract §3) for a task that has just completed or failed: a failure of an
@@ -445,19 +430,28 @@ impl<V: Clone> TrackerShared<V> {
         }
     }
 
-    /// Forgets the finished tasks that ended at or before `cutoff` (contract §7), as eviction would; returns how
-    /// many.
+    /// Forgets the finished tasks that ended at or before `cutoff` (contract §7), as eviction would, oldest
+    /// first; returns how many. Runs are in the order they finished, so the scan stops at the first that ended
+    /// later. Each run's end is read with no lock held (it may take the run's own lock), and a run is taken out
+    /// only if it is still the oldest.
     pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
-        let released = self.finished.forget_ended_before(cutoff);
-        for run in &released.forgotten {
-            drop(self.tasks.remove(run));
+        let mut forgotten = 0;
+        while let Some(oldest) = self.finished.oldest() {
+            let Some(run) = self.tasks.run_of(oldest) else {
+                break;
+            };
+            if run.ended_at().is_none_or(|ended_at| ended_at > cutoff) {
+                break;
+            }
+            if self.finished.forget_oldest(oldest) {
+                // With no lock held: the map's reference may be the run's last.
+                drop(self.tasks.remove(oldest));
+                forgotten += 1;
+            }
         }
-        let forgotten = released.forgotten.len();
         if forgotten > 0 {
             self.leave_registry_if_drained();
         }
-        // Dropped with no lock held: the last reference to a run may own foreign objects.
-        drop(released);
         forgotten
     }
 
@@ -474,19 +468,38 @@ impl<V: Clone> TrackerShared<V> {
         Some(cutoff)
     }
 
-    /// Puts the finished record `run` in the id map in place of `entry`, unless its id has been started again,
-    /// and takes `entry` out of the pending runs either way. Runs under `entry`'s record lock (see
-    /// `TaskEntry::collapse`, and `TaskEntry::end` for a task outside any tree), once the entry has finished.
-    fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: &Arc<FinishedRun<V>>) -> bool {
+    /// Puts the finished record `run` in the id map in place of `entry` and counts it in the retention window,
+    /// unless its id has been started again, and takes `entry` out of the pending runs either way. Runs under
+    /// `entry`'s record lock (see `TaskEntry::collapse`, and `TaskEntry::end` for a task outside any tree), once
+    /// the entry has finished.
+    fn install_finished(
+        &self,
+        entry: &Arc<TaskEntry<V>>,
+        run: Arc<FinishedRun<V>>,
+    ) -> Installed<V> {
         self.tasks.write(&entry.task_id, |slot| {
             slot.unindex_pending(entry);
             if !matches!(slot.run(), Some(Run::Live(live)) if Arc::ptr_eq(live, entry)) {
-                return false;
+                return Err(run);
             }
+            let key = slot.key(run.sequence);
+            let run = Run::Finished(run);
+            let evicted = self.finished.record(&run, key);
             // The entry's own reference is the caller's too, so this is never the last one (no drop under the
             // lock).
-            drop(slot.put(Run::Finished(run.clone())));
-            true
+            drop(slot.put(run));
+            Ok(evicted)
+        })
+    }
+
+    /// Counts the finished `entry`, which keeps its place in the id map, in the retention window, unless its id
+    /// has been started again; returns the key of the run that falls out of the window, if one does.
+    fn retain_entry(&self, entry: &Arc<TaskEntry<V>>) -> Option<RunKey> {
+        self.tasks.write(&entry.task_id, |slot| match slot.run() {
+            Some(held @ Run::Live(live)) if Arc::ptr_eq(live, entry) => {
+                self.finished.record(held, slot.key(entry.sequence))
+            }
+            _ => None,
         })
     }
 

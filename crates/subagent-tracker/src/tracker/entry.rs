@@ -27,7 +27,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::sync::{AtomicU32, AtomicU8, Mutex};
+use crate::sync::{AtomicU32, Mutex};
 use crate::time::Deadline;
 use crate::token::cancel_record::CancelRecord;
 use crate::token::delivery::Delivery;
@@ -35,7 +35,7 @@ use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::deadline_timer::DeadlineKey;
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
-use crate::tracker::retention;
+use crate::tracker::retention::{self, RunKey};
 use crate::tracker::run_map;
 use crate::{
     CancelCause, ProgressEntry, SubagentEvent, SubagentEventKind, SubagentStatus, TaskFailure,
@@ -69,8 +69,8 @@ pub(crate) struct TaskEntry<V> {
     /// Its slot among its shard's pending runs while it is pending (`run_map`).
     pub(crate) pending_slot: AtomicU32,
     pub(crate) signal: Arc<CancelSignal>,
-    /// Where this run stands in the session's retention window (`retention::state`).
-    pub(crate) retention: AtomicU8,
+    /// The node of its key in the session's retention window (`retention`), once it is counted there.
+    pub(crate) window_node: AtomicU32,
     record: Mutex<TaskRecord<V>>,
 }
 
@@ -139,19 +139,25 @@ pub(crate) struct EndEffects<V> {
     pub(crate) deadline_key: Option<DeadlineKey>,
     pub(crate) claim_timeout_key: Option<DeadlineKey>,
     /// Whether the run collapsed into its finished record within its end (see [`TaskEntry::end`]).
-    pub(crate) collapse: EndCollapse<V>,
+    pub(crate) collapse: EndCollapse,
 }
 
-/// What became of a run's collapse within its end.
-pub(crate) enum EndCollapse<V> {
+/// What became of a run's collapse into its record.
+pub(crate) enum EndCollapse {
     /// Not tried: the session collapses the run once it has settled it.
     Later,
-    /// The record the session put in the entry's place.
-    Installed(Arc<FinishedRun<V>>),
+    /// The record took the entry's place in the session, which counted it in its retention window: the key of
+    /// the run that fell out of the window, if one did, for the session to take out of its id map.
+    Installed(Option<RunKey>),
     /// Tried, and the entry stays where it is: the session refused the record (the id was started again), or
     /// the run keeps its entry.
     Kept,
 }
+
+/// What the session did with a finished record offered in its entry's place: counted it in its retention
+/// window, with the key of the run that fell out if one did, or refused it (the id has been started again),
+/// giving it back.
+pub(crate) type Installed<V> = Result<Option<RunKey>, Arc<FinishedRun<V>>>;
 
 /// Where a task that its runner paused stands (contract §5, pause and resume), as
 /// [`SubagentTaskHandle::resumption`](crate::SubagentTaskHandle::resumption) tells its runner.
@@ -224,7 +230,7 @@ impl<V> TaskEntry<V> {
             } else {
                 SubagentStatus::Running
             })),
-            retention: AtomicU8::new(retention::state::PENDING),
+            window_node: AtomicU32::new(retention::NOT_IN_WINDOW),
             record: Mutex::new(TaskRecord {
                 ended_at: None,
                 escalated: false,
@@ -461,7 +467,7 @@ impl<V> TaskEntry<V> {
         end: RunnerEnd<V>,
         bus: &EventBus,
         delivery: &mut Delivery,
-        install: Option<impl FnOnce(&Arc<FinishedRun<V>>) -> bool>,
+        install: Option<impl FnOnce(Arc<FinishedRun<V>>) -> Installed<V>>,
     ) -> Option<EndEffects<V>>
     where
         V: Clone,
@@ -500,8 +506,8 @@ impl<V> TaskEntry<V> {
             install.filter(|_| effects.parent.is_none() && effects.orphans.is_empty())
         {
             effects.collapse = match self.collapse_locked(&record, install) {
-                Some((run, true)) => EndCollapse::Installed(run),
-                Some((run, false)) => {
+                Some(Ok(evicted)) => EndCollapse::Installed(evicted),
+                Some(Err(run)) => {
                     refused = Some(run);
                     EndCollapse::Kept
                 }

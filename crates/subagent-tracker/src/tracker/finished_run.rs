@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::sync::AtomicU8;
+use crate::sync::{AtomicU32, AtomicU8};
 use crate::token::cancel_record::CancelRecord;
 use crate::token::delivery::Delivery;
 use crate::token::signal::{CancelSignal, Ending};
@@ -41,7 +41,8 @@ pub(crate) struct FinishedRun<V> {
     /// Set when the run's handle records an escalation after the collapse (`AtomicU8` as a flag: the sync
     /// module's atomics are the ones the model checks swap).
     escalated: AtomicU8,
-    pub(crate) retention: AtomicU8,
+    /// The node of its key in the session's retention window (`retention`), once it is counted there.
+    pub(crate) window_node: AtomicU32,
     /// `None` when every field in it would be empty: no allocation for a plain run.
     details: Option<Box<RunDetails<V>>>,
 }
@@ -112,7 +113,7 @@ impl<V> FinishedRun<V> {
             reserved: fields.reserved,
             detached: fields.detached,
             escalated: AtomicU8::new(u8::from(fields.escalated)),
-            retention: AtomicU8::new(retention::state::PENDING),
+            window_node: AtomicU32::new(retention::NOT_IN_WINDOW),
             details: fields.details.map(Box::new),
         }
     }

@@ -49,21 +49,29 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
             let sequence = self
                 .next_sequence
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let run = Arc::new(finished_run(sequence, restored_snapshot(snapshot, now)));
-            let vacant = self.tasks.write(&run.task_id, |slot| {
-                slot.run().is_none() && slot.put(Run::Finished(run.clone())).is_none()
+            let run = Run::Finished(Arc::new(finished_run(
+                sequence,
+                restored_snapshot(snapshot, now),
+            )));
+            let task_id = run.task_id().clone();
+            let restored_here = self.tasks.write(&task_id, |slot| {
+                if slot.run().is_some() {
+                    // Dropped once the lock is released: it holds the caller's values.
+                    return Err(run);
+                }
+                let evicted = self.finished.record(&run, slot.key(sequence));
+                drop(slot.put(run));
+                Ok(evicted)
             });
-            if !vacant {
+            let Ok(evicted) = restored_here else {
                 continue;
-            }
+            };
             restored += 1;
-            let released = self.finished.record(Run::Finished(run));
-            // Not the last reference to the evicted run: `released` holds it.
-            if let Some(evicted) = &released.evicted {
+            if let Some(evicted) = evicted {
+                // With no lock held: the map's reference is the evicted run's last, and it may own foreign
+                // objects.
                 drop(self.tasks.remove(evicted));
             }
-            // Dropped with no lock held: the last reference to an evicted run may own foreign objects.
-            drop(released);
         }
         Ok(restored)
     }

@@ -1,186 +1,250 @@
 //! The bound on finished tasks kept for queries.
 //!
-//! The window's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
+//! The window holds each retained finished run's key (its id's hash and its start sequence), not the run: the
+//! id map holds the run, so that a finished run has one owner, and the oldest is found in the map by its key
+//! when it is evicted. The keys are a list in the order the runs finished, kept in an arena so that a run
+//! replaced by a new run of its id (or forgotten for its age) leaves the list at once, wherever it stands,
+//! without a search: the run keeps the number of its key's node.
+//!
+//! A run enters the window under the lock of its id's shard in the map, while the map holds it, and leaves it
+//! under that lock when a new run of its id replaces it: so a run the map no longer holds is never counted.
+//! The window's lock is taken under a shard's (level 5 in the crate's lock hierarchy, see the crate root), and
+//! no lock is taken under it: an eviction gives the evicted key back, for the caller to take the run out of
+//! the map once the window's lock and the shard's are released.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
 
-use crate::sync::{AtomicU8, Mutex};
+use crate::sync::{AtomicU32, Mutex};
 
 /// The default number of finished tasks a session keeps.
 pub const DEFAULT_MAX_FINISHED_TASKS: usize = 10_000;
 
-/// What the window holds: a run that knows its own place in it.
-pub(crate) trait Retained: Clone {
-    /// Where this run stands in the window: one of [`state`]'s values, read and written only under the
-    /// window's lock.
-    fn retention(&self) -> &AtomicU8;
-    /// When the run ended. Called with no lock of the window held: it may take the run's own lock.
-    fn ended_at(&self) -> Option<SystemTime>;
-    /// True when both are the same run in the same form.
-    fn is(&self, other: &Self) -> bool;
+/// The node number of a run whose key is not in the window.
+pub(crate) const NOT_IN_WINDOW: u32 = u32::MAX;
+
+/// What the window holds of a run: how to find it in the id map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RunKey {
+    /// The hash of the run's task id in the id map.
+    pub(crate) hash: u64,
+    /// The run's start sequence, unique in its session.
+    pub(crate) sequence: u64,
 }
 
-/// A run's place in the retention window, kept on the run ([`Retained::retention`]).
-pub(crate) mod state {
-    /// Finished, not yet recorded.
-    pub(crate) const PENDING: u8 = 0;
-    /// Counted against the bound.
-    pub(crate) const RETAINED: u8 = 1;
-    /// Evicted, or replaced by a new run of its id: no longer counted.
-    pub(crate) const RELEASED: u8 = 2;
+/// A run as the window sees it: its key, and the number of its key's node, read and written only under the
+/// window's lock (so it moves by plain loads and stores).
+pub(crate) trait Retained {
+    fn window_node(&self) -> &AtomicU32;
+    fn sequence(&self) -> u64;
 }
 
-/// Finished runs in the order they finished, so that the oldest is evicted first.
-///
-/// Exactly the runs still retained count against the bound: a run replaced by a new run of its id stops
-/// counting at once (its record stays queued, stale, until eviction passes it or a compaction drops it), so a
-/// restart never evicts another run early, and stale records never outnumber the retained ones for long.
-pub(crate) struct FinishedTasks<R> {
+/// Finished runs' keys in the order they finished, so that the oldest is evicted first.
+pub(crate) struct FinishedTasks {
     capacity: usize,
-    queue: Mutex<Window<R>>,
+    window: Mutex<Window>,
 }
 
-struct Window<R> {
-    order: VecDeque<R>,
+/// A doubly linked list of keys, oldest first, in an arena of nodes.
+struct Window {
+    nodes: Vec<Node>,
+    free: Vec<u32>,
+    oldest: u32,
+    newest: u32,
     retained: usize,
-    stale: usize,
 }
 
-impl<R: Retained> FinishedTasks<R> {
-    pub(crate) fn new(capacity: usize) -> FinishedTasks<R> {
+struct Node {
+    /// `None` while the node is free.
+    key: Option<RunKey>,
+    older: u32,
+    newer: u32,
+}
+
+impl Window {
+    fn unlink(&mut self, node: u32) -> RunKey {
+        let Node { key, older, newer } = std::mem::replace(
+            &mut self.nodes[node as usize],
+            Node {
+                key: None,
+                older: NOT_IN_WINDOW,
+                newer: NOT_IN_WINDOW,
+            },
+        );
+        match older {
+            NOT_IN_WINDOW => self.oldest = newer,
+            older => self.nodes[older as usize].newer = newer,
+        }
+        match newer {
+            NOT_IN_WINDOW => self.newest = older,
+            newer => self.nodes[newer as usize].older = older,
+        }
+        self.free.push(node);
+        self.retained -= 1;
+        key.expect("a linked node holds a key")
+    }
+
+    fn push(&mut self, key: RunKey) -> u32 {
+        let linked = Node {
+            key: Some(key),
+            older: self.newest,
+            newer: NOT_IN_WINDOW,
+        };
+        let node = match self.free.pop() {
+            Some(node) => {
+                self.nodes[node as usize] = linked;
+                node
+            }
+            None => {
+                self.nodes.push(linked);
+                u32::try_from(self.nodes.len() - 1).expect("fewer retained runs than node numbers")
+            }
+        };
+        match self.newest {
+            NOT_IN_WINDOW => self.oldest = node,
+            newest => self.nodes[newest as usize].newer = node,
+        }
+        self.newest = node;
+        self.retained += 1;
+        node
+    }
+
+    /// The node of `run`'s key, if the window holds it.
+    fn node_of(&self, run: &impl Retained) -> Option<u32> {
+        let node = run.window_node().load(Ordering::Relaxed);
+        let key = self.nodes.get(node as usize)?.key?;
+        // A node the run was evicted from may hold another run's key since: the sequence tells.
+        (key.sequence == run.sequence()).then_some(node)
+    }
+}
+
+impl FinishedTasks {
+    pub(crate) fn new(capacity: usize) -> FinishedTasks {
         FinishedTasks {
             capacity,
-            queue: Mutex::new(Window {
-                order: VecDeque::new(),
+            window: Mutex::new(Window {
+                nodes: Vec::new(),
+                free: Vec::new(),
+                oldest: NOT_IN_WINDOW,
+                newest: NOT_IN_WINDOW,
                 retained: 0,
-                stale: 0,
             }),
         }
     }
 
-    /// Records a finished run and returns the runs it lets go of: the one that falls out of the window, if one
-    /// does (the run itself when nothing is retained), first, then stale records dropped on the way. The caller
-    /// drops them with no lock held: the last reference to a run may own foreign objects. A run already
-    /// replaced is not recorded: it comes back among the stale. (Taken by value: the window keeps the caller's
-    /// reference rather than a copy of it, which saves a count up and one down on every end.)
+    /// Counts a finished run against the bound, and returns the key of the run that falls out of the window, if
+    /// one does (the run's own when nothing is retained), for the caller to take out of the id map. Called
+    /// under the lock of the run's shard, while the map holds the run.
     #[inline(always)]
-    pub(crate) fn record(&self, run: R) -> Released<R> {
-        let mut released = Released::default();
-        let mut window = self.queue.lock();
-        if run.retention().load(Ordering::Acquire) != state::PENDING {
-            drop(window);
-            released.stale.push(run);
-            return released;
+    pub(crate) fn record(&self, run: &impl Retained, key: RunKey) -> Option<RunKey> {
+        let mut window = self.window.lock();
+        let node = window.push(key);
+        run.window_node().store(node, Ordering::Relaxed);
+        if window.retained <= self.capacity {
+            return None;
         }
-        run.retention().store(state::RETAINED, Ordering::Release);
-        window.order.push_back(run);
-        window.retained += 1;
-        if window.retained > self.capacity {
-            while let Some(oldest) = window.order.pop_front() {
-                if release(&oldest) == state::RETAINED {
-                    window.retained -= 1;
-                    released.evicted = Some(oldest);
-                    break;
-                }
-                window.stale -= 1;
-                released.stale.push(oldest);
-            }
-        }
-        if window.stale > window.retained.max(64) {
-            let (kept, stale): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut window.order)
-                .into_iter()
-                .partition(|run| run.retention().load(Ordering::Acquire) == state::RETAINED);
-            window.order = kept;
-            released.stale.extend(stale);
-            window.stale = 0;
-        }
-        released
+        let oldest = window.oldest;
+        Some(window.unlink(oldest))
     }
 
-    /// Forgets the retained runs that ended at or before `cutoff`, oldest first, and returns them with the stale
-    /// records dropped on the way, for the caller to drop once no lock is held. Runs are in the order they
-    /// finished, so the scan stops at the first that ended later. Each run's end is read with the window
-    /// unlocked (the window's lock is a leaf), and a run is taken out only if it is still at the front.
-    pub(crate) fn forget_ended_before(&self, cutoff: SystemTime) -> Released<R> {
-        let mut released = Released::default();
-        loop {
-            let front = {
-                let mut window = self.queue.lock();
-                loop {
-                    match window.order.front() {
-                        None => return released,
-                        Some(front)
-                            if front.retention().load(Ordering::Acquire) != state::RETAINED =>
-                        {
-                            if let Some(stale) = window.order.pop_front() {
-                                window.stale = window.stale.saturating_sub(1);
-                                released.stale.push(stale);
-                            }
-                        }
-                        Some(front) => break front.clone(),
-                    }
-                }
-            };
-            if front.ended_at().is_none_or(|ended_at| ended_at > cutoff) {
-                return released;
-            }
-            let mut window = self.queue.lock();
-            if !window.order.front().is_some_and(|still| still.is(&front)) {
-                // Evicted or replaced meanwhile: look again.
-                continue;
-            }
-            if release(&front) == state::RETAINED {
-                window.retained -= 1;
-                if let Some(forgotten) = window.order.pop_front() {
-                    released.forgotten.push(forgotten);
-                }
-            }
+    /// A finished run is being replaced by a new run of its id, or forgotten: it stops counting against the
+    /// bound. Nothing happens if it is not counted (not yet recorded, or evicted). Called under the lock of the
+    /// run's shard.
+    pub(crate) fn forget(&self, run: &impl Retained) {
+        let mut window = self.window.lock();
+        if let Some(node) = window.node_of(run) {
+            window.unlink(node);
         }
+    }
+
+    /// The key of the run that finished first of those retained.
+    pub(crate) fn oldest(&self) -> Option<RunKey> {
+        let window = self.window.lock();
+        window.nodes.get(window.oldest as usize)?.key
+    }
+
+    /// Stops counting the run of `key` if it is still the one that finished first; true if it was.
+    pub(crate) fn forget_oldest(&self, key: RunKey) -> bool {
+        let mut window = self.window.lock();
+        let oldest = window.oldest;
+        if window.nodes.get(oldest as usize).and_then(|node| node.key) != Some(key) {
+            return false;
+        }
+        window.unlink(oldest);
+        true
     }
 
     /// How many finished runs count against the bound now.
     pub(crate) fn retained(&self) -> usize {
-        self.queue.lock().retained
-    }
-
-    /// A finished run is being replaced by a new run of its id: it stops counting against the bound.
-    pub(crate) fn forget(&self, run: &R) {
-        let mut window = self.queue.lock();
-        if release(run) == state::RETAINED {
-            window.retained -= 1;
-            window.stale += 1;
-        }
+        self.window.lock().retained
     }
 }
 
-/// Marks `run` released and returns where it stood. Under the window's lock, which every change of a run's
-/// place takes (a run belongs to one session's window), so a load and a store do what a swap would, without
-/// its locked instruction.
-fn release<R: Retained>(run: &R) -> u8 {
-    let was = run.retention().load(Ordering::Acquire);
-    run.retention().store(state::RELEASED, Ordering::Release);
-    was
-}
+#[cfg(all(test, not(subagent_tracker_loom)))]
+mod tests {
+    use super::*;
 
-/// What [`FinishedTasks::record`] or [`FinishedTasks::forget_ended_before`] let go of, for the caller to drop
-/// once no lock is held.
-pub(crate) struct Released<R> {
-    /// The run evicted from the window.
-    pub(crate) evicted: Option<R>,
-    /// Records of runs replaced by a new run of their id, dropped from the window.
-    pub(crate) stale: Vec<R>,
-    /// Runs forgotten for their age.
-    pub(crate) forgotten: Vec<R>,
-}
+    struct Run {
+        sequence: u64,
+        node: AtomicU32,
+    }
 
-impl<R> Default for Released<R> {
-    fn default() -> Self {
-        Released {
-            evicted: None,
-            stale: Vec::new(),
-            forgotten: Vec::new(),
+    impl Retained for Run {
+        fn window_node(&self) -> &AtomicU32 {
+            &self.node
         }
+
+        fn sequence(&self) -> u64 {
+            self.sequence
+        }
+    }
+
+    fn run(sequence: u64) -> (Run, RunKey) {
+        let key = RunKey {
+            hash: sequence * 7,
+            sequence,
+        };
+        (
+            Run {
+                sequence,
+                node: AtomicU32::new(NOT_IN_WINDOW),
+            },
+            key,
+        )
+    }
+
+    /// The oldest goes first; a run forgotten wherever it stands leaves at once and stops counting; a run
+    /// evicted and then forgotten (a restart that found it before the map let it go) is not counted twice, even
+    /// once its node holds another run's key.
+    #[test]
+    fn the_oldest_goes_first_and_a_forgotten_run_stops_counting_once() {
+        let window = FinishedTasks::new(2);
+        let runs: Vec<_> = (0..4).map(run).collect();
+        assert_eq!(window.record(&runs[0].0, runs[0].1), None);
+        assert_eq!(window.record(&runs[1].0, runs[1].1), None);
+        assert_eq!(window.record(&runs[2].0, runs[2].1), Some(runs[0].1));
+        window.forget(&runs[0].0);
+        assert_eq!(window.retained(), 2);
+        window.forget(&runs[2].0);
+        window.forget(&runs[2].0);
+        assert_eq!(window.retained(), 1);
+        assert_eq!(window.oldest(), Some(runs[1].1));
+        assert_eq!(window.record(&runs[3].0, runs[3].1), None);
+        // Run 3 reuses a freed node; run 0's and run 2's numbers may name it now.
+        window.forget(&runs[0].0);
+        window.forget(&runs[2].0);
+        assert_eq!(window.retained(), 2);
+        assert!(!window.forget_oldest(runs[3].1));
+        assert!(window.forget_oldest(runs[1].1));
+        assert_eq!(window.oldest(), Some(runs[3].1));
+    }
+
+    /// A window that keeps nothing gives a run's own key back at once.
+    #[test]
+    fn a_window_that_keeps_nothing_evicts_each_run_at_once() {
+        let window = FinishedTasks::new(0);
+        let (only, key) = run(1);
+        assert_eq!(window.record(&only, key), Some(key));
+        assert_eq!(window.retained(), 0);
+        assert_eq!(window.oldest(), None);
     }
 }

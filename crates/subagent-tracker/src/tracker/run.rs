@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use crate::sync::AtomicU8;
+use crate::sync::AtomicU32;
 use crate::tracker::entry::TaskEntry;
 use crate::tracker::finished_run::FinishedRun;
 use crate::tracker::retention::Retained;
@@ -53,12 +53,11 @@ impl<V> Run<V> {
         }
     }
 
-    /// True when both are the same run in the same form.
-    pub(crate) fn is(&self, other: &Run<V>) -> bool {
-        match (self, other) {
-            (Run::Live(one), Run::Live(other)) => Arc::ptr_eq(one, other),
-            (Run::Finished(one), Run::Finished(other)) => Arc::ptr_eq(one, other),
-            _ => false,
+    /// When the run ended. It may take the entry's record lock.
+    pub(crate) fn ended_at(&self) -> Option<SystemTime> {
+        match self {
+            Run::Live(entry) => entry.ended_at(),
+            Run::Finished(run) => run.ended_at,
         }
     }
 
@@ -89,21 +88,14 @@ impl<V: Clone> Run<V> {
 }
 
 impl<V> Retained for Run<V> {
-    fn retention(&self) -> &AtomicU8 {
+    fn window_node(&self) -> &AtomicU32 {
         match self {
-            Run::Live(entry) => &entry.retention,
-            Run::Finished(run) => &run.retention,
+            Run::Live(entry) => &entry.window_node,
+            Run::Finished(run) => &run.window_node,
         }
     }
 
-    fn ended_at(&self) -> Option<SystemTime> {
-        match self {
-            Run::Live(entry) => entry.ended_at(),
-            Run::Finished(run) => run.ended_at,
-        }
-    }
-
-    fn is(&self, other: &Self) -> bool {
-        Run::is(self, other)
+    fn sequence(&self) -> u64 {
+        Run::sequence(self)
     }
 }

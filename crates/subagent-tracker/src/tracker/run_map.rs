@@ -31,6 +31,7 @@ use hashbrown::HashTable;
 
 use crate::sync::RwLock;
 use crate::tracker::entry::TaskEntry;
+use crate::tracker::retention::RunKey;
 use crate::tracker::run::Run;
 
 /// The slot number of a run that is not among the pending.
@@ -115,12 +116,26 @@ impl<V> RunMap<V> {
         })
     }
 
-    /// Takes `run` out of the map, unless its id names another run now; returns what the map held, for the
-    /// caller to drop once no lock is held.
-    pub(crate) fn remove(&self, run: &Run<V>) -> Option<Run<V>> {
-        self.write(run.task_id(), |slot| {
-            slot.remove_if(|held| held.sequence() == run.sequence())
-        })
+    /// The run of `key`, copied out, unless its id names another run now.
+    pub(crate) fn run_of(&self, key: RunKey) -> Option<Run<V>> {
+        let shard = self.shard(key.hash).read();
+        shard
+            .runs
+            .find(key.hash, |run| run.sequence() == key.sequence)
+            .cloned()
+    }
+
+    /// Takes the run of `key` out of the map, unless its id names another run now; returns it, for the caller
+    /// to drop once no lock is held (it may be the last reference).
+    pub(crate) fn remove(&self, key: RunKey) -> Option<Run<V>> {
+        let mut shard = self.shard(key.hash).write();
+        match shard
+            .runs
+            .find_entry(key.hash, |run| run.sequence() == key.sequence)
+        {
+            Ok(occupied) => Some(occupied.remove().0),
+            Err(_) => None,
+        }
     }
 
     /// Takes `entry` out of the pending runs; nothing happens if it is not among them.
@@ -223,19 +238,12 @@ impl<V> Slot<'_, V> {
         }
     }
 
-    /// Takes the id's run out of the map if `remove` says so; returns it, for the caller to drop once no lock
-    /// is held.
-    fn remove_if(&mut self, remove: impl FnOnce(&Run<V>) -> bool) -> Option<Run<V>> {
-        match self.entry.take() {
-            Some(Entry::Occupied(occupied)) if remove(occupied.get()) => {
-                let (run, vacant) = occupied.remove();
-                self.entry = Some(Entry::Vacant(vacant));
-                Some(run)
-            }
-            entry => {
-                self.entry = entry;
-                None
-            }
+    /// The key under which the window knows the id's run of start sequence `sequence`.
+    #[inline]
+    pub(crate) fn key(&self, sequence: u64) -> RunKey {
+        RunKey {
+            hash: self.hash,
+            sequence,
         }
     }
 

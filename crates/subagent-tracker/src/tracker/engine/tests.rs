@@ -9,8 +9,6 @@ use crate::{InMemorySubagentTaskTracker, TaskStart};
 /// Widens the window between the end of a run in a tree and its collapse into a record (a run outside any
 /// tree collapses within its end).
 pub(super) static PAUSE_BEFORE_COLLAPSE: AtomicBool = AtomicBool::new(false);
-/// Widens the window between a restart's forgetting the finished run it replaces and its look again.
-pub(super) static PAUSE_AFTER_FORGETTING: AtomicBool = AtomicBool::new(false);
 
 pub(super) fn pause(switch: &AtomicBool, milliseconds: u64) {
     if switch.load(Ordering::Relaxed) {
@@ -43,10 +41,9 @@ fn an_end_racing_a_start_leaves_nothing_among_the_pending_runs() {
     assert!(tracker.shared.tasks.pending_entries().is_empty());
 }
 
-/// A restart that forgets the finished run it replaces while that run is still an entry, and then finds
-/// it collapsed into a record, must forget the record too: otherwise the retention window counts a run
-/// the id map no longer holds. A child collapses once the session has settled its end, so the pause
-/// widens the window between the two.
+/// A restart that replaces a finished run while that run is still an entry (a child collapses once the
+/// session has settled its end; the pause widens the window between the two): the collapse then finds its id
+/// started again, and the retention window counts the restart alone, never a run the id map no longer holds.
 #[test]
 fn a_restart_between_an_end_and_its_collapse_forgets_the_record() {
     a_restart_racing_an_end_forgets_what_it_replaces(Some("parent"));
@@ -69,7 +66,6 @@ fn a_restart_racing_an_end_forgets_what_it_replaces(parent: Option<&str>) {
     let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::new();
     let _parent = parent.map(|parent| tracker.start(TaskStart::new().task_id(parent)).unwrap());
     PAUSE_BEFORE_COLLAPSE.store(true, Ordering::Relaxed);
-    PAUSE_AFTER_FORGETTING.store(true, Ordering::Relaxed);
     let mut start = TaskStart::new().task_id("a");
     if let Some(parent) = parent {
         start = start.parent_id(parent);
@@ -90,7 +86,6 @@ fn a_restart_racing_an_end_forgets_what_it_replaces(parent: Option<&str>) {
         handle.complete(None);
         let restarted = restarter.join().unwrap();
         PAUSE_BEFORE_COLLAPSE.store(false, Ordering::Relaxed);
-        PAUSE_AFTER_FORGETTING.store(false, Ordering::Relaxed);
         restarted.complete(None);
     });
     // The parent, unfinished, is retained beside the restarted run; the window counts the restart alone.

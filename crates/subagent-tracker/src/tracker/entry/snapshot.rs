@@ -6,32 +6,36 @@ use std::sync::Arc;
 use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
 use crate::{SubagentStatus, SubagentTaskSnapshot};
 
-use super::{Resumption, TaskEntry, TaskRecord};
+use super::{EndCollapse, Installed, Resumption, TaskEntry, TaskRecord};
 
 impl<V: Clone> TaskEntry<V> {
     /// Collapses this finished run into its compact record (see `finished_run`) and offers the record to
     /// `install`, which puts it in the session's place of this entry unless the id has been started again
-    /// meanwhile. Both happen under the record lock, which orders them with a late escalation. `None` when
+    /// meanwhile. Both happen under the record lock, which orders them with a late escalation. `Kept` when
     /// the run keeps its entry (a reservation cancelled before its claim: it can still be claimed) or
     /// `install` refused the record.
     pub(crate) fn collapse(
         &self,
-        install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
-    ) -> Option<Arc<FinishedRun<V>>> {
+        install: impl FnOnce(Arc<FinishedRun<V>>) -> Installed<V>,
+    ) -> EndCollapse {
         let record = self.record.lock();
-        let (run, installed) = self.collapse_locked(&record, install)?;
+        let installed = self.collapse_locked(&record, install);
         // A record the session refused is dropped with no lock held: it holds clones of the caller's values.
         drop(record);
-        installed.then_some(run)
+        match installed {
+            Some(Ok(evicted)) => EndCollapse::Installed(evicted),
+            Some(Err(_)) | None => EndCollapse::Kept,
+        }
     }
 
-    /// [`collapse`](Self::collapse), under the record lock the caller holds: the record, and whether `install`
-    /// took it. One it refused is for the caller to drop once the lock is released.
+    /// [`collapse`](Self::collapse), under the record lock the caller holds: what `install` did with the
+    /// record, `None` when the run keeps its entry. A record it refused is for the caller to drop once the lock
+    /// is released.
     pub(super) fn collapse_locked(
         &self,
         record: &TaskRecord<V>,
-        install: impl FnOnce(&Arc<FinishedRun<V>>) -> bool,
-    ) -> Option<(Arc<FinishedRun<V>>, bool)> {
+        install: impl FnOnce(Arc<FinishedRun<V>>) -> Installed<V>,
+    ) -> Option<Installed<V>> {
         if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
             return None;
         }
@@ -72,8 +76,7 @@ impl<V: Clone> TaskEntry<V> {
             escalated: record.escalated,
             details: details.filter(|_| kept),
         }));
-        let installed = install(&run);
-        Some((run, installed))
+        Some(install(run))
     }
 
     /// Whether the run has anything its finished record keeps in a [`RunDetails`]: the same fields that
