@@ -20,7 +20,7 @@ use crate::tracker::entry::{
     RunnerEnd, TaskEntry,
 };
 use crate::tracker::event_bus::EventBus;
-use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
+use crate::tracker::finished_run::{ClaimRefusal, SharedRun};
 use crate::tracker::reasons::{cancel_reason, CHILD_FAILED_REASON, GROUP_ENDED_REASON};
 use crate::tracker::retention::{FinishedTasks, RunKey};
 use crate::tracker::run::Run;
@@ -319,7 +319,7 @@ impl<V: Clone> TrackerShared<V> {
         delivery: &mut Delivery,
     ) -> Option<bool> {
         let install = (self.config.max_finished_tasks != 0)
-            .then_some(|run: Arc<FinishedRun<V>>| self.install_finished(entry, run));
+            .then_some(|run: SharedRun<V>| self.install_finished(entry, run));
         let effects = entry.end(end, &self.bus, delivery, install)?;
         let transitioned = effects.transitioned;
         self.settle(entry, effects, delivery);
@@ -472,11 +472,7 @@ impl<V: Clone> TrackerShared<V> {
     /// unless its id has been started again, and takes `entry` out of the pending runs either way. Runs under
     /// `entry`'s record lock (see `TaskEntry::collapse`, and `TaskEntry::end` for a task outside any tree), once
     /// the entry has finished.
-    fn install_finished(
-        &self,
-        entry: &Arc<TaskEntry<V>>,
-        run: Arc<FinishedRun<V>>,
-    ) -> Installed<V> {
+    fn install_finished(&self, entry: &Arc<TaskEntry<V>>, run: SharedRun<V>) -> Installed<V> {
         self.tasks.write(&entry.task_id, |slot| {
             slot.unindex_pending(entry);
             if !matches!(slot.run(), Some(Run::Live(live)) if Arc::ptr_eq(live, entry)) {

@@ -34,7 +34,7 @@ use crate::token::delivery::Delivery;
 use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::deadline_timer::DeadlineKey;
 use crate::tracker::event_bus::EventBus;
-use crate::tracker::finished_run::{ClaimRefusal, FinishedRun};
+use crate::tracker::finished_run::{ClaimRefusal, SharedRun};
 use crate::tracker::retention::{self, RunKey};
 use crate::tracker::run_map;
 use crate::{
@@ -157,7 +157,7 @@ pub(crate) enum EndCollapse {
 /// What the session did with a finished record offered in its entry's place: counted it in its retention
 /// window, with the key of the run that fell out if one did, or refused it (the id has been started again),
 /// giving it back.
-pub(crate) type Installed<V> = Result<Option<RunKey>, Arc<FinishedRun<V>>>;
+pub(crate) type Installed<V> = Result<Option<RunKey>, SharedRun<V>>;
 
 /// Where a task that its runner paused stands (contract §5, pause and resume), as
 /// [`SubagentTaskHandle::resumption`](crate::SubagentTaskHandle::resumption) tells its runner.
@@ -467,7 +467,7 @@ impl<V> TaskEntry<V> {
         end: RunnerEnd<V>,
         bus: &EventBus,
         delivery: &mut Delivery,
-        install: Option<impl FnOnce(Arc<FinishedRun<V>>) -> Installed<V>>,
+        install: Option<impl FnOnce(SharedRun<V>) -> Installed<V>>,
     ) -> Option<EndEffects<V>>
     where
         V: Clone,

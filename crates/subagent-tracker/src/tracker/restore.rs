@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use crate::task_id::validate_task_id;
 use crate::token::cancel_record::CancelRecord;
 use crate::tracker::engine::TrackerShared;
-use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
+use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails, SharedRun};
 use crate::tracker::run::Run;
 use crate::{SubagentStatus, SubagentTaskSnapshot, TaskFailure, TrackerError};
 
@@ -49,7 +49,7 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
             let sequence = self
                 .next_sequence
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let run = Run::Finished(Arc::new(finished_run(
+            let run = Run::Finished(SharedRun::new(finished_run(
                 sequence,
                 restored_snapshot(snapshot, now),
             )));

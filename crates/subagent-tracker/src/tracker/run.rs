@@ -1,6 +1,6 @@
 //! What a session keeps of a run: the live entry while anything can still change it, then a compact record
-//! ([`FinishedRun`]). Whoever still holds the entry (a handle, a watch, a child's link to its parent) keeps
-//! it; it is freed with the last of them.
+//! (`FinishedRun`). Whoever still holds the entry (a handle, a watch, a child's link to its parent) keeps it;
+//! it is freed with the last of them.
 //!
 //! One finished run keeps its entry: a reservation cancelled before anyone claimed it, because its claim
 //! still succeeds, hands over a handle whose token has fired, and records when it was claimed.
@@ -10,7 +10,7 @@ use std::time::SystemTime;
 
 use crate::sync::AtomicU32;
 use crate::tracker::entry::TaskEntry;
-use crate::tracker::finished_run::FinishedRun;
+use crate::tracker::finished_run::SharedRun;
 use crate::tracker::retention::Retained;
 use crate::SubagentTaskSnapshot;
 
@@ -19,7 +19,7 @@ pub(crate) enum Run<V> {
     /// Pending, or finished with its bookkeeping not yet done, or a reservation cancelled unclaimed.
     Live(Arc<TaskEntry<V>>),
     /// Finished, collapsed into its record.
-    Finished(Arc<FinishedRun<V>>),
+    Finished(SharedRun<V>),
 }
 
 impl<V> Clone for Run<V> {

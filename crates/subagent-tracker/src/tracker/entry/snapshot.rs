@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails};
+use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails, SharedRun};
 use crate::{SubagentStatus, SubagentTaskSnapshot};
 
 use super::{EndCollapse, Installed, Resumption, TaskEntry, TaskRecord};
@@ -16,7 +16,7 @@ impl<V: Clone> TaskEntry<V> {
     /// `install` refused the record.
     pub(crate) fn collapse(
         &self,
-        install: impl FnOnce(Arc<FinishedRun<V>>) -> Installed<V>,
+        install: impl FnOnce(SharedRun<V>) -> Installed<V>,
     ) -> EndCollapse {
         let record = self.record.lock();
         let installed = self.collapse_locked(&record, install);
@@ -34,7 +34,7 @@ impl<V: Clone> TaskEntry<V> {
     pub(super) fn collapse_locked(
         &self,
         record: &TaskRecord<V>,
-        install: impl FnOnce(Arc<FinishedRun<V>>) -> Installed<V>,
+        install: impl FnOnce(SharedRun<V>) -> Installed<V>,
     ) -> Option<Installed<V>> {
         if self.reserved && record.claimed_at.is_none() && self.is_cancelled() {
             return None;
@@ -65,7 +65,7 @@ impl<V: Clone> TaskEntry<V> {
         debug_assert!(details
             .as_ref()
             .is_none_or(|details| details.is_empty() != kept));
-        let run = Arc::new(FinishedRun::new(FinishedFields {
+        let run = SharedRun::new(FinishedRun::new(FinishedFields {
             sequence: self.sequence,
             task_id: self.task_id.clone(),
             started_at: self.started_at,
