@@ -53,19 +53,26 @@ struct Window {
     retained: usize,
 }
 
+/// 24 bytes a retained run.
 struct Node {
-    /// `None` while the node is free.
-    key: Option<RunKey>,
+    /// [`FREE`] for a free node's.
+    key: RunKey,
     older: u32,
     newer: u32,
 }
+
+/// The key of a free node: no run's, since start sequences never reach it.
+const FREE: RunKey = RunKey {
+    hash: 0,
+    sequence: u64::MAX,
+};
 
 impl Window {
     fn unlink(&mut self, node: u32) -> RunKey {
         let Node { key, older, newer } = std::mem::replace(
             &mut self.nodes[node as usize],
             Node {
-                key: None,
+                key: FREE,
                 older: NOT_IN_WINDOW,
                 newer: NOT_IN_WINDOW,
             },
@@ -80,12 +87,12 @@ impl Window {
         }
         self.free.push(node);
         self.retained -= 1;
-        key.expect("a linked node holds a key")
+        key
     }
 
     fn push(&mut self, key: RunKey) -> u32 {
         let linked = Node {
-            key: Some(key),
+            key,
             older: self.newest,
             newer: NOT_IN_WINDOW,
         };
@@ -111,9 +118,13 @@ impl Window {
     /// The node of `run`'s key, if the window holds it.
     fn node_of(&self, run: &impl Retained) -> Option<u32> {
         let node = run.window_node().load(Ordering::Relaxed);
-        let key = self.nodes.get(node as usize)?.key?;
-        // A node the run was evicted from may hold another run's key since: the sequence tells.
-        (key.sequence == run.sequence()).then_some(node)
+        // A node the run was evicted from is free, or holds another run's key since: the sequence tells.
+        (self.nodes.get(node as usize)?.key.sequence == run.sequence()).then_some(node)
+    }
+
+    /// The key of the run that finished first of those retained.
+    fn oldest(&self) -> Option<RunKey> {
+        Some(self.nodes.get(self.oldest as usize)?.key)
     }
 }
 
@@ -158,17 +169,16 @@ impl FinishedTasks {
 
     /// The key of the run that finished first of those retained.
     pub(crate) fn oldest(&self) -> Option<RunKey> {
-        let window = self.window.lock();
-        window.nodes.get(window.oldest as usize)?.key
+        self.window.lock().oldest()
     }
 
     /// Stops counting the run of `key` if it is still the one that finished first; true if it was.
     pub(crate) fn forget_oldest(&self, key: RunKey) -> bool {
         let mut window = self.window.lock();
-        let oldest = window.oldest;
-        if window.nodes.get(oldest as usize).and_then(|node| node.key) != Some(key) {
+        if window.oldest() != Some(key) {
             return false;
         }
+        let oldest = window.oldest;
         window.unlink(oldest);
         true
     }
