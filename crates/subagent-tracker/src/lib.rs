@@ -46,13 +46,14 @@
 //!    adoption read the parent while holding the child.
 //! 3. A session's list of event subscribers (`tracker::event_bus`).
 //! 4. One subscriber's buffer of events, taken under the list, one buffer at a time.
-//! 5. Leaves, taken under any of the above or under none, and under which nothing else is taken:
+//! 5. A shard of a session's id map (`tracker::run_map`), which also holds which of the shard's runs are
+//!    pending. Under it a run enters or leaves the session's retention window, and nothing else is taken.
+//! 6. Leaves, taken under any of the above or under none, and under which nothing else is taken:
 //!    - a task's signal lock (`token::signal`); when the signal fires, the tokio-util token bridged to it is
 //!      cancelled by the delivery, never under the lock, since cancelling it wakes its waiters;
-//!    - a session's own locks (`tracker::engine`): a shard of its id map, which also holds which of the
-//!      shard's runs are pending (`tracker::run_map`), its retention window (`tracker::retention`; a run's
-//!      place in the window is read and written only under it, so it moves by plain loads and stores), its
-//!      cancels recorded before their tasks start (`tracker::early_cancels`);
+//!    - a session's retention window (`tracker::retention`; a run's place in the window is read and written
+//!      only under it, so it moves by plain loads and stores) and its cancels recorded before their tasks
+//!      start (`tracker::early_cancels`);
 //!    - the deadline timer's map of scheduled deadlines;
 //!    - a registry's map of sessions (`registry`): a session leaves it with none of its own locks held, and
 //!      sessions that leave are dropped after the map's lock is released;
@@ -64,9 +65,9 @@
 //!
 //! The model checks (`tests/loom.rs`) explore every one of these locks but the deadline timer's two and the
 //! delivery pool's, the id map's shards included (`sync` gives them loom's). Under a shard lock the core does
-//! nothing but the map operation, the shard's pending runs, reads of the run there and of the status of a run
-//! it makes visible, the store of a late escalation's flag on a finished record, and the garbage collector's
-//! visit of finished records' values (`InMemorySubagentTaskTracker::visit_values`, under each shard's read lock
+//! nothing but the map operation, the shard's pending runs, the window's count of the shard's runs, reads of
+//! the run there and of the status of a run it makes visible, the store of a late escalation's flag on a
+//! finished record, and the garbage collector's visit of finished records' values (`InMemorySubagentTaskTracker::visit_values`, under each shard's read lock
 //! in turn), whose callback takes no lock of the core's (a binding's own value lock at most, a leaf).
 
 #![forbid(unsafe_code)]

@@ -1,6 +1,6 @@
 //! Sessions looked up by id, for the code that must stop a run without holding its session.
 //!
-//! The registry's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root).
+//! The registry's lock is a leaf (level 6 in the crate's lock hierarchy, see the crate root).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! - [`cancel_record`]: why a signal fired;
 //! - [`delivery`]: what a transition owes (wake-ups, callbacks, dependents to fire, links to drop), collected
 //!   under the locks and delivered once none is held;
-//! - [`signal`]: one signal's status word and everything waiting for it (a leaf lock, level 5 in the
+//! - [`signal`]: one signal's status word and everything waiting for it (a leaf lock, level 6 in the
 //!   crate's hierarchy);
 //! - [`callback`]: the registration of a cancel callback, which can take it back; [`handlers`]: how many of a
 //!   signal's callbacks are still at work, for a canceller that waits for them;

@@ -136,8 +136,8 @@ fn a_cancel_before_start_races_the_start() {
 }
 
 /// The runner's end and a cancel race: exactly one wins, and the status says which. The model reaches both
-/// winners: the cancel finds the task by id, so this holds only while the id map's accesses are steps of the
-/// model (`ModelledLocks` in the crate's `sync`), not invisible to it.
+/// winners: the cancel finds the task by id, so this holds only while the id map's shard locks are steps of the
+/// model (loom's locks, through the crate's `sync`), not invisible to it.
 #[test]
 fn end_races_cancel() {
     static WINNERS: Outcomes<2> = Outcomes::new();
@@ -367,22 +367,13 @@ fn close_races_the_last_end() {
 /// registration is seen by every later end.
 #[test]
 fn an_end_races_a_wait_for_it() {
-    use std::task::{Context, Wake, Waker};
-
-    struct Flag(loom::sync::atomic::AtomicBool);
-    impl Wake for Flag {
-        fn wake(self: Arc<Self>) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
     static FIRST: Outcomes<2> = Outcomes::new();
     model(|| {
         let tracker = tracker(16);
         let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
         let mut wait = tracker.watch("task").unwrap().wait_finished();
         let ender = thread::spawn(move || assert!(handle.complete(None)));
-        let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let flag = Arc::new(WakeFlag::default());
         let waker = Waker::from(flag.clone());
         let registered = wait
             .poll_finished(&mut Context::from_waker(&waker))
@@ -403,21 +394,12 @@ fn an_end_races_a_wait_for_it() {
 /// the cancel always ends the pause, and a resume never undoes it (contract §5, pause and resume).
 #[test]
 fn resume_races_cancel_of_a_paused_task() {
-    use std::task::{Context, Wake, Waker};
-
-    struct Flag(loom::sync::atomic::AtomicBool);
-    impl Wake for Flag {
-        fn wake(self: Arc<Self>) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
     static FIRST: Outcomes<2> = Outcomes::new();
     model(|| {
         let tracker = tracker(16);
         let handle = tracker.start(TaskStart::new().task_id("task")).unwrap();
         assert!(handle.pause(Some("approval")));
-        let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let flag = Arc::new(WakeFlag::default());
         let waker = Waker::from(flag.clone());
         let mut wait = handle.resume_watch().wait_for_resume();
         assert!(wait
@@ -448,15 +430,8 @@ fn resume_races_cancel_of_a_paused_task() {
 /// it: the waiter is woken, or finds the work done (contract §3, cancel and wait).
 #[test]
 fn a_handler_finishing_races_the_wait_for_it() {
-    use std::task::{Context, Wake, Waker};
     use subagent_tracker::{HandlerDone, OnCancel};
 
-    struct Flag(loom::sync::atomic::AtomicBool);
-    impl Wake for Flag {
-        fn wake(self: Arc<Self>) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
     struct HandsOn(Arc<loom::sync::Mutex<Option<HandlerDone>>>);
     impl OnCancel for HandsOn {
         fn on_cancel(self: Box<Self>) {}
@@ -477,7 +452,7 @@ fn a_handler_finishing_races_the_wait_for_it() {
             .take()
             .expect("the handler ran with the cancel");
         let finisher = thread::spawn(move || done.finish());
-        let flag = Arc::new(Flag(loom::sync::atomic::AtomicBool::new(false)));
+        let flag = Arc::new(WakeFlag::default());
         let waker = Waker::from(flag.clone());
         let mut waiting = wait.wait_for_handlers();
         let ready_at_once = waiting

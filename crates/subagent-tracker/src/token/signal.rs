@@ -26,7 +26,7 @@
 //! - Chains of dependents are fired and dropped with explicit work lists, never by recursion, so their depth
 //!   is bounded by memory only.
 //!
-//! A signal's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root): while it is held no
+//! A signal's lock is a leaf (level 6 in the crate's lock hierarchy, see the crate root): while it is held no
 //! other lock is taken and no foreign code runs.
 
 use std::any::Any;
@@ -186,8 +186,7 @@ impl CancelSignal {
         if !self.is_cancelled() {
             return None;
         }
-        self.state
-            .lock()
+        self.lock()
             .cancel
             .as_ref()
             .map(|cancel| cancel.reason.clone())
@@ -335,8 +334,7 @@ impl CancelSignal {
 
     /// The count of this signal's cancel handlers at work (contract §3, cancel and wait).
     pub(crate) fn handlers(&self) -> Arc<Handlers> {
-        self.state
-            .lock()
+        self.lock()
             .rare()
             .handlers
             .get_or_insert_with(Arc::default)

@@ -15,7 +15,7 @@
 //! are the standard library's, which keep their waiters only in the kernel: a child starts with none, where
 //! a user-space queue would still list the parent's threads and hand a wake-up or the lock to one of them.
 //!
-//! `firing` is level 1 in the crate's lock hierarchy (see the crate root), `scheduled` a leaf at level 5.
+//! `firing` is level 1 in the crate's lock hierarchy (see the crate root), `scheduled` a leaf at level 6.
 //! Neither is held while expiries are delivered to user code.
 
 use std::collections::BTreeMap;

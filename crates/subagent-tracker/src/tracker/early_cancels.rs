@@ -6,7 +6,7 @@
 //! and then looks for a record. Both looks at the map go through the lock of the id's shard, so one side's
 //! critical section comes first and everything before it happens before the other's, and all after: either
 //! the cancel finds the task, or the start finds the record. So a record never misses the start it was meant
-//! for, with no fence of its own (`tests/loom.rs` checks it). The records' lock is a leaf (level 5 in the
+//! for, with no fence of its own (`tests/loom.rs` checks it). The records' lock is a leaf (level 6 in the
 //! crate's lock hierarchy, see the crate root).
 
 use std::collections::{HashMap, VecDeque};

@@ -1,8 +1,9 @@
 //! A session's shared state, and the transitions that span its tasks: lookups, cancel cascades, ends and
 //! what they settle (retention, adoption, leaving the registry).
 //!
-//! A task's record lock may be held while one of the session's own leaf locks is taken: a shard of the id
-//! map or the retention window (levels 2 and 5 in the crate's lock hierarchy, see the crate root).
+//! A task's record lock may be held while one of the session's own locks is taken: a shard of the id map
+//! (level 5 in the crate's lock hierarchy, see the crate root), or a leaf of level 6 (the retention window,
+//! which is also taken under a shard's).
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock, Weak};
@@ -438,7 +439,11 @@ impl<V: Clone> TrackerShared<V> {
         let mut forgotten = 0;
         while let Some(oldest) = self.finished.oldest() {
             let Some(run) = self.tasks.run_of(oldest) else {
-                break;
+                // Evicted meanwhile, between the window and the map: look again, at the next oldest.
+                if self.finished.oldest() == Some(oldest) {
+                    break;
+                }
+                continue;
             };
             if run.ended_at().is_none_or(|ended_at| ended_at > cutoff) {
                 break;

@@ -8,9 +8,11 @@
 //!
 //! A run enters the window under the lock of its id's shard in the map, while the map holds it, and leaves it
 //! under that lock when a new run of its id replaces it: so a run the map no longer holds is never counted.
-//! The window's lock is taken under a shard's (level 5 in the crate's lock hierarchy, see the crate root), and
-//! no lock is taken under it: an eviction gives the evicted key back, for the caller to take the run out of
-//! the map once the window's lock and the shard's are released.
+//! The window's lock is a leaf, taken under a shard's (level 6 in the crate's lock hierarchy, see the crate
+//! root): an eviction gives the evicted key back, for the caller to take the run out of the map once the
+//! window's lock and the shard's are released. (Eviction and forgetting for age take a key out of the window
+//! without the shard's lock; a restart of that run then finds its node free, or another run's, and counts
+//! nothing twice.)
 
 use std::sync::atomic::Ordering;
 
@@ -103,7 +105,10 @@ impl Window {
             }
             None => {
                 self.nodes.push(linked);
-                u32::try_from(self.nodes.len() - 1).expect("fewer retained runs than node numbers")
+                u32::try_from(self.nodes.len() - 1)
+                    .ok()
+                    .filter(|&node| node != NOT_IN_WINDOW)
+                    .expect("fewer retained runs than node numbers")
             }
         };
         match self.newest {
@@ -144,7 +149,7 @@ impl FinishedTasks {
 
     /// Counts a finished run against the bound, and returns the key of the run that falls out of the window, if
     /// one does (the run's own when nothing is retained), for the caller to take out of the id map. Called
-    /// under the lock of the run's shard, while the map holds the run.
+    /// under the lock of the run's shard, in the critical section in which the map holds the run.
     #[inline(always)]
     pub(crate) fn record(&self, run: &impl Retained, key: RunKey) -> Option<RunKey> {
         let mut window = self.window.lock();

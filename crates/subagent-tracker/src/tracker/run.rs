@@ -14,7 +14,7 @@ use crate::tracker::finished_run::SharedRun;
 use crate::tracker::retention::Retained;
 use crate::SubagentTaskSnapshot;
 
-/// A run in the session's id map and retention window.
+/// A run in the session's id map (the retention window holds its key).
 pub(crate) enum Run<V> {
     /// Pending, or finished with its bookkeeping not yet done, or a reservation cancelled unclaimed.
     Live(Arc<TaskEntry<V>>),

@@ -11,8 +11,9 @@
 //! entry holds the slot's number, read and written only under the shard's lock, so it moves by plain loads
 //! and stores. A listing reads the free slots too: as many as the shard ever held pending runs at once.
 //!
-//! Each shard's lock is a leaf (level 5 in the crate's lock hierarchy, see the crate root). No run is dropped
-//! under it: what the map lets go of is returned to the caller.
+//! Each shard's lock is level 5 in the crate's lock hierarchy (see the crate root): of the core's locks, only
+//! the retention window's, a leaf, is taken under it (the crate root says what else runs under it). No run is
+//! dropped under it: what the map lets go of is returned to the caller.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
@@ -140,7 +141,8 @@ impl<V> RunMap<V> {
 
     /// Takes `entry` out of the pending runs; nothing happens if it is not among them.
     pub(crate) fn unindex_pending(&self, entry: &TaskEntry<V>) {
-        self.write(&entry.task_id, |slot| slot.unindex_pending(entry));
+        let mut shard = self.shard(self.hash(&entry.task_id)).write();
+        shard.pending.release(entry);
     }
 
     /// How many runs the map holds.
@@ -255,6 +257,8 @@ impl<V> Slot<'_, V> {
             None => {
                 self.pending.slots.push(None);
                 u32::try_from(self.pending.slots.len() - 1)
+                    .ok()
+                    .filter(|&slot| slot != NOT_INDEXED)
                     .expect("fewer pending tasks than slot numbers")
             }
         };
@@ -265,13 +269,21 @@ impl<V> Slot<'_, V> {
     /// Takes `entry`, a run of the id, out of the shard's pending runs; nothing happens if it is not among them.
     #[inline]
     pub(crate) fn unindex_pending(&mut self, entry: &TaskEntry<V>) {
+        self.pending.release(entry);
+    }
+}
+
+impl PendingSlots {
+    /// Frees the slot of `entry`, if it holds one.
+    #[inline]
+    fn release<V>(&mut self, entry: &TaskEntry<V>) {
         let slot = entry.pending_slot.load(Ordering::Relaxed);
         if slot == NOT_INDEXED {
             return;
         }
         entry.pending_slot.store(NOT_INDEXED, Ordering::Relaxed);
-        self.pending.slots[slot as usize] = None;
-        self.pending.free.push(slot);
+        self.slots[slot as usize] = None;
+        self.free.push(slot);
     }
 }
 
