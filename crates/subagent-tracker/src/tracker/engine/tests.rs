@@ -92,3 +92,69 @@ fn a_restart_racing_an_end_forgets_what_it_replaces(parent: Option<&str>) {
     assert_eq!(tracker.retained_count(), 1 + usize::from(parent.is_some()));
     assert_eq!(tracker.shared.finished.retained(), 1);
 }
+
+/// Threads that start, end, cancel and restart tasks from a small pool of ids, with a small bound and an age
+/// limit, race every way a run enters and leaves the retention window (its end, its collapse, a restart that
+/// replaces it, an eviction, a forgetting for its age). Once they stop, the window counts exactly the finished
+/// runs the map holds, no more than the bound, and no pending slot is left taken.
+#[test]
+fn the_window_counts_exactly_the_finished_runs_the_map_holds_after_racing_threads() {
+    const BOUND: usize = 8;
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::with_config(
+        None,
+        crate::TrackerConfig::default()
+            .with_max_finished_tasks(BOUND)
+            .with_max_finished_age(Duration::from_millis(2)),
+    );
+    let began = Instant::now();
+    std::thread::scope(|scope| {
+        for thread in 0..4_u64 {
+            let tracker = &tracker;
+            scope.spawn(move || {
+                for round in 0..20_000_u64 {
+                    if began.elapsed() > Duration::from_secs(20) {
+                        break;
+                    }
+                    let task_id = format!("t{}", (round * 7 + thread * 3) % 11);
+                    let Ok(handle) = tracker.start(TaskStart::new().task_id(task_id.as_str()))
+                    else {
+                        continue;
+                    };
+                    match round % 4 {
+                        0 => drop(handle),
+                        1 => {
+                            tracker.cancel(&task_id, None);
+                            handle.stop_cancelled(None);
+                        }
+                        _ => {
+                            handle.complete(None);
+                        }
+                    }
+                    // A query forgets the runs past their age, as an end does.
+                    if round % 64 == 0 {
+                        assert!(tracker.tasks().len() <= 11);
+                    }
+                }
+            });
+        }
+    });
+    let finished_in_map = tracker
+        .shared
+        .tasks
+        .runs()
+        .iter()
+        .filter(|run| run.is_finished())
+        .count();
+    let counted = tracker.shared.finished.retained();
+    assert_eq!(counted, finished_in_map, "the window and the map disagree");
+    assert!(
+        counted <= BOUND,
+        "{counted} finished runs counted with a bound of {BOUND}"
+    );
+    assert!(tracker.shared.tasks.pending_entries().is_empty());
+    assert_eq!(
+        tracker.shared.tasks.len(),
+        counted,
+        "every task ended, so every run retained is finished"
+    );
+}
