@@ -52,6 +52,20 @@ def test_forget_finished_forgets_only_tasks_that_ended_long_enough_ago(session: 
     assert task is not None and task.status is SubagentStatus.COMPLETED
 
 
+def test_a_task_forgotten_for_its_age_frees_its_place_in_the_bound() -> None:
+    """A task forgotten for its age stops counting against ``max_finished_tasks``, as an evicted one does: the
+    tasks that finish after it are all kept. A reservation cancelled before its claim ages the same way."""
+    session = Session(max_finished_tasks=2, max_finished_age=0.1)
+    reserved = session.reserve_subagent_task("reserved")
+    assert session.cancel_subagent_task(reserved)
+    session.start_subagent_task("old").complete()
+    time.sleep(0.2)
+    assert session.subagent_tasks() == []
+    for task_id in ("b", "c"):
+        session.start_subagent_task(task_id).complete()
+    assert [task.task_id for task in session.subagent_tasks()] == ["b", "c"]
+
+
 def test_max_finished_age_hides_a_task_from_every_query_once_it_is_old_enough(
     aged_session: BlockingSession,
 ) -> None:

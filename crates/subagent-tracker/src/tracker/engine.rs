@@ -25,7 +25,7 @@ use crate::tracker::finished_run::{ClaimRefusal, SharedRun};
 use crate::tracker::reasons::{cancel_reason, CHILD_FAILED_REASON, GROUP_ENDED_REASON};
 use crate::tracker::retention::{FinishedTasks, RunKey};
 use crate::tracker::run::Run;
-use crate::tracker::run_map::RunMap;
+use crate::tracker::run_map::{RunMap, Slot};
 use crate::tracker::task_filter::TaskFilter;
 use crate::{CancelCause, ClaimProblem, SubagentStatus, TrackerError};
 
@@ -335,10 +335,6 @@ impl<V: Clone> TrackerShared<V> {
         effects: EndEffects<V>,
         delivery: &mut Delivery,
     ) {
-        // A run its end collapsed left the pending runs under the map's lock it took for that.
-        if effects.transitioned && !matches!(effects.collapse, EndCollapse::Installed(_)) {
-            self.tasks.unindex_pending(entry);
-        }
         if let Some(parent) = &effects.parent {
             parent.forget_child(entry.sequence);
         }
@@ -358,21 +354,18 @@ impl<V: Clone> TrackerShared<V> {
         #[cfg(all(test, not(subagent_tracker_loom)))]
         tests::pause(&tests::PAUSE_BEFORE_COLLAPSE, 5);
         // A session that keeps no finished run (a store's local mirror) evicts it at once: nothing to collapse. A
-        // run its end collapsed, or tried to, is not offered again.
+        // run its end collapsed, or tried to, is not offered again. Either way the run leaves the pending runs
+        // under the map's lock that this takes.
         let collapse = match effects.collapse {
             EndCollapse::Later if self.config.max_finished_tasks != 0 => {
                 entry.collapse(|run| self.install_finished(entry, run))
             }
             collapse => collapse,
         };
-        let evicted = match collapse {
+        self.evict(match collapse {
             EndCollapse::Installed(evicted) => evicted,
             EndCollapse::Later | EndCollapse::Kept => self.retain_entry(entry),
-        };
-        if let Some(evicted) = evicted {
-            // With no lock held: the map's reference is the evicted run's last, and it may own foreign objects.
-            drop(self.tasks.remove(evicted));
-        }
+        });
         // A finished task leaves nothing behind: no timer entry, no registration on the tokens it linked to.
         for key in [effects.deadline_key, effects.claim_timeout_key]
             .into_iter()
@@ -431,33 +424,17 @@ impl<V: Clone> TrackerShared<V> {
         }
     }
 
-    /// Forgets the finished tasks that ended at or before `cutoff` (contract §7), as eviction would, oldest
-    /// first; returns how many. Runs are in the order they finished, so the scan stops at the first that ended
-    /// later. Each run's end is read with no lock held (it may take the run's own lock), and a run is taken out
-    /// only if it is still the oldest.
+    /// Forgets the finished tasks that ended at or before `cutoff` (contract §7), as eviction would; returns how
+    /// many.
     pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
-        let mut forgotten = 0;
-        while let Some(oldest) = self.finished.oldest() {
-            let Some(run) = self.tasks.run_of(oldest) else {
-                // Evicted meanwhile, between the window and the map: look again, at the next oldest.
-                if self.finished.oldest() == Some(oldest) {
-                    break;
-                }
-                continue;
-            };
-            if run.ended_at().is_none_or(|ended_at| ended_at > cutoff) {
-                break;
-            }
-            if self.finished.forget_oldest(oldest) {
-                // With no lock held: the map's reference may be the run's last.
-                drop(self.tasks.remove(oldest));
-                forgotten += 1;
-            }
+        let forgotten = self.finished.forget_ended_before(cutoff);
+        for &key in &forgotten {
+            self.evict(Some(key));
         }
-        if forgotten > 0 {
+        if !forgotten.is_empty() {
             self.leave_registry_if_drained();
         }
-        forgotten
+        forgotten.len()
     }
 
     /// Forgets the finished tasks older than the session's `max_finished_age`, if it has one: after each end, and
@@ -483,25 +460,48 @@ impl<V: Clone> TrackerShared<V> {
             if !matches!(slot.run(), Some(Run::Live(live)) if Arc::ptr_eq(live, entry)) {
                 return Err(run);
             }
-            let key = slot.key(run.sequence);
-            let run = Run::Finished(run);
-            let evicted = self.finished.record(&run, key);
-            // The entry's own reference is the caller's too, so this is never the last one (no drop under the
-            // lock).
-            drop(slot.put(run));
-            Ok(evicted)
+            Ok(self.put_retained(slot, run))
         })
     }
 
+    /// Makes the slot's id name the finished `run` and counts it in the retention window; returns the key of
+    /// the run that falls out of the window, if one does. The slot holds nothing, or the entry the run
+    /// collapsed from, whose caller holds it too: what this replaces is never dropped here for the last time.
+    // Inlined into the end's collapse, the one caller every lifecycle takes.
+    #[inline(always)]
+    pub(super) fn put_retained(&self, slot: &mut Slot<'_, V>, run: SharedRun<V>) -> Option<RunKey> {
+        let key = slot.key(run.sequence);
+        let ended = run.ended_at;
+        let run = Run::Finished(run);
+        let evicted = self.finished.record(&run, key, ended);
+        drop(slot.put(run));
+        evicted
+    }
+
     /// Counts the finished `entry`, which keeps its place in the id map, in the retention window, unless its id
-    /// has been started again; returns the key of the run that falls out of the window, if one does.
+    /// has been started again, and takes it out of the pending runs either way; returns the key of the run
+    /// that falls out of the window, if one does.
     fn retain_entry(&self, entry: &Arc<TaskEntry<V>>) -> Option<RunKey> {
-        self.tasks.write(&entry.task_id, |slot| match slot.run() {
-            Some(held @ Run::Live(live)) if Arc::ptr_eq(live, entry) => {
-                self.finished.record(held, slot.key(entry.sequence))
+        // Read before the map's lock: it takes the entry's record lock.
+        let ended = entry.ended_at();
+        self.tasks.write(&entry.task_id, |slot| {
+            slot.unindex_pending(entry);
+            match slot.run() {
+                Some(held @ Run::Live(live)) if Arc::ptr_eq(live, entry) => {
+                    self.finished.record(held, slot.key(entry.sequence), ended)
+                }
+                _ => None,
             }
-            _ => None,
         })
+    }
+
+    /// Takes the run that fell out of the retention window out of the id map, with no lock held: the map's
+    /// reference is its last, and it may own foreign objects.
+    #[inline]
+    pub(super) fn evict(&self, evicted: Option<RunKey>) {
+        if let Some(evicted) = evicted {
+            drop(self.tasks.remove(evicted));
+        }
     }
 
     /// Whether a registry lists this session now.

@@ -8,7 +8,6 @@ use crate::task_id::validate_task_id;
 use crate::token::cancel_record::CancelRecord;
 use crate::tracker::engine::TrackerShared;
 use crate::tracker::finished_run::{FinishedFields, FinishedRun, RunDetails, SharedRun};
-use crate::tracker::run::Run;
 use crate::{SubagentStatus, SubagentTaskSnapshot, TaskFailure, TrackerError};
 
 /// The error of a task restored from a snapshot taken while it was pending: no runner came with it.
@@ -49,29 +48,20 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
             let sequence = self
                 .next_sequence
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let run = Run::Finished(SharedRun::new(finished_run(
-                sequence,
-                restored_snapshot(snapshot, now),
-            )));
-            let task_id = run.task_id().clone();
+            let run = SharedRun::new(finished_run(sequence, restored_snapshot(snapshot, now)));
+            let task_id = run.task_id.clone();
             let restored_here = self.tasks.write(&task_id, |slot| {
                 if slot.run().is_some() {
                     // Dropped once the lock is released: it holds the caller's values.
                     return Err(run);
                 }
-                let evicted = self.finished.record(&run, slot.key(sequence));
-                drop(slot.put(run));
-                Ok(evicted)
+                Ok(self.put_retained(slot, run))
             });
             let Ok(evicted) = restored_here else {
                 continue;
             };
             restored += 1;
-            if let Some(evicted) = evicted {
-                // With no lock held: the map's reference is the evicted run's last, and it may own foreign
-                // objects.
-                drop(self.tasks.remove(evicted));
-            }
+            self.evict(evicted);
         }
         Ok(restored)
     }

@@ -1,8 +1,8 @@
 //! The bound on finished tasks kept for queries.
 //!
-//! The window holds each retained finished run's key (its id's hash and its start sequence), not the run: the
-//! id map holds the run, so that a finished run has one owner, and the oldest is found in the map by its key
-//! when it is evicted. The keys are a list in the order the runs finished, kept in an arena so that a run
+//! The window holds each retained finished run's key (its id's hash and its start sequence) and when it ended,
+//! not the run: the id map holds the run, so that a finished run has one owner, and the oldest is found in the
+//! map by its key when it is evicted or forgotten for its age. The keys are a list in the order the runs finished, kept in an arena so that a run
 //! replaced by a new run of its id (or forgotten for its age) leaves the list at once, wherever it stands,
 //! without a search: the run keeps the number of its key's node.
 //!
@@ -15,6 +15,7 @@
 //! nothing twice.)
 
 use std::sync::atomic::Ordering;
+use std::time::SystemTime;
 
 use crate::sync::{AtomicU32, Mutex};
 
@@ -55,10 +56,12 @@ struct Window {
     retained: usize,
 }
 
-/// 24 bytes a retained run.
+/// 40 bytes a retained run.
 struct Node {
     /// [`FREE`] for a free node's.
     key: RunKey,
+    /// When the run ended; `None` for a run with no end recorded, which no age reaches.
+    ended: Option<SystemTime>,
     older: u32,
     newer: u32,
 }
@@ -71,10 +74,13 @@ const FREE: RunKey = RunKey {
 
 impl Window {
     fn unlink(&mut self, node: u32) -> RunKey {
-        let Node { key, older, newer } = std::mem::replace(
+        let Node {
+            key, older, newer, ..
+        } = std::mem::replace(
             &mut self.nodes[node as usize],
             Node {
                 key: FREE,
+                ended: None,
                 older: NOT_IN_WINDOW,
                 newer: NOT_IN_WINDOW,
             },
@@ -92,9 +98,10 @@ impl Window {
         key
     }
 
-    fn push(&mut self, key: RunKey) -> u32 {
+    fn push(&mut self, key: RunKey, ended: Option<SystemTime>) -> u32 {
         let linked = Node {
             key,
+            ended,
             older: self.newest,
             newer: NOT_IN_WINDOW,
         };
@@ -126,11 +133,6 @@ impl Window {
         // A node the run was evicted from is free, or holds another run's key since: the sequence tells.
         (self.nodes.get(node as usize)?.key.sequence == run.sequence()).then_some(node)
     }
-
-    /// The key of the run that finished first of those retained.
-    fn oldest(&self) -> Option<RunKey> {
-        Some(self.nodes.get(self.oldest as usize)?.key)
-    }
 }
 
 impl FinishedTasks {
@@ -147,13 +149,18 @@ impl FinishedTasks {
         }
     }
 
-    /// Counts a finished run against the bound, and returns the key of the run that falls out of the window, if
-    /// one does (the run's own when nothing is retained), for the caller to take out of the id map. Called
-    /// under the lock of the run's shard, in the critical section in which the map holds the run.
+    /// Counts a finished run, which `ended` (`None`: no age reaches it), against the bound, and returns the key of the run that falls out of
+    /// the window, if one does (the run's own when nothing is retained), for the caller to take out of the id
+    /// map. Called under the lock of the run's shard, in the critical section in which the map holds the run.
     #[inline(always)]
-    pub(crate) fn record(&self, run: &impl Retained, key: RunKey) -> Option<RunKey> {
+    pub(crate) fn record(
+        &self,
+        run: &impl Retained,
+        key: RunKey,
+        ended: Option<SystemTime>,
+    ) -> Option<RunKey> {
         let mut window = self.window.lock();
-        let node = window.push(key);
+        let node = window.push(key, ended);
         run.window_node().store(node, Ordering::Relaxed);
         if window.retained <= self.capacity {
             return None;
@@ -172,20 +179,20 @@ impl FinishedTasks {
         }
     }
 
-    /// The key of the run that finished first of those retained.
-    pub(crate) fn oldest(&self) -> Option<RunKey> {
-        self.window.lock().oldest()
-    }
-
-    /// Stops counting the run of `key` if it is still the one that finished first; true if it was.
-    pub(crate) fn forget_oldest(&self, key: RunKey) -> bool {
+    /// Stops counting the runs that ended at or before `cutoff`, oldest first, and returns their keys, for the
+    /// caller to take them out of the id map. Runs are in the order they were recorded, which may differ from
+    /// their end times by a little, so the scan stops at the first that ended later.
+    pub(crate) fn forget_ended_before(&self, cutoff: SystemTime) -> Vec<RunKey> {
         let mut window = self.window.lock();
-        if window.oldest() != Some(key) {
-            return false;
+        let mut forgotten = Vec::new();
+        while let Some(node) = window.nodes.get(window.oldest as usize) {
+            if node.ended.is_none_or(|ended| ended > cutoff) {
+                break;
+            }
+            let oldest = window.oldest;
+            forgotten.push(window.unlink(oldest));
         }
-        let oldest = window.oldest;
-        window.unlink(oldest);
-        true
+        forgotten
     }
 
     /// How many finished runs count against the bound now.
@@ -196,6 +203,8 @@ impl FinishedTasks {
 
 #[cfg(all(test, not(subagent_tracker_loom)))]
 mod tests {
+    use std::time::UNIX_EPOCH;
+
     use super::*;
 
     struct Run {
@@ -227,6 +236,11 @@ mod tests {
         )
     }
 
+    /// The run ended `seconds` after the epoch.
+    fn at(seconds: u64) -> SystemTime {
+        UNIX_EPOCH + std::time::Duration::from_secs(seconds)
+    }
+
     /// The oldest goes first; a run forgotten wherever it stands leaves at once and stops counting; a run
     /// evicted and then forgotten (a restart that found it before the map let it go) is not counted twice, even
     /// once its node holds another run's key.
@@ -234,23 +248,48 @@ mod tests {
     fn the_oldest_goes_first_and_a_forgotten_run_stops_counting_once() {
         let window = FinishedTasks::new(2);
         let runs: Vec<_> = (0..4).map(run).collect();
-        assert_eq!(window.record(&runs[0].0, runs[0].1), None);
-        assert_eq!(window.record(&runs[1].0, runs[1].1), None);
-        assert_eq!(window.record(&runs[2].0, runs[2].1), Some(runs[0].1));
+        assert_eq!(window.record(&runs[0].0, runs[0].1, Some(at(10))), None);
+        assert_eq!(window.record(&runs[1].0, runs[1].1, Some(at(11))), None);
+        assert_eq!(
+            window.record(&runs[2].0, runs[2].1, Some(at(12))),
+            Some(runs[0].1)
+        );
         window.forget(&runs[0].0);
         assert_eq!(window.retained(), 2);
         window.forget(&runs[2].0);
         window.forget(&runs[2].0);
         assert_eq!(window.retained(), 1);
-        assert_eq!(window.oldest(), Some(runs[1].1));
-        assert_eq!(window.record(&runs[3].0, runs[3].1), None);
+        assert_eq!(window.record(&runs[3].0, runs[3].1, Some(at(13))), None);
         // Run 3 reuses a freed node; run 0's and run 2's numbers may name it now.
         window.forget(&runs[0].0);
         window.forget(&runs[2].0);
         assert_eq!(window.retained(), 2);
-        assert!(!window.forget_oldest(runs[3].1));
-        assert!(window.forget_oldest(runs[1].1));
-        assert_eq!(window.oldest(), Some(runs[3].1));
+        assert_eq!(window.forget_ended_before(at(12)), [runs[1].1]);
+        assert_eq!(window.retained(), 1);
+    }
+
+    /// Forgetting by age takes the runs that ended at or before the cutoff, oldest first, and stops at the
+    /// first that ended later, in the order they were recorded.
+    #[test]
+    fn forgetting_by_age_stops_at_the_first_run_that_ended_later() {
+        let window = FinishedTasks::new(8);
+        let runs: Vec<_> = (0..4).map(run).collect();
+        for ((run, key), ended) in runs.iter().zip([at(1), at(3), at(2), at(4)]) {
+            assert_eq!(window.record(run, *key, Some(ended)), None);
+        }
+        assert!(window.forget_ended_before(at(0)).is_empty());
+        assert_eq!(window.forget_ended_before(at(2)), [runs[0].1]);
+        assert_eq!(window.forget_ended_before(at(3)), [runs[1].1, runs[2].1]);
+        assert_eq!(window.retained(), 1);
+        assert!(window
+            .forget_ended_before(UNIX_EPOCH - std::time::Duration::from_secs(1))
+            .is_empty());
+        // A run with no end recorded is reached by no age, and the scan stops there.
+        let (unended, unended_key) = run(9);
+        assert_eq!(window.record(&unended, unended_key, None), None);
+        assert_eq!(window.forget_ended_before(at(100)), [runs[3].1]);
+        assert!(window.forget_ended_before(at(100)).is_empty());
+        assert_eq!(window.retained(), 1);
     }
 
     /// A window that keeps nothing gives a run's own key back at once.
@@ -258,8 +297,8 @@ mod tests {
     fn a_window_that_keeps_nothing_evicts_each_run_at_once() {
         let window = FinishedTasks::new(0);
         let (only, key) = run(1);
-        assert_eq!(window.record(&only, key), Some(key));
+        assert_eq!(window.record(&only, key, Some(at(1))), Some(key));
         assert_eq!(window.retained(), 0);
-        assert_eq!(window.oldest(), None);
+        assert!(window.forget_ended_before(at(2)).is_empty());
     }
 }

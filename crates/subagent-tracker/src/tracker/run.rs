@@ -6,7 +6,6 @@
 //! still succeeds, hands over a handle whose token has fired, and records when it was claimed.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use crate::sync::AtomicU32;
 use crate::tracker::entry::TaskEntry;
@@ -50,14 +49,6 @@ impl<V> Run<V> {
         match self {
             Run::Live(entry) => entry.is_finished(),
             Run::Finished(_) => true,
-        }
-    }
-
-    /// When the run ended. It may take the entry's record lock.
-    pub(crate) fn ended_at(&self) -> Option<SystemTime> {
-        match self {
-            Run::Live(entry) => entry.ended_at(),
-            Run::Finished(run) => run.ended_at,
         }
     }
 

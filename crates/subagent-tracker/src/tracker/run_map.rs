@@ -117,15 +117,6 @@ impl<V> RunMap<V> {
         })
     }
 
-    /// The run of `key`, copied out, unless its id names another run now.
-    pub(crate) fn run_of(&self, key: RunKey) -> Option<Run<V>> {
-        let shard = self.shard(key.hash).read();
-        shard
-            .runs
-            .find(key.hash, |run| run.sequence() == key.sequence)
-            .cloned()
-    }
-
     /// Takes the run of `key` out of the map, unless its id names another run now; returns it, for the caller
     /// to drop once no lock is held (it may be the last reference).
     pub(crate) fn remove(&self, key: RunKey) -> Option<Run<V>> {

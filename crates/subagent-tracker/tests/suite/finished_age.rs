@@ -62,6 +62,43 @@ fn a_forgotten_id_may_start_again_and_its_new_run_is_kept() {
     assert_eq!(tracker.retained_count(), 1);
 }
 
+/// A task forgotten for its age stops counting against `max_finished_tasks`, as an evicted one does: the bound
+/// then keeps the tasks that finished after it, and evicts none of them early. A run kept as its entry (a
+/// reservation cancelled before its claim) ages the same way.
+#[test]
+fn a_task_forgotten_for_its_age_frees_its_place_in_the_bound() {
+    let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::with_config(
+        Some("session"),
+        TrackerConfig::default()
+            .with_max_finished_tasks(2)
+            .with_max_finished_age(Duration::from_millis(100)),
+    );
+    let reserved = tracker
+        .reserve(TaskStart::new().task_id("reserved"), None)
+        .unwrap();
+    assert!(tracker.cancel(&reserved, None));
+    tracker
+        .start(TaskStart::new().task_id("old"))
+        .unwrap()
+        .complete(None);
+    thread::sleep(Duration::from_millis(150));
+    assert_eq!(tracker.retained_count(), 0);
+    for task_id in ["b", "c"] {
+        tracker
+            .start(TaskStart::new().task_id(task_id))
+            .unwrap()
+            .complete(None);
+    }
+    assert_eq!(
+        tracker
+            .tasks()
+            .iter()
+            .map(|task| &*task.task_id)
+            .collect::<Vec<_>>(),
+        ["b", "c"]
+    );
+}
+
 #[test]
 fn max_finished_age_forgets_a_task_once_it_is_old_enough_and_no_query_shows_it_after() {
     let tracker = aged(Duration::from_millis(80));
