@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds everything in release mode and runs every benchmark: the Rust microbenchmarks (divan) and the Python
+# Builds everything in release mode (the Python extension as the release wheel is built: with profile-guided
+# optimisation, scripts/pgo_wheel.sh) and runs every benchmark: the Rust microbenchmarks (divan) and the Python
 # scenarios beside trpc-agent-py and a plain-Python reference, the agent frameworks, and the Redis store (with the
 # server's instruction counts when valgrind is installed). Pass --smoke for tiny sizes.
 set -euo pipefail
@@ -13,7 +14,8 @@ PYTHON="${PYTHON:-python3}"
 . .venv-bench/bin/activate
 python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-dev.txt "trpc-agent-py==1.2.0"
 rm -rf target/bench-wheels
-maturin build --release --quiet --out target/bench-wheels
+# The wheel users install, so the figures are theirs: built with the profile of a training run.
+PYTHON=python scripts/pgo_wheel.sh target/bench-wheels
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/bench-wheels/*.whl
 python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
   "$(ls target/bench-wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands]"

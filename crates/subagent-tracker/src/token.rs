@@ -272,7 +272,7 @@ impl Future for WaitForFinish {
     }
 }
 
-/// The future of a paused task's resume ([`SubagentTaskHandle::wait_for_resume`](crate::SubagentTaskHandle::wait_for_resume)):
+/// The future of a paused task's resume ([`ResumeWatch::wait_for_resume`](crate::ResumeWatch::wait_for_resume)):
 /// ready once the task is no longer paused, whether resumed, cancelled or ended. Dropping it takes its
 /// registration back.
 #[must_use = "futures do nothing unless polled"]

@@ -89,6 +89,10 @@ impl RedisSession {
     /// any end is sent; [`TrackerError::SessionClosed`] when this object's incarnation has ended and the batch
     /// names an id (its handles' runs are over: they are released); [`RedisTrackerError::Unavailable`]: some
     /// ends may have been recorded, and ending again is safe.
+    ///
+    /// [`TrackerError::InvalidId`]: subagent_tracker::TrackerError::InvalidId
+    /// [`TrackerError::HandleOfAnotherSession`]: subagent_tracker::TrackerError::HandleOfAnotherSession
+    /// [`TrackerError::SessionClosed`]: subagent_tracker::TrackerError::SessionClosed
     pub async fn end_batch(
         &self,
         mut ends: Vec<(EndTarget<&mut RedisTaskHandle>, TaskEnd<String>)>,

@@ -55,6 +55,9 @@ impl RedisSession {
     /// refuses the whole batch, and nothing changes in Redis, unless something changed between the check and
     /// the last part: the tasks the batch had opened are then cancelled with [`BATCH_REFUSED_REASON`] and
     /// finished.
+    ///
+    /// [`OPEN_BATCH_STEP`]: crate::OPEN_BATCH_STEP
+    /// [`BATCH_REFUSED_REASON`]: subagent_tracker::BATCH_REFUSED_REASON
     pub async fn start_batch(
         &self,
         starts: Vec<TaskStart<String>>,
