@@ -17,8 +17,10 @@ rm -rf target/bench-wheels
 # The wheel users install, so the figures are theirs: built with the profile of a training run.
 PYTHON=python scripts/pgo_wheel.sh target/bench-wheels
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/bench-wheels/*.whl
+# The frameworks the benchmarks below run, at the versions the tests pin: those of check.sh's main environment
+# (CrewAI's pins conflict with them, so integrations_bench.py skips it here).
 python -m pip install --quiet --disable-pip-version-check -c scripts/constraints-frameworks.txt \
-  "$(ls target/bench-wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands]"
+  "$(ls target/bench-wheels/*.whl)[pydantic-ai,openai-agents,langgraph,strands,agno,adk,otel]"
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "== Rust microbenchmarks (divan)"
