@@ -14,7 +14,7 @@ PYTHON="${PYTHON:-python3}"
 . .venv-bench/bin/activate
 python -m pip install --quiet --disable-pip-version-check -r scripts/requirements-dev.txt "trpc-agent-py==1.2.0"
 rm -rf target/bench-wheels
-# The wheel users install, so the figures are theirs: built with the profile of a training run.
+# Built the way the release wheel is (with the profile of a training run), so the figures are those users get.
 PYTHON=python scripts/pgo_wheel.sh target/bench-wheels
 python -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps target/bench-wheels/*.whl
 # The frameworks the benchmarks below run, at the versions the tests pin: those of check.sh's main environment
