@@ -9,3 +9,12 @@ pub fn tracker_retaining(max_finished_tasks: usize) -> InMemorySubagentTaskTrack
         TrackerConfig::default().with_max_finished_tasks(max_finished_tasks),
     )
 }
+
+/// The ids of the tasks `tracker` retains, in start order (`tasks()`).
+pub fn task_ids(tracker: &InMemorySubagentTaskTracker) -> Vec<String> {
+    tracker
+        .tasks()
+        .into_iter()
+        .map(|task| task.task_id.to_string())
+        .collect()
+}

@@ -25,14 +25,6 @@ fn tracker_named(session_id: &str) -> InMemorySubagentTaskTracker {
     )
 }
 
-fn ids(tracker: &InMemorySubagentTaskTracker) -> Vec<String> {
-    tracker
-        .tasks()
-        .into_iter()
-        .map(|task| task.task_id.to_string())
-        .collect()
-}
-
 #[test]
 fn a_batch_starts_every_task_in_order_and_a_child_may_name_an_earlier_one() {
     let tracker = tracker();
@@ -46,7 +38,7 @@ fn a_batch_starts_every_task_in_order_and_a_child_may_name_an_earlier_one() {
     assert_eq!(handles.len(), 3);
     assert_eq!(&**handles[0].task_id(), "plan");
     let generated = handles[2].task_id().to_string();
-    assert_eq!(ids(&tracker), ["plan", "step-1", &*generated]);
+    assert_eq!(common::task_ids(&tracker), ["plan", "step-1", &*generated]);
     assert!(tracker.cancel("plan", Some("stop")));
     assert!(handles.iter().all(SubagentTaskHandle::is_cancelled));
 }
@@ -92,7 +84,7 @@ fn a_bad_id_a_repeated_id_or_a_live_id_refuses_the_whole_batch_and_changes_nothi
         let error = tracker.start_batch(batch).unwrap_err();
         assert!(expected(&error), "{error:?}");
     }
-    assert_eq!(ids(&tracker), ["live"]);
+    assert_eq!(common::task_ids(&tracker), ["live"]);
     assert!(events.try_next().is_none(), "a refused batch emits nothing");
     let repeated = tracker
         .reserve_batch(vec![
@@ -251,7 +243,11 @@ fn a_reservation_that_would_finish_as_it_opens_cannot_parent_a_later_task() {
         ])
         .unwrap_err();
     assert!(matches!(refused, TrackerError::ParentFinished { .. }));
-    assert_eq!(ids(&tracker), ["plan"], "a refused batch changes nothing");
+    assert_eq!(
+        common::task_ids(&tracker),
+        ["plan"],
+        "a refused batch changes nothing"
+    );
     let started = tracker
         .start_batch(vec![
             TaskStart::new().task_id("a").parent_id("plan"),

@@ -37,14 +37,7 @@ fn forget_finished_forgets_only_tasks_that_ended_long_enough_ago() {
     // Nothing finished is old enough now; a pending task is never forgotten, however old.
     assert_eq!(tracker.forget_finished(Duration::from_secs(3600)), 0);
     assert_eq!(tracker.forget_finished(Duration::ZERO), 1);
-    assert_eq!(
-        tracker
-            .tasks()
-            .iter()
-            .map(|task| &*task.task_id)
-            .collect::<Vec<_>>(),
-        ["running"]
-    );
+    assert_eq!(common::task_ids(&tracker), ["running"]);
     drop(running);
 }
 
@@ -89,14 +82,7 @@ fn a_task_forgotten_for_its_age_frees_its_place_in_the_bound() {
             .unwrap()
             .complete(None);
     }
-    assert_eq!(
-        tracker
-            .tasks()
-            .iter()
-            .map(|task| &*task.task_id)
-            .collect::<Vec<_>>(),
-        ["b", "c"]
-    );
+    assert_eq!(common::task_ids(&tracker), ["b", "c"]);
 }
 
 #[test]
@@ -110,14 +96,7 @@ fn max_finished_age_forgets_a_task_once_it_is_old_enough_and_no_query_shows_it_a
     thread::sleep(Duration::from_millis(120));
     // No end has happened since: the queries themselves leave it out, and forget it.
     assert!(tracker.get("a").is_none());
-    assert_eq!(
-        tracker
-            .tasks()
-            .iter()
-            .map(|task| &*task.task_id)
-            .collect::<Vec<_>>(),
-        ["b"]
-    );
+    assert_eq!(common::task_ids(&tracker), ["b"]);
     assert_eq!(tracker.retained_count(), 1);
     assert_eq!(tracker.forget_finished(Duration::ZERO), 0);
     // A handle follows its own run, aged or not.

@@ -269,23 +269,13 @@ fn restarting_a_finished_id_evicts_no_other_task_early() {
             .unwrap()
             .complete(None));
     }
-    let ids: Vec<_> = tracker
-        .tasks()
-        .iter()
-        .map(|task| task.task_id.to_string())
-        .collect();
-    assert_eq!(ids, ["b", "c", "a"]);
+    assert_eq!(common::task_ids(&tracker), ["b", "c", "a"]);
     // The bound still holds, oldest first.
     assert!(tracker
         .start(TaskStart::new().task_id("d"))
         .unwrap()
         .complete(None));
-    let ids: Vec<_> = tracker
-        .tasks()
-        .iter()
-        .map(|task| task.task_id.to_string())
-        .collect();
-    assert_eq!(ids, ["c", "a", "d"]);
+    assert_eq!(common::task_ids(&tracker), ["c", "a", "d"]);
 }
 
 /// Defect 17: an `any()` that fires at construction registers on none of its other sources.
