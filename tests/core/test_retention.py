@@ -36,6 +36,23 @@ def test_the_oldest_finished_are_evicted_first_and_unfinished_never() -> None:
     del long_running, cancelled
 
 
+def test_a_large_session_evicts_the_oldest_first_and_keeps_the_unfinished() -> None:
+    # Past some tens of thousands of runs, the id map is large enough that each end fetches the next eviction's
+    # memory ahead, and each start its id's place: the order and the bound are the same as in a small session.
+    retained = 40_000
+    session = Session(max_finished_tasks=retained)
+    long_running = session.start_subagent_task("long")
+    start = session.start_subagent_task
+    for index in range(2 * retained):
+        start(f"f{index}").complete()
+    assert session.subagent_task("f39999") is None
+    assert session.subagent_task("long") is not None
+    assert [task.task_id for task in session.subagent_tasks()] == ["long"] + [
+        f"f{index}" for index in range(retained, 2 * retained)
+    ]
+    long_running.complete()
+
+
 def test_retention_stays_bounded_under_churn_from_threads() -> None:
     session = Session(max_finished_tasks=500)
 

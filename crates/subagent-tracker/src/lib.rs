@@ -65,12 +65,15 @@
 //!
 //! The model checks (`tests/loom.rs`) explore every one of these locks but the deadline timer's two and the
 //! delivery pool's, the id map's shards included (`sync` gives them loom's). Under a shard lock the core does
-//! nothing but the map operation, the shard's pending runs, the window's count of the shard's runs, reads of
+//! nothing but the map operation, the shard's pending runs, the table's layout it publishes for prefetches (relaxed
+//! stores, read with no lock), the window's count of the shard's runs, reads of
 //! the run there and of the status of a run it makes visible, the store of a late escalation's flag on a
 //! finished record, and the garbage collector's visit of finished records' values (`InMemorySubagentTaskTracker::visit_values`, under each shard's read lock
 //! in turn), whose callback takes no lock of the core's (a binding's own value lock at most, a leaf).
 
-#![forbid(unsafe_code)]
+// One `unsafe` block, allowed where it stands: the prefetch instruction (`tracker::prefetch`), which reads
+// nothing the program sees and never faults. Stable Rust has no safe prefetch.
+#![deny(unsafe_code)]
 
 mod cancel_cause;
 mod error;

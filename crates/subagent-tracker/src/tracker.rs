@@ -37,6 +37,7 @@ mod finished_run;
 pub(crate) mod handle;
 mod linked_task;
 mod opening;
+mod prefetch;
 mod queries;
 pub(crate) mod reasons;
 pub(crate) mod recorded_event;

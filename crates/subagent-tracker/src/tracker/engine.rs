@@ -22,8 +22,9 @@ use crate::tracker::entry::{
 };
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, SharedRun};
+use crate::tracker::prefetch::prefetch;
 use crate::tracker::reasons::{cancel_reason, CHILD_FAILED_REASON, GROUP_ENDED_REASON};
-use crate::tracker::retention::{FinishedTasks, RunKey};
+use crate::tracker::retention::{Eviction, FinishedTasks};
 use crate::tracker::run::Run;
 use crate::tracker::run_map::{RunMap, Slot};
 use crate::tracker::task_filter::TaskFilter;
@@ -429,7 +430,7 @@ impl<V: Clone> TrackerShared<V> {
     pub(super) fn forget_ended_before(&self, cutoff: SystemTime) -> usize {
         let forgotten = self.finished.forget_ended_before(cutoff);
         for &key in &forgotten {
-            self.evict(Some(key));
+            drop(self.tasks.remove(key));
         }
         if !forgotten.is_empty() {
             self.leave_registry_if_drained();
@@ -469,7 +470,11 @@ impl<V: Clone> TrackerShared<V> {
     /// collapsed from, whose caller holds it too: what this replaces is never dropped here for the last time.
     // Inlined into the end's collapse, the one caller every lifecycle takes.
     #[inline(always)]
-    pub(super) fn put_retained(&self, slot: &mut Slot<'_, V>, run: SharedRun<V>) -> Option<RunKey> {
+    pub(super) fn put_retained(
+        &self,
+        slot: &mut Slot<'_, V>,
+        run: SharedRun<V>,
+    ) -> Option<Eviction> {
         let key = slot.key(run.sequence);
         let ended = run.ended_at;
         let run = Run::Finished(run);
@@ -481,7 +486,7 @@ impl<V: Clone> TrackerShared<V> {
     /// Counts the finished `entry`, which keeps its place in the id map, in the retention window, unless its id
     /// has been started again, and takes it out of the pending runs either way; returns the key of the run
     /// that falls out of the window, if one does.
-    fn retain_entry(&self, entry: &Arc<TaskEntry<V>>) -> Option<RunKey> {
+    fn retain_entry(&self, entry: &Arc<TaskEntry<V>>) -> Option<Eviction> {
         // Read before the map's lock: it takes the entry's record lock.
         let ended = entry.ended_at();
         self.tasks.write(&entry.task_id, |slot| {
@@ -496,11 +501,16 @@ impl<V: Clone> TrackerShared<V> {
     }
 
     /// Takes the run that fell out of the retention window out of the id map, with no lock held: the map's
-    /// reference is its last, and it may own foreign objects.
+    /// reference is its last, and it may own foreign objects. First asks for what the next eviction will read,
+    /// which has left the caches in a session that keeps many (`tracker::prefetch`).
     #[inline]
-    pub(super) fn evict(&self, evicted: Option<RunKey>) {
-        if let Some(evicted) = evicted {
-            drop(self.tasks.remove(evicted));
+    pub(super) fn evict(&self, evicted: Option<Eviction>) {
+        if let Some(Eviction { key, next }) = evicted {
+            if let Some(next) = next.filter(|_| self.tasks.is_large()) {
+                self.tasks.prefetch(next.key.hash);
+                next.allocations.into_iter().for_each(prefetch);
+            }
+            drop(self.tasks.remove(key));
         }
     }
 

@@ -35,7 +35,7 @@ use crate::token::signal::{CancelSignal, Ending};
 use crate::tracker::deadline_timer::DeadlineKey;
 use crate::tracker::event_bus::EventBus;
 use crate::tracker::finished_run::{ClaimRefusal, SharedRun};
-use crate::tracker::retention::{self, RunKey};
+use crate::tracker::retention::{self, Eviction};
 use crate::tracker::run_map;
 use crate::{
     CancelCause, ProgressEntry, SubagentEvent, SubagentEventKind, SubagentStatus, TaskFailure,
@@ -148,7 +148,7 @@ pub(crate) enum EndCollapse {
     Later,
     /// The record took the entry's place in the session, which counted it in its retention window: the key of
     /// the run that fell out of the window, if one did, for the session to take out of its id map.
-    Installed(Option<RunKey>),
+    Installed(Option<Eviction>),
     /// Tried, and the entry stays where it is: the session refused the record (the id was started again), or
     /// the run keeps its entry.
     Kept,
@@ -157,7 +157,7 @@ pub(crate) enum EndCollapse {
 /// What the session did with a finished record offered in its entry's place: counted it in its retention
 /// window, with the key of the run that fell out if one did, or refused it (the id has been started again),
 /// giving it back.
-pub(crate) type Installed<V> = Result<Option<RunKey>, SharedRun<V>>;
+pub(crate) type Installed<V> = Result<Option<Eviction>, SharedRun<V>>;
 
 /// Where a task that its runner paused stands (contract §5, pause and resume), as
 /// [`SubagentTaskHandle::resumption`](crate::SubagentTaskHandle::resumption) tells its runner.

@@ -194,6 +194,8 @@ impl<V: Clone + Send + Sync + 'static> TrackerShared<V> {
             }
             None => Arc::from(generate_id()),
         };
+        // Its place in a large map has left the caches: fetched while the entry is built.
+        self.tasks.prefetch_id(&task_id);
         if let Some(parent_id) = &start.parent_id {
             validate_task_id("parent_id", parent_id)?;
         }

@@ -39,6 +39,9 @@ pub(crate) struct RunKey {
 pub(crate) trait Retained {
     fn window_node(&self) -> &AtomicU32;
     fn sequence(&self) -> u64;
+    /// The addresses of the run's allocation and of its id's, which its eviction reads to free them: a prefetch
+    /// takes them ahead (`tracker::prefetch`).
+    fn allocations(&self) -> [usize; 2];
 }
 
 /// Finished runs' keys in the order they finished, so that the oldest is evicted first.
@@ -64,6 +67,24 @@ struct Node {
     ended: Option<SystemTime>,
     older: u32,
     newer: u32,
+    /// The addresses of the run's allocation and its id's, which its eviction frees.
+    allocations: [usize; 2],
+}
+
+/// A run that fell out of the window, for the caller to take out of the id map, and the run that is to fall out
+/// next, for the caller to fetch what its eviction will read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Eviction {
+    pub(crate) key: RunKey,
+    pub(crate) next: Option<Upcoming>,
+}
+
+/// The oldest run the window holds, as its eviction will find it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Upcoming {
+    pub(crate) key: RunKey,
+    /// The addresses of the run's allocation and its id's (see `Retained::allocations`).
+    pub(crate) allocations: [usize; 2],
 }
 
 /// The key of a free node: no run's, since start sequences never reach it.
@@ -83,6 +104,7 @@ impl Window {
                 ended: None,
                 older: NOT_IN_WINDOW,
                 newer: NOT_IN_WINDOW,
+                allocations: [0; 2],
             },
         );
         match older {
@@ -98,10 +120,11 @@ impl Window {
         key
     }
 
-    fn push(&mut self, key: RunKey, ended: Option<SystemTime>) -> u32 {
+    fn push(&mut self, key: RunKey, ended: Option<SystemTime>, allocations: [usize; 2]) -> u32 {
         let linked = Node {
             key,
             ended,
+            allocations,
             older: self.newest,
             newer: NOT_IN_WINDOW,
         };
@@ -158,15 +181,23 @@ impl FinishedTasks {
         run: &impl Retained,
         key: RunKey,
         ended: Option<SystemTime>,
-    ) -> Option<RunKey> {
+    ) -> Option<Eviction> {
         let mut window = self.window.lock();
-        let node = window.push(key, ended);
+        let node = window.push(key, ended, run.allocations());
         run.window_node().store(node, Ordering::Relaxed);
         if window.retained <= self.capacity {
             return None;
         }
         let oldest = window.oldest;
-        Some(window.unlink(oldest))
+        let key = window.unlink(oldest);
+        let next = window
+            .nodes
+            .get(window.oldest as usize)
+            .map(|node| Upcoming {
+                key: node.key,
+                allocations: node.allocations,
+            });
+        Some(Eviction { key, next })
     }
 
     /// A finished run is being replaced by a new run of its id, or forgotten: it stops counting against the
@@ -220,6 +251,21 @@ mod tests {
         fn sequence(&self) -> u64 {
             self.sequence
         }
+
+        fn allocations(&self) -> [usize; 2] {
+            [std::ptr::from_ref(self).addr(), 0]
+        }
+    }
+
+    /// The eviction of `evicted`, with `next` the oldest left.
+    fn eviction(evicted: &(Run, RunKey), next: Option<&(Run, RunKey)>) -> Option<Eviction> {
+        Some(Eviction {
+            key: evicted.1,
+            next: next.map(|(run, key)| Upcoming {
+                key: *key,
+                allocations: run.allocations(),
+            }),
+        })
     }
 
     fn run(sequence: u64) -> (Run, RunKey) {
@@ -250,9 +296,10 @@ mod tests {
         let runs: Vec<_> = (0..4).map(run).collect();
         assert_eq!(window.record(&runs[0].0, runs[0].1, Some(at(10))), None);
         assert_eq!(window.record(&runs[1].0, runs[1].1, Some(at(11))), None);
+        // The eviction names the run to go next, for its reads to be fetched ahead.
         assert_eq!(
             window.record(&runs[2].0, runs[2].1, Some(at(12))),
-            Some(runs[0].1)
+            eviction(&runs[0], Some(&runs[1]))
         );
         window.forget(&runs[0].0);
         assert_eq!(window.retained(), 2);
@@ -296,8 +343,11 @@ mod tests {
     #[test]
     fn a_window_that_keeps_nothing_evicts_each_run_at_once() {
         let window = FinishedTasks::new(0);
-        let (only, key) = run(1);
-        assert_eq!(window.record(&only, key, Some(at(1))), Some(key));
+        let only = run(1);
+        assert_eq!(
+            window.record(&only.0, only.1, Some(at(1))),
+            eviction(&only, None)
+        );
         assert_eq!(window.retained(), 0);
         assert!(window.forget_ended_before(at(2)).is_empty());
     }

@@ -89,4 +89,12 @@ impl<V> Retained for Run<V> {
     fn sequence(&self) -> u64 {
         Run::sequence(self)
     }
+
+    fn allocations(&self) -> [usize; 2] {
+        let record = match self {
+            Run::Live(entry) => Arc::as_ptr(entry).addr(),
+            Run::Finished(run) => triomphe::Arc::as_ptr(run).addr(),
+        };
+        [record, Arc::as_ptr(self.task_id()).cast::<u8>().addr()]
+    }
 }

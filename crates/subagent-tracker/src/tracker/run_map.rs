@@ -16,7 +16,7 @@
 //! dropped under it: what the map lets go of is returned to the caller.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crossbeam_utils::CachePadded;
@@ -32,6 +32,7 @@ use hashbrown::HashTable;
 
 use crate::sync::RwLock;
 use crate::tracker::entry::TaskEntry;
+use crate::tracker::prefetch::prefetch;
 use crate::tracker::retention::RunKey;
 use crate::tracker::run::Run;
 
@@ -43,6 +44,24 @@ pub(crate) struct RunMap<V> {
     /// How far a hash is shifted to give its shard's number.
     shift: u32,
     shards: Box<[CachePadded<RwLock<Shard<V>>>]>,
+    /// Where each shard's table lies, read with no lock, for prefetches only: apart from the shards' locks,
+    /// which every call writes, since these change only when a table grows.
+    layouts: Box<[TableLayout]>,
+    /// Whether a shard's table has grown past what the caches keep close ([`PREFETCH_FROM_BUCKETS`]): below
+    /// it, a prefetch would cost more than the wait it saves.
+    large: AtomicBool,
+}
+
+/// The number of buckets from which a shard's table is fetched ahead: 4,096 buckets of 16 bytes and their
+/// control bytes, some 70 kB a shard, a few times a core's L1 and, over the shards, a good part of its L2.
+const PREFETCH_FROM_BUCKETS: usize = 1 << 12;
+
+/// Where a shard's table lies, as its last write saw it: its control bytes' address (0 before a first run)
+/// and its number of buckets less one. A prefetch may read a stale layout; it then fetches a useless line.
+#[derive(Default)]
+struct TableLayout {
+    control: AtomicUsize,
+    mask: AtomicUsize,
 }
 
 struct Shard<V> {
@@ -71,6 +90,8 @@ impl<V> RunMap<V> {
                     }))
                 })
                 .collect(),
+            layouts: (0..count).map(|_| TableLayout::default()).collect(),
+            large: AtomicBool::new(false),
         }
     }
 
@@ -79,13 +100,49 @@ impl<V> RunMap<V> {
         self.hasher.hash_one(task_id)
     }
 
-    /// The shard of `hash`, chosen by the bits below the seven at the top that the table keeps as each run's
-    /// tag, so that the tags within a shard stay as varied as the hashes.
+    /// The number of the shard of `hash`, chosen by the bits below the seven at the top that the table keeps
+    /// as each run's tag, so that the tags within a shard stay as varied as the hashes.
+    #[inline]
+    fn shard_number(&self, hash: u64) -> usize {
+        usize::try_from((hash << 7) >> self.shift).expect("fewer shards than usize::MAX")
+    }
+
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<V>> {
-        let index =
-            usize::try_from((hash << 7) >> self.shift).expect("fewer shards than usize::MAX");
-        &self.shards[index]
+        &self.shards[self.shard_number(hash)]
+    }
+
+    /// Whether the map is large enough for prefetches to pay (see [`PREFETCH_FROM_BUCKETS`]).
+    #[inline]
+    pub(crate) fn is_large(&self) -> bool {
+        self.large.load(Ordering::Relaxed)
+    }
+
+    /// Asks for the lines a lookup of `task_id` will read first, in a large map: where its probe begins in
+    /// its shard's table.
+    #[inline]
+    pub(crate) fn prefetch_id(&self, task_id: &str) {
+        if self.is_large() {
+            self.prefetch(self.hash(task_id));
+        }
+    }
+
+    /// Asks for the lines a lookup of `hash` will read first: the control bytes where its probe begins, and
+    /// the bucket there, in which a run is most often found (hashbrown keeps bucket `i` at `i + 1` buckets
+    /// before the control bytes).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        let layout = &self.layouts[self.shard_number(hash)];
+        let control = layout.control.load(Ordering::Relaxed);
+        if control == 0 {
+            return;
+        }
+        // hashbrown's probe begins at the hash's low bits.
+        #[allow(clippy::cast_possible_truncation)]
+        let position = hash as usize & layout.mask.load(Ordering::Relaxed);
+        let bucket = std::mem::size_of::<Run<V>>();
+        prefetch(control.wrapping_add(position));
+        prefetch(control.wrapping_sub((position + 1) * bucket));
     }
 
     /// `read` given the run of `task_id`, under its shard's read lock.
@@ -110,11 +167,15 @@ impl<V> RunMap<V> {
             |run| &**run.task_id() == task_id,
             |run| self.hasher.hash_one(&**run.task_id()),
         );
-        write(&mut Slot {
+        let written = write(&mut Slot {
             entry: Some(entry),
             pending,
             hash,
-        })
+        });
+        if self.layouts[self.shard_number(hash)].follow(runs) {
+            self.large.store(true, Ordering::Relaxed);
+        }
+        written
     }
 
     /// Takes the run of `key` out of the map, unless its id names another run now; returns it, for the caller
@@ -264,6 +325,30 @@ impl<V> Slot<'_, V> {
     }
 }
 
+impl TableLayout {
+    /// Takes the layout of `runs` again if the table has grown since it was last taken; returns whether it
+    /// grew to [`PREFETCH_FROM_BUCKETS`].
+    #[inline]
+    fn follow<V>(&self, runs: &HashTable<Run<V>>) -> bool {
+        let mask = runs.num_buckets() - 1;
+        if self.mask.load(Ordering::Relaxed) == mask && self.control.load(Ordering::Relaxed) != 0 {
+            return false;
+        }
+        // The control bytes begin where bucket 0 ends; any run's bucket gives their address.
+        let Some((index, run)) = runs
+            .iter_buckets()
+            .next()
+            .and_then(|index| Some((index, runs.get_bucket(index)?)))
+        else {
+            return false;
+        };
+        let control = std::ptr::from_ref(run).addr() + (index + 1) * std::mem::size_of::<Run<V>>();
+        self.control.store(control, Ordering::Relaxed);
+        self.mask.store(mask, Ordering::Relaxed);
+        mask >= PREFETCH_FROM_BUCKETS - 1
+    }
+}
+
 impl PendingSlots {
     /// Frees the slot of `entry`, if it holds one.
     #[inline]
@@ -290,9 +375,69 @@ fn shard_count() -> usize {
 
 #[cfg(all(test, not(subagent_tracker_loom)))]
 mod tests {
-    use crate::{InMemorySubagentTaskTracker, TaskStart};
+    use std::sync::atomic::Ordering;
 
-    use super::shard_count;
+    use crate::{InMemorySubagentTaskTracker, TaskStart, TrackerConfig};
+
+    use super::{shard_count, Run, RunMap, PREFETCH_FROM_BUCKETS};
+
+    /// The layout each shard publishes for prefetches names its table's control bytes where hashbrown keeps
+    /// them (every run's bucket gives the same address) and its number of buckets, as the table grows; the map
+    /// counts as large once a table reaches the prefetch threshold; and the evictions that prefetch in a large
+    /// map still take the oldest first.
+    #[test]
+    fn the_layout_a_prefetch_reads_follows_each_table_and_evictions_keep_their_order() {
+        let retained = PREFETCH_FROM_BUCKETS * shard_count();
+        let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::with_config(
+            None,
+            TrackerConfig::default().with_max_finished_tasks(retained),
+        );
+        let map = &tracker.shared().tasks;
+        let runs = 2 * retained;
+        for index in 0..runs {
+            let handle = tracker
+                .start(TaskStart::new().task_id(format!("t{index}")))
+                .unwrap();
+            assert!(handle.complete(None));
+            if index % 1_999 == 0 || index == runs - 1 {
+                assert_layouts_follow_the_tables(map);
+            }
+        }
+        assert!(map.is_large());
+        let kept: Vec<String> = (runs - retained..runs)
+            .map(|index| format!("t{index}"))
+            .collect();
+        let ids: Vec<String> = tracker
+            .tasks()
+            .into_iter()
+            .map(|task| task.task_id.to_string())
+            .collect();
+        assert_eq!(ids, kept, "the oldest are evicted first");
+    }
+
+    fn assert_layouts_follow_the_tables(map: &RunMap<String>) {
+        let mut large = false;
+        for (shard, layout) in map.shards.iter().zip(&map.layouts) {
+            let shard = shard.read();
+            if shard.runs.is_empty() {
+                continue;
+            }
+            let control = layout.control.load(Ordering::Relaxed);
+            assert_eq!(
+                layout.mask.load(Ordering::Relaxed),
+                shard.runs.num_buckets() - 1
+            );
+            for index in shard.runs.iter_buckets() {
+                let bucket = std::ptr::from_ref(shard.runs.get_bucket(index).unwrap()).addr();
+                assert_eq!(
+                    bucket + (index + 1) * std::mem::size_of::<Run<String>>(),
+                    control
+                );
+            }
+            large |= shard.runs.num_buckets() >= PREFETCH_FROM_BUCKETS;
+        }
+        assert_eq!(map.is_large(), large);
+    }
 
     /// Contract §6: listing the pending tasks costs what is running, not what is retained. However many tasks
     /// have finished, the shards hold no more pending slots than ever ran at once in each.
