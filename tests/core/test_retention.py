@@ -37,8 +37,9 @@ def test_the_oldest_finished_are_evicted_first_and_unfinished_never() -> None:
 
 
 def test_a_large_session_evicts_the_oldest_first_and_keeps_the_unfinished() -> None:
-    # Past some tens of thousands of runs, the id map is large enough that each end fetches the next eviction's
-    # memory ahead, and each start its id's place: the order and the bound are the same as in a small session.
+    # With 40,000 runs retained, the id map of a machine of up to 8 cores (32 shards) is large enough that
+    # each end fetches the next eviction's memory ahead, and each start its id's place: the order and the
+    # bound are the same as in a small session.
     retained = 40_000
     session = Session(max_finished_tasks=retained)
     long_running = session.start_subagent_task("long")

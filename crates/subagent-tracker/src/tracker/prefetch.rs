@@ -7,8 +7,8 @@
 //! them here, without waiting. Addresses are hints only: one that went stale since it was taken (a table that
 //! grew, a run since replaced) makes a prefetch useless, never wrong.
 
-/// Asks the processor to bring the cache line at `address` in, without waiting for it; does nothing on a
-/// processor without the instruction.
+/// Asks the processor to bring the cache line at `address` in, without waiting for it; does nothing on other
+/// architectures than x86-64, where the speed-up is not had.
 #[inline(always)]
 pub(crate) fn prefetch(address: usize) {
     #[cfg(target_arch = "x86_64")]

@@ -16,6 +16,8 @@
 //! dropped under it: what the map lets go of is returned to the caller.
 
 use std::hash::BuildHasher;
+// The standard atomics, not `crate::sync`'s: the prefetch layout synchronises nothing (a stale value wastes a
+// prefetch), so the model checks have nothing to explore in it.
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -47,8 +49,9 @@ pub(crate) struct RunMap<V> {
     /// Where each shard's table lies, read with no lock, for prefetches only: apart from the shards' locks,
     /// which every call writes, since these change only when a table grows.
     layouts: Box<[TableLayout]>,
-    /// Whether a shard's table has grown past what the caches keep close ([`PREFETCH_FROM_BUCKETS`]): below
-    /// it, a prefetch would cost more than the wait it saves.
+    /// Whether a shard's table has grown to what the caches no longer keep close ([`PREFETCH_FROM_BUCKETS`]):
+    /// every shard's runs are fetched ahead from then on, since the shards grow together; below it, a prefetch
+    /// would cost more than the wait it saves.
     large: AtomicBool,
 }
 
@@ -107,6 +110,7 @@ impl<V> RunMap<V> {
         usize::try_from((hash << 7) >> self.shift).expect("fewer shards than usize::MAX")
     }
 
+    /// The shard of `hash`.
     #[inline]
     fn shard(&self, hash: u64) -> &RwLock<Shard<V>> {
         &self.shards[self.shard_number(hash)]
@@ -387,7 +391,9 @@ mod tests {
     /// map still take the oldest first.
     #[test]
     fn the_layout_a_prefetch_reads_follows_each_table_and_evictions_keep_their_order() {
-        let retained = PREFETCH_FROM_BUCKETS * shard_count();
+        // Enough for every shard to reach the threshold on a machine of up to 8 cores (32 shards); on a
+        // larger one the tables stay small, and the layouts are checked all the same.
+        let retained = PREFETCH_FROM_BUCKETS * shard_count().min(32);
         let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::with_config(
             None,
             TrackerConfig::default().with_max_finished_tasks(retained),
@@ -399,11 +405,11 @@ mod tests {
                 .start(TaskStart::new().task_id(format!("t{index}")))
                 .unwrap();
             assert!(handle.complete(None));
-            if index % 1_999 == 0 || index == runs - 1 {
+            if index % (runs / 16) == 0 || index == runs - 1 {
                 assert_layouts_follow_the_tables(map);
             }
         }
-        assert!(map.is_large());
+        assert!(map.is_large() || shard_count() > 32);
         let kept: Vec<String> = (runs - retained..runs)
             .map(|index| format!("t{index}"))
             .collect();
