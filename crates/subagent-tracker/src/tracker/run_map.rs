@@ -391,8 +391,8 @@ mod tests {
     /// map still take the oldest first.
     #[test]
     fn the_layout_a_prefetch_reads_follows_each_table_and_evictions_keep_their_order() {
-        // Enough for every shard to reach the threshold on a machine of up to 8 cores (32 shards); on a
-        // larger one the tables stay small, and the layouts are checked all the same.
+        // Enough for every shard to reach the threshold on a machine of up to 8 cores (32 shards), and bounded
+        // on a larger one, whose tables may stay below it; the layouts are checked either way.
         let retained = PREFETCH_FROM_BUCKETS * shard_count().min(32);
         let tracker: InMemorySubagentTaskTracker = InMemorySubagentTaskTracker::with_config(
             None,
